@@ -1,0 +1,26 @@
+"""Errors raised while running a graph, named as TF 1.x's ``tf.errors``."""
+
+from __future__ import annotations
+
+__all__ = ["OpError", "InvalidArgumentError", "FailedPreconditionError", "NotFoundError"]
+
+
+class OpError(RuntimeError):
+    """An op failed at run time; ``op`` names it when known."""
+
+    def __init__(self, message: str, op=None):
+        super().__init__(message)
+        self.op = op
+        self.message = message
+
+
+class InvalidArgumentError(OpError, ValueError):
+    """A fed value or an op input is not acceptable (wrong shape, out-of-range label)."""
+
+
+class FailedPreconditionError(OpError):
+    """The graph is not ready to run this op: e.g. a variable read before initialization."""
+
+
+class NotFoundError(OpError, FileNotFoundError):
+    """A checkpoint, file or store that was asked for does not exist."""

@@ -1,0 +1,566 @@
+"""Graphs of operations, as in TensorFlow 1.x.
+
+A :class:`Graph` holds :class:`Operation` s; an operation's outputs are
+:class:`Tensor` s, symbolic handles that other operations take as inputs.
+Underneath, the graph is a ``networkx.MultiDiGraph`` (ops are nodes, tensors
+are edges keyed ``(output_index, input_index)``), which serves analysis,
+export to DOT, and plain-data (JSON) round trips.
+
+>>> import dflow as tf
+>>> g = tf.Graph()
+>>> with g.as_default():
+...     a = tf.constant(2.0, name="a")
+...     b = a * 3.0
+>>> b.name, b.op.type, b.graph is g
+('mul:0', 'Mul', True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from typing import Any, Callable, Iterator
+
+import networkx as nx
+
+from . import dtypes
+from .ops.registry import ShapeError, Spec, get_opdef
+from .placement import DeviceSpec
+
+__all__ = [
+    "Graph", "Operation", "Tensor", "TensorShape", "GraphKeys", "get_default_graph",
+    "reset_default_graph", "name_scope", "control_dependencies", "device",
+    "convert_to_tensor",
+]
+
+
+class GraphKeys:
+    """Standard collection names."""
+
+    GLOBAL_VARIABLES = "variables"
+    TRAINABLE_VARIABLES = "trainable_variables"
+    LOCAL_VARIABLES = "local_variables"
+    GLOBAL_STEP = "global_step"
+    LOSSES = "losses"
+    REGULARIZATION_LOSSES = "regularization_losses"
+    UPDATE_OPS = "update_ops"
+    TRAIN_OP = "train_op"
+    SUMMARIES = "summaries"
+
+
+class TensorShape:
+    """A static shape: a tuple of ints with ``None`` for unknown dims, or unknown rank.
+
+    >>> TensorShape((None, 784)).as_list()
+    [None, 784]
+    """
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims):
+        if isinstance(dims, TensorShape):
+            dims = dims.dims
+        self.dims = None if dims is None else tuple(None if d is None else int(d) for d in dims)
+
+    @property
+    def ndims(self) -> int | None:
+        return None if self.dims is None else len(self.dims)
+
+    rank = ndims
+
+    def as_list(self) -> list:
+        if self.dims is None:
+            raise ValueError("as_list() is not defined on an unknown TensorShape")
+        return list(self.dims)
+
+    def is_fully_defined(self) -> bool:
+        return self.dims is not None and None not in self.dims
+
+    def num_elements(self) -> int | None:
+        if not self.is_fully_defined():
+            return None
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    def is_compatible_with(self, other) -> bool:
+        other = TensorShape(other)
+        if self.dims is None or other.dims is None:
+            return True
+        return len(self.dims) == len(other.dims) and all(
+            a is None or b is None or a == b for a, b in zip(self.dims, other.dims)
+        )
+
+    def __len__(self) -> int:
+        if self.dims is None:
+            raise ValueError("len() of a TensorShape of unknown rank")
+        return len(self.dims)
+
+    def __iter__(self):
+        if self.dims is None:
+            raise ValueError("cannot iterate over a TensorShape of unknown rank")
+        return iter(self.dims)
+
+    def __getitem__(self, key):
+        if self.dims is None:
+            return None
+        result = self.dims[key]
+        return TensorShape(result) if isinstance(key, slice) else result
+
+    def __eq__(self, other) -> bool:
+        try:
+            return self.dims == TensorShape(other).dims
+        except TypeError:
+            return NotImplemented
+
+    def __hash__(self):
+        return hash(self.dims)
+
+    def __repr__(self) -> str:
+        if self.dims is None:
+            return "TensorShape(None)"
+        return "(" + ", ".join("?" if d is None else str(d) for d in self.dims) + ("," if len(self.dims) == 1 else "") + ")"
+
+
+def _math():
+    from .ops import math_ops  # late: the op modules build on this one
+
+    return math_ops
+
+
+class _Operators:
+    """Python operators on anything convertible to a Tensor (tensors, variables)."""
+
+    __array_priority__ = 100  # numpy scalars/arrays on the left defer to us
+
+    def __add__(self, other):
+        return _math().add(self, other)
+
+    def __radd__(self, other):
+        return _math().add(other, self)
+
+    def __sub__(self, other):
+        return _math().subtract(self, other)
+
+    def __rsub__(self, other):
+        return _math().subtract(other, self)
+
+    def __mul__(self, other):
+        return _math().multiply(self, other)
+
+    def __rmul__(self, other):
+        return _math().multiply(other, self)
+
+    def __truediv__(self, other):
+        return _math().divide(self, other)
+
+    def __rtruediv__(self, other):
+        return _math().divide(other, self)
+
+    def __matmul__(self, other):
+        return _math().matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _math().matmul(other, self)
+
+    def __pow__(self, other):
+        return _math().pow(self, other)
+
+    def __rpow__(self, other):
+        return _math().pow(other, self)
+
+    def __neg__(self):
+        return _math().negative(self)
+
+    def __abs__(self):
+        return _math().abs(self)
+
+    def __lt__(self, other):
+        return _math().less(self, other)
+
+    def __le__(self, other):
+        return _math().less_equal(self, other)
+
+    def __gt__(self, other):
+        return _math().greater(self, other)
+
+    def __ge__(self, other):
+        return _math().greater_equal(self, other)
+
+    def __getitem__(self, key):
+        from .ops import array_ops
+
+        return array_ops.strided_slice(self, key)
+
+    # Tensors are graph nodes: equality is identity, so they can key dicts (feed_dict).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise TypeError(
+            "a symbolic Tensor has no truth value until a Session runs it; "
+            "use tf.equal/tf.greater and Session.run instead of `if tensor:`"
+        )
+
+
+class Tensor(_Operators):
+    """The ``value_index``-th output of an :class:`Operation`."""
+
+    __slots__ = ("op", "value_index", "_shape", "dtype", "_const_value")
+
+    def __init__(self, op: Operation, value_index: int, spec: Spec):
+        self.op = op
+        self.value_index = value_index
+        self._shape = spec.shape
+        self.dtype = spec.dtype
+        self._const_value = spec.value
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name}:{self.value_index}"
+
+    @property
+    def graph(self) -> Graph:
+        return self.op.graph
+
+    @property
+    def device(self) -> str:
+        return self.op.device
+
+    @property
+    def shape(self) -> TensorShape:
+        return TensorShape(self._shape)
+
+    def get_shape(self) -> TensorShape:
+        return self.shape
+
+    @property
+    def spec(self) -> Spec:
+        return Spec(self._shape, self.dtype, self._const_value)
+
+    def consumers(self) -> list[Operation]:
+        return [op for op in self.graph._consumers.get(self.op.name, ()) if self in op.inputs]
+
+    def eval(self, feed_dict=None, session=None):
+        """``session.run(self)``; the default session is the innermost ``with Session()``."""
+        from .runtime.session import get_default_session
+
+        return (session or get_default_session()).run(self, feed_dict=feed_dict)
+
+    def __repr__(self) -> str:
+        return f"<tf.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+
+class Operation:
+    """A node of the graph: an op type, input tensors, attributes, a device."""
+
+    def __init__(self, graph, op_type, name, inputs, attrs, control_inputs, output_specs):
+        self.graph = graph
+        self.type = op_type
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.attrs = attrs
+        self.control_inputs = list(control_inputs)
+        self.device = ""
+        self.outputs = [Tensor(self, i, spec) for i, spec in enumerate(output_specs)]
+        self._colocation_group = None
+
+    @property
+    def opdef(self):
+        return get_opdef(self.type)
+
+    def get_attr(self, name: str):
+        return self.attrs[name]
+
+    def values(self) -> list[Tensor]:
+        return list(self.outputs)
+
+    def run(self, feed_dict=None, session=None):
+        from .runtime.session import get_default_session
+
+        (session or get_default_session()).run(self, feed_dict=feed_dict)
+
+    def _set_device(self, device: str | DeviceSpec | None) -> None:
+        self.device = DeviceSpec.from_string(str(device or "")).to_string()
+
+    def __repr__(self) -> str:
+        return f"<tf.Operation '{self.name}' type={self.type}>"
+
+
+class Graph:
+    """A dataflow graph. Use ``with graph.as_default():`` to build into it."""
+
+    def __init__(self):
+        self.nx = nx.MultiDiGraph()
+        self._ops: dict[str, Operation] = {}
+        self._consumers: dict[str, list[Operation]] = {}
+        self._names_in_use: dict[str, int] = {}
+        self._name_stack = ""
+        self._control_stack: list[list[Operation]] = []
+        self._device_stack: list[str | Callable | None] = []
+        self._collections: dict[str, list] = {}
+        self._variable_scope_stack: list = []  # dflow.variables.VariableScope
+        self._variables_by_name: dict = {}  # get_variable's registry
+        self.version = 0  # bumps on every new op; sessions key plan caches on it
+        self._lock = threading.RLock()
+        self.seed = None
+
+    # ---- building ---------------------------------------------------------
+    def create_op(self, op_type: str, inputs=(), attrs=None, name=None) -> Operation:
+        """Add an op, infer its outputs, and apply the scopes in force (name, control, device)."""
+        attrs = dict(attrs or {})
+        inputs = [convert_to_tensor(t) for t in inputs]
+        for t in inputs:
+            if t.graph is not self:
+                raise ValueError(
+                    f"{t.name} belongs to another graph than the {op_type} op being built; "
+                    "build all ops of one model inside one `with graph.as_default():`"
+                )
+        opdef = get_opdef(op_type)
+        with self._lock:
+            op_name = self.unique_name(name or op_type)
+            try:
+                specs = opdef.infer([t.spec for t in inputs], **attrs)
+            except ShapeError as e:
+                raise ValueError(f"{op_type} op '{op_name}': {e}") from None
+            control = [c for frame in self._control_stack for c in frame]
+            op = Operation(self, op_type, op_name, inputs, attrs, control, specs)
+            self._apply_device_functions(op)
+            self._add(op)
+        return op
+
+    def _add(self, op: Operation) -> None:
+        op._id = len(self._ops)  # creation order is a topological order
+        self._ops[op.name] = op
+        self.nx.add_node(op.name, op=op)
+        for index, t in enumerate(op.inputs):
+            self.nx.add_edge(t.op.name, op.name, key=(t.value_index, index), tensor=t)
+            self._consumers.setdefault(t.op.name, []).append(op)
+        for c in op.control_inputs:
+            self.nx.add_edge(c.name, op.name, key="control")
+        self.version += 1
+
+    def _apply_device_functions(self, op: Operation) -> None:
+        # TF's rule: the innermost scope decides first; outer string scopes only
+        # fill fields still open; `device(None)` stops the outer scopes.
+        for entry in reversed(self._device_stack):
+            if entry is None:
+                break
+            if callable(entry):
+                op._set_device(entry(op))
+            else:
+                outer = DeviceSpec.from_string(entry)
+                op._set_device(outer.make_merged_spec(DeviceSpec.from_string(op.device)))
+
+    def unique_name(self, name: str, mark_as_used: bool = True) -> str:
+        """``name`` under the current name scope, suffixed ``_1``, ``_2``... if taken.
+
+        A name ending in ``/`` is a full name already made unique (a name scope's)."""
+        if name.endswith("/"):
+            self._names_in_use.setdefault(name[:-1].lower(), 1)
+            return name[:-1]
+        full = f"{self._name_stack}/{name}" if self._name_stack else name
+        key = full.lower()
+        count = self._names_in_use.get(key, 0)
+        if mark_as_used:
+            self._names_in_use[key] = count + 1
+        if count:
+            candidate = f"{full}_{count}"
+            while candidate.lower() in self._names_in_use:
+                count += 1
+                candidate = f"{full}_{count}"
+            if mark_as_used:
+                self._names_in_use[candidate.lower()] = 1
+            full = candidate
+        return full
+
+    # ---- scopes -------------------------------------------------------------
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Graph]:
+        _default_graph_stack.stack.append(self)
+        try:
+            yield self
+        finally:
+            _default_graph_stack.stack.pop()
+
+    @contextlib.contextmanager
+    def name_scope(self, name: str | None) -> Iterator[str]:
+        old = self._name_stack
+        if name is None or name == "":
+            self._name_stack = ""
+        elif name.endswith("/"):
+            self._name_stack = name[:-1]
+        else:
+            self._name_stack = self.unique_name(name)
+        try:
+            yield self._name_stack + "/" if self._name_stack else ""
+        finally:
+            self._name_stack = old
+
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs) -> Iterator[None]:
+        if control_inputs is None:  # clears the outer control scopes, as in TF
+            saved, self._control_stack = self._control_stack, []
+            try:
+                yield
+            finally:
+                self._control_stack = saved
+            return
+        ops = [_as_operation(c) for c in control_inputs]
+        self._control_stack.append(ops)
+        try:
+            yield
+        finally:
+            self._control_stack.pop()
+
+    @contextlib.contextmanager
+    def device(self, device_name_or_function) -> Iterator[None]:
+        entry = device_name_or_function
+        if isinstance(entry, DeviceSpec):
+            entry = entry.to_string()
+        if isinstance(entry, str):
+            DeviceSpec.from_string(entry)  # parse now: a typo fails at the `with`, not later
+        self._device_stack.append(entry)
+        try:
+            yield
+        finally:
+            self._device_stack.pop()
+
+    # ---- lookup -------------------------------------------------------------
+    def get_operations(self) -> list[Operation]:
+        return list(self._ops.values())
+
+    def get_operation_by_name(self, name: str) -> Operation:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise KeyError(f"the graph has no operation named {name!r}") from None
+
+    def get_tensor_by_name(self, name: str) -> Tensor:
+        op_name, sep, index = name.rpartition(":")
+        if not sep or not index.isdigit():
+            raise ValueError(f"{name!r} is not a tensor name; tensor names look like 'op_name:0'")
+        op = self.get_operation_by_name(op_name)
+        if int(index) >= len(op.outputs):
+            raise ValueError(f"operation {op_name!r} has {len(op.outputs)} outputs; {name!r} is out of range")
+        return op.outputs[int(index)]
+
+    def as_graph_element(self, obj):
+        """A Tensor or Operation of this graph from a tensor/op/variable or its name."""
+        if isinstance(obj, str):
+            return self.get_tensor_by_name(obj) if ":" in obj else self.get_operation_by_name(obj)
+        if hasattr(obj, "_as_graph_element"):
+            obj = obj._as_graph_element()
+        if isinstance(obj, (Tensor, Operation)):
+            if obj.graph is not self:
+                raise ValueError(f"{obj.name} is not an element of this graph")
+            return obj
+        raise TypeError(f"cannot fetch {obj!r}: expected a Tensor, Operation, Variable or name")
+
+    # ---- collections --------------------------------------------------------
+    def add_to_collection(self, name: str, value) -> None:
+        self._collections.setdefault(name, []).append(value)
+
+    def add_to_collections(self, names, value) -> None:
+        for name in [names] if isinstance(names, str) else names:
+            self.add_to_collection(name, value)
+
+    def get_collection(self, name: str, scope: str | None = None) -> list:
+        items = list(self._collections.get(name, ()))
+        if scope is None:
+            return items
+        pattern = re.compile(scope)
+        return [i for i in items if pattern.match(getattr(i, "name", ""))]
+
+    def get_collection_ref(self, name: str) -> list:
+        return self._collections.setdefault(name, [])
+
+    def get_all_collection_keys(self) -> list[str]:
+        return list(self._collections)
+
+    # ---- export -------------------------------------------------------------
+    def as_graph_def(self) -> dict:
+        """The graph as plain data (JSON-ready). See :mod:`dflow.graph_io`."""
+        from .graph_io import graph_to_dict
+
+        return graph_to_dict(self)
+
+    def to_dot(self) -> str:
+        from .graph_io import graph_to_dot
+
+        return graph_to_dot(self)
+
+
+def _as_operation(x) -> Operation:
+    if hasattr(x, "_as_graph_element"):
+        x = x._as_graph_element()
+    if isinstance(x, Tensor):
+        return x.op
+    if isinstance(x, Operation):
+        return x
+    raise TypeError(f"control_dependencies takes Operations or Tensors, got {x!r}")
+
+
+class _DefaultGraphStack(threading.local):
+    def __init__(self):
+        self.stack: list[Graph] = []
+
+
+_default_graph_stack = _DefaultGraphStack()
+_global_default_graph = Graph()
+
+
+def get_default_graph() -> Graph:
+    """The innermost ``with graph.as_default()`` graph, else the global default graph."""
+    stack = _default_graph_stack.stack
+    return stack[-1] if stack else _global_default_graph
+
+
+def reset_default_graph() -> None:
+    """Replace the global default graph by a new, empty one."""
+    global _global_default_graph
+    if _default_graph_stack.stack:
+        raise AssertionError("reset_default_graph() called inside a `with graph.as_default()` block")
+    _global_default_graph = Graph()
+
+
+def name_scope(name: str | None, default_name: str | None = None, values=None):
+    """Prefix the names of ops created inside: ``with tf.name_scope('layer1'):``."""
+    graph = _graph_of(values)
+    return graph.name_scope(name if name is not None else default_name)
+
+
+def control_dependencies(control_inputs):
+    """Ops created inside run only after ``control_inputs``."""
+    return get_default_graph().control_dependencies(control_inputs)
+
+
+def device(device_name_or_function):
+    """Device scope: ``with tf.device('/job:ps/task:0'):`` or a device function."""
+    return get_default_graph().device(device_name_or_function)
+
+
+def _graph_of(values) -> Graph:
+    for v in values or ():
+        if isinstance(v, (Tensor, Operation)):
+            return v.graph
+    return get_default_graph()
+
+
+def convert_to_tensor(value: Any, dtype=None, name=None) -> Tensor:
+    """A Tensor for ``value``: tensors pass through, variables give their value,
+    Python/NumPy values become constants."""
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype != dtypes.as_dtype(dtype):
+            raise TypeError(
+                f"{value.name} has dtype {value.dtype.name}, but {dtypes.as_dtype(dtype).name} "
+                "was requested; use tf.cast"
+            )
+        return value
+    if hasattr(value, "_as_graph_element"):
+        return convert_to_tensor(value._as_graph_element(), dtype=dtype)
+    from .ops.array_ops import constant
+
+    return constant(value, dtype=dtype, name=name or "Const")

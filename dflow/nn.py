@@ -1,0 +1,7 @@
+"""``tf.nn``: activations, convolution, pooling, normalization and losses."""
+
+from .ops.math_ops import sigmoid, tanh
+from .ops.nn_ops import *  # noqa: F403 - the op module's __all__ is this namespace
+from .ops.nn_ops import __all__ as _nn_all
+
+__all__ = ["sigmoid", "tanh", *_nn_all]

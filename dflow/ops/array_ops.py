@@ -1,0 +1,615 @@
+"""Ops that create, reshape and rearrange tensors (TF's ``array_ops``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from .registry import ShapeError, Spec, defop
+from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
+
+__all__ = [
+    "constant", "placeholder", "identity", "stop_gradient", "no_op", "shape", "size", "rank",
+    "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
+    "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
+    "ones_like", "fill", "range",
+]
+
+
+def _op(op_type, inputs, attrs=None, name=None):
+    return get_default_graph().create_op(op_type, inputs, attrs, name=name)
+
+
+def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
+    return _op(op_type, inputs, attrs, name).outputs[0]
+
+
+def shape_value(spec: Spec):
+    """The static value of a shape-like input (list of ints), or None if only known at run time."""
+    return None if spec.value is None else [int(v) for v in np.ravel(spec.value)]
+
+
+# ---- Const / Placeholder ----------------------------------------------------
+def _const_infer(inputs, value, dtype):
+    return [Spec(tuple(value.shape), dtype, value)]
+
+
+defop("Const", _const_infer, lambda xp, value, dtype: xp.asarray(value))
+
+
+def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
+    """A constant tensor. ``tf.constant([[1., 2.]])``; Python floats become float32."""
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(value)
+    array = np.asarray(value, dtype=dtype.as_numpy_dtype)
+    if shape is not None:
+        shape = tuple(shape)
+        array = np.broadcast_to(array, shape).copy() if array.size == 1 else array.reshape(shape)
+    return _out("Const", [], {"value": array, "dtype": dtype}, name)
+
+
+def _infer_dtype(value) -> dtypes.DType:
+    array = np.asarray(value)
+    if array.dtype == np.float64 and not isinstance(value, np.ndarray | np.generic):
+        return dtypes.float32  # Python floats default to float32, as in TF
+    if array.dtype == np.int64 and not isinstance(value, np.ndarray | np.generic):
+        return dtypes.int32
+    return dtypes.as_dtype(array.dtype)
+
+
+def _placeholder_kernel(xp, *, dtype, shape):
+    raise AssertionError("placeholders are fed, never computed")  # the session checks feeds first
+
+
+defop("Placeholder", lambda inputs, dtype, shape: [Spec(shape, dtype)], _placeholder_kernel)
+
+
+def placeholder(dtype, shape=None, name=None) -> Tensor:
+    """A tensor fed at run time: ``x = tf.placeholder(tf.float32, [None, 784])``."""
+    shape = None if shape is None else tuple(None if d is None or d == -1 else int(d) for d in shape)
+    return _out("Placeholder", [], {"dtype": dtypes.as_dtype(dtype), "shape": shape}, name)
+
+
+# ---- identity, no_op, stop_gradient ------------------------------------------
+defop("Identity", same_as_input, lambda xp, x: x, lambda op, g: [g])
+defop("StopGradient", same_as_input, lambda xp, x: x, lambda op, g: [None])
+defop("NoOp", lambda inputs: [], lambda xp: (), num_outputs=0)
+
+
+def identity(input, name=None) -> Tensor:
+    """``input`` unchanged (a new name, a place to hang control dependencies)."""
+    return _out("Identity", [input], name=name)
+
+
+def stop_gradient(input, name=None) -> Tensor:
+    """``input``, but ``tf.gradients`` treats it as a constant."""
+    return _out("StopGradient", [input], name=name)
+
+
+def no_op(name=None):
+    """An op that does nothing; with control inputs it groups other ops."""
+    return _op("NoOp", [], name=name)
+
+
+# ---- shape, reshape, transpose ---------------------------------------------
+def _shape_infer(inputs, out_type):
+    s = inputs[0].shape
+    value = None if s is None or None in s else np.asarray(s, dtype=out_type.as_numpy_dtype)
+    return [Spec((None if s is None else len(s),), out_type, value)]
+
+
+defop("Shape", _shape_infer, lambda xp, x, out_type: xp.asarray(x.shape, dtype=out_type.of(xp)))
+
+
+def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
+    """The run-time shape of ``input`` as an int32 vector."""
+    return _out("Shape", [input], {"out_type": dtypes.as_dtype(out_type)}, name)
+
+
+def size(input, name=None):
+    from .math_ops import reduce_prod
+
+    return reduce_prod(shape(input), name=name)
+
+
+def rank(input, name=None):
+    s = convert_to_tensor(input).shape
+    if s.ndims is None:
+        raise ValueError("tf.rank of a tensor whose rank is unknown at graph-build time")
+    return constant(s.ndims, dtypes.int32, name=name or "Rank")
+
+
+def _resolve_reshape(in_shape, target):
+    known = num_elements(in_shape)
+    if target.count(-1) > 1:
+        raise ShapeError(f"reshape target {target} has more than one -1")
+    if -1 in target:
+        rest = num_elements([d for d in target if d != -1])
+        if known is None or rest is None:
+            return tuple(None if d == -1 else d for d in target)
+        if rest == 0 or known % rest:
+            raise ShapeError(f"cannot reshape {fmt(in_shape)} ({known} elements) into {target}")
+        return tuple(known // rest if d == -1 else d for d in target)
+    if known is not None and known != num_elements(target):
+        raise ShapeError(f"cannot reshape {fmt(in_shape)} ({known} elements) into {fmt(target)}")
+    return tuple(target)
+
+
+def _reshape_infer(inputs):
+    x, target = inputs
+    target_values = shape_value(target)
+    if target_values is None:
+        return [Spec(None if target.shape is None or target.shape[0] is None
+                     else (None,) * target.shape[0], x.dtype)]
+    return [Spec(_resolve_reshape(x.shape, target_values), x.dtype)]
+
+
+def _reshape_kernel(xp, x, target):
+    return xp.reshape(x, tuple(int(d) for d in target))
+
+
+defop("Reshape", _reshape_infer, _reshape_kernel,
+      lambda op, g: [reshape(g, shape(op.inputs[0])), None])
+
+
+def reshape(tensor, shape, name=None) -> Tensor:
+    """``tensor`` with a new shape; one dim may be -1. ``tf.reshape(x, [-1, 784])``."""
+    if not isinstance(shape, Tensor):
+        shape = constant([int(d) for d in shape] if len(shape) else np.zeros(0, np.int32),
+                         dtypes.int32)
+    return _out("Reshape", [tensor, shape], name=name)
+
+
+def _transpose_infer(inputs, perm):
+    s = inputs[0].shape
+    if s is None:
+        return [Spec(None, inputs[0].dtype)]
+    perm = tuple(reversed(range(len(s)))) if perm is None else perm
+    if sorted(perm) != list(range(len(s))):
+        raise ShapeError(f"perm {list(perm)} is not a permutation of the axes of {fmt(s)}")
+    return [Spec(tuple(s[p] for p in perm), inputs[0].dtype)]
+
+
+def _transpose_kernel(xp, x, perm):
+    return xp.permute_dims(x, tuple(reversed(range(x.ndim))) if perm is None else tuple(perm))
+
+
+def _transpose_grad(op, g):
+    perm = op.attrs["perm"]
+    if perm is None:
+        return [transpose(g)]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [transpose(g, inverse)]
+
+
+defop("Transpose", _transpose_infer, _transpose_kernel, _transpose_grad)
+
+
+def transpose(a, perm=None, name="transpose") -> Tensor:
+    """Permute the axes; ``perm=None`` reverses them."""
+    return _out("Transpose", [a], {"perm": None if perm is None else [int(p) for p in perm]}, name)
+
+
+# ---- concat / split / stack / unstack --------------------------------------
+def _concat_infer(inputs, axis):
+    shapes = [i.shape for i in inputs]
+    if any(s is None for s in shapes):
+        return [Spec(None, inputs[0].dtype)]
+    rank_ = len(shapes[0])
+    (ax,) = normalize_axis(axis, rank_)
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        if len(s) != rank_ or any(a != b and None not in (a, b)
+                                  for i, (a, b) in enumerate(zip(s, out)) if i != ax):
+            raise ShapeError(f"cannot concatenate {fmt(shapes[0])} and {fmt(s)} along axis {axis}")
+        out[ax] = None if None in (out[ax], s[ax]) else out[ax] + s[ax]
+    if any(i.dtype != inputs[0].dtype for i in inputs):
+        raise ShapeError(f"concat inputs have different dtypes: {[i.dtype.name for i in inputs]}")
+    return [Spec(tuple(out), inputs[0].dtype)]
+
+
+def _concat_grad(op, g):
+    axis = op.attrs["axis"]
+    sizes = [t.shape[axis] for t in op.inputs]
+    if None in sizes:
+        raise ValueError(f"the gradient of {op.name} needs the sizes along axis {axis} at build time")
+    return split(g, sizes, axis=axis)
+
+
+defop("ConcatV2", _concat_infer, lambda xp, *xs, axis: xp.concat(xs, axis=axis), _concat_grad)
+
+
+def concat(values, axis, name="concat") -> Tensor:
+    """Join tensors along ``axis``."""
+    return _out("ConcatV2", list(values), {"axis": int(axis)}, name)
+
+
+def _split_infer(inputs, sizes, axis):
+    s = inputs[0].shape
+    if s is not None:
+        (ax,) = normalize_axis(axis, len(s))
+        if s[ax] is not None and sum(sizes) != s[ax]:
+            raise ShapeError(f"split sizes {sizes} do not add up to dim {ax} of {fmt(s)}")
+    return [Spec(None if s is None else s[:ax] + (n,) + s[ax + 1:], inputs[0].dtype) for n in sizes]
+
+
+def _split_kernel(xp, x, sizes, axis):
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    index = [slice(None)] * x.ndim
+    pieces = []
+    for start, n in zip(starts, sizes):
+        index[axis] = slice(start, start + n)
+        pieces.append(x[tuple(index)])
+    return tuple(pieces)
+
+
+def _with_zeros(op, grads):
+    return [zeros_like(out) if g is None else g for out, g in zip(op.outputs, grads)]
+
+
+defop("Split", _split_infer, _split_kernel,
+      lambda op, *gs: [concat(_with_zeros(op, gs), op.attrs["axis"])], num_outputs=None)
+
+
+def split(value, num_or_size_splits, axis=0, name="split") -> list[Tensor]:
+    """Split into ``n`` equal pieces or pieces of the given sizes along ``axis``."""
+    value = convert_to_tensor(value)
+    if isinstance(num_or_size_splits, int):
+        dim = value.shape[axis]
+        if dim is None or dim % num_or_size_splits:
+            raise ValueError(f"cannot split dim {axis} of {value.shape} into {num_or_size_splits} equal pieces")
+        sizes = [dim // num_or_size_splits] * num_or_size_splits
+    else:
+        sizes = [int(n) for n in num_or_size_splits]
+    return list(_op("Split", [value], {"sizes": sizes, "axis": int(axis)}, name).outputs)
+
+
+def _stack_infer(inputs, axis):
+    s = inputs[0].shape
+    for other in inputs[1:]:
+        if other.shape != s and s is not None and other.shape is not None:
+            raise ShapeError(f"stack needs equal shapes, got {fmt(s)} and {fmt(other.shape)}")
+    if s is None:
+        return [Spec(None, inputs[0].dtype)]
+    (ax,) = normalize_axis(axis, len(s) + 1)
+    return [Spec(s[:ax] + (len(inputs),) + s[ax:], inputs[0].dtype)]
+
+
+defop("Pack", _stack_infer, lambda xp, *xs, axis: xp.stack(xs, axis=axis),
+      lambda op, g: unstack(g, axis=op.attrs["axis"]))
+
+
+def stack(values, axis=0, name="stack") -> Tensor:
+    """Stack tensors of one shape along a new axis."""
+    return _out("Pack", list(values), {"axis": int(axis)}, name)
+
+
+def _unstack_infer(inputs, num, axis):
+    s = inputs[0].shape
+    (ax,) = normalize_axis(axis, len(s))
+    return [Spec(s[:ax] + s[ax + 1:], inputs[0].dtype)] * num
+
+
+defop("Unpack", _unstack_infer,
+      lambda xp, x, num, axis: tuple(xp.squeeze(p, axis=axis) for p in _split_kernel(xp, x, [1] * num, axis)),
+      lambda op, *gs: [stack(_with_zeros(op, gs), op.attrs["axis"])], num_outputs=None)
+
+
+def unstack(value, num=None, axis=0, name="unstack") -> list[Tensor]:
+    """Split along ``axis`` into ``num`` tensors of one rank less."""
+    value = convert_to_tensor(value)
+    num = value.shape[axis] if num is None else num
+    if num is None:
+        raise ValueError(f"unstack needs num: dim {axis} of {value.shape} is unknown")
+    return list(_op("Unpack", [value], {"num": int(num), "axis": int(axis)}, name).outputs)
+
+
+# ---- squeeze / expand_dims / tile / pad --------------------------------------
+def _squeeze_infer(inputs, axis):
+    s = inputs[0].shape
+    if s is None:
+        return [Spec(None, inputs[0].dtype)]
+    axes = [i for i, d in enumerate(s) if d == 1] if axis is None else normalize_axis(axis, len(s))
+    for ax in axes:
+        if s[ax] not in (1, None):
+            raise ShapeError(f"cannot squeeze dim {ax} of {fmt(s)}: its size is not 1")
+    return [Spec(tuple(d for i, d in enumerate(s) if i not in axes), inputs[0].dtype)]
+
+
+def _squeeze_kernel(xp, x, axis):
+    axes = tuple(i for i, d in enumerate(x.shape) if d == 1) if axis is None else tuple(axis)
+    return xp.squeeze(x, axis=axes) if axes else x
+
+
+def _reshape_like_input(op, g):
+    return [reshape(g, shape(op.inputs[0]))]
+
+
+defop("Squeeze", _squeeze_infer, _squeeze_kernel, _reshape_like_input)
+
+
+def squeeze(input, axis=None, name=None, squeeze_dims=None) -> Tensor:
+    """Remove dims of size 1 (all of them, or those in ``axis``)."""
+    axis = squeeze_dims if axis is None else axis
+    axis = None if axis is None else [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
+    return _out("Squeeze", [input], {"axis": axis}, name)
+
+
+def _expand_infer(inputs, axis):
+    s = inputs[0].shape
+    if s is None:
+        return [Spec(None, inputs[0].dtype)]
+    (ax,) = normalize_axis(axis, len(s) + 1)
+    return [Spec(s[:ax] + (1,) + s[ax:], inputs[0].dtype)]
+
+
+defop("ExpandDims", _expand_infer, lambda xp, x, axis: xp.expand_dims(x, axis=axis),
+      _reshape_like_input)
+
+
+def expand_dims(input, axis, name=None) -> Tensor:
+    """Insert a dim of size 1 at ``axis``."""
+    return _out("ExpandDims", [input], {"axis": int(axis)}, name)
+
+
+def _tile_infer(inputs, multiples):
+    s = inputs[0].shape
+    if s is None:
+        return [Spec(None, inputs[0].dtype)]
+    if len(multiples) != len(s):
+        raise ShapeError(f"tile multiples {multiples} do not match the rank of {fmt(s)}")
+    return [Spec(tuple(None if d is None else d * m for d, m in zip(s, multiples)), inputs[0].dtype)]
+
+
+def _tile_grad_kernel(xp, g, multiples):
+    split_shape = []
+    for d, m in zip(g.shape, multiples):
+        split_shape += [m, d // m]
+    summed = xp.sum(xp.reshape(g, tuple(split_shape)), axis=tuple(range(0, 2 * len(multiples), 2)))
+    return summed
+
+
+def _tile_grad_infer(inputs, multiples):
+    s = inputs[0].shape
+    return [Spec(None if s is None else tuple(None if d is None else d // m for d, m in zip(s, multiples)),
+                 inputs[0].dtype)]
+
+
+defop("Tile", _tile_infer, lambda xp, x, multiples: xp.tile(x, tuple(multiples)),
+      lambda op, g: [_out("TileGrad", [g], {"multiples": op.attrs["multiples"]})])
+defop("TileGrad", _tile_grad_infer, _tile_grad_kernel,
+      lambda op, g: [tile(g, op.attrs["multiples"])])
+
+
+def tile(input, multiples, name=None) -> Tensor:
+    """Repeat ``input`` ``multiples[i]`` times along axis ``i``."""
+    return _out("Tile", [input], {"multiples": [int(m) for m in multiples]}, name)
+
+
+def _pad_infer(inputs, paddings, constant_values):
+    s = inputs[0].shape
+    if s is None:
+        return [Spec(None, inputs[0].dtype)]
+    if len(paddings) != len(s):
+        raise ShapeError(f"paddings {paddings} do not match the rank of {fmt(s)}")
+    return [Spec(tuple(None if d is None else d + a + b for d, (a, b) in zip(s, paddings)),
+                 inputs[0].dtype)]
+
+
+def _pad_kernel(xp, x, paddings, constant_values):
+    out_shape = tuple(d + a + b for d, (a, b) in zip(x.shape, paddings))
+    out = xp.full(out_shape, constant_values, dtype=x.dtype)
+    out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, paddings))] = x
+    return out
+
+
+def _pad_grad(op, g):
+    keys = tuple(slice(a, -b if b else None) for a, b in op.attrs["paddings"])
+    return [strided_slice(g, keys)]
+
+
+defop("Pad", _pad_infer, _pad_kernel, _pad_grad)
+
+
+def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tensor:
+    """Pad with ``constant_values``; ``paddings[i] = [before, after]`` for axis ``i``."""
+    if mode.upper() != "CONSTANT":
+        raise NotImplementedError(f"pad mode {mode!r}: only 'CONSTANT' is supported")
+    paddings = [[int(a), int(b)] for a, b in np.asarray(paddings).tolist()]
+    return _out("Pad", [tensor], {"paddings": paddings, "constant_values": constant_values}, name)
+
+
+# ---- one_hot -------------------------------------------------------------------
+def _one_hot_infer(inputs, depth, on_value, off_value, axis, dtype):
+    s = inputs[0].shape
+    if not inputs[0].dtype.is_integer:
+        raise ShapeError(f"one_hot indices must be integers, got {inputs[0].dtype.name}")
+    if s is None:
+        return [Spec(None, dtype)]
+    ax = len(s) if axis == -1 else axis
+    return [Spec(s[:ax] + (depth,) + s[ax:], dtype)]
+
+
+def _one_hot_kernel(xp, indices, depth, on_value, off_value, axis, dtype):
+    classes = xp.arange(depth, dtype=indices.dtype)
+    hot = xp.expand_dims(indices, axis=-1) == classes
+    out = xp.where(hot, xp.asarray(on_value, dtype=dtype.of(xp)), xp.asarray(off_value, dtype=dtype.of(xp)))
+    if axis != -1:
+        out = xp.moveaxis(out, -1, axis)
+    return out
+
+
+defop("OneHot", _one_hot_infer, _one_hot_kernel)
+
+
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None) -> Tensor:
+    """Rows of a ``depth``-wide identity picked by ``indices`` (-1 / out of range gives zeros)."""
+    dtype = dtypes.as_dtype(dtype or dtypes.float32)
+    attrs = {"depth": int(depth), "on_value": 1 if on_value is None else on_value,
+             "off_value": 0 if off_value is None else off_value,
+             "axis": -1 if axis is None else int(axis), "dtype": dtype}
+    return _out("OneHot", [indices], attrs, name)
+
+
+# ---- slicing ---------------------------------------------------------------------
+def _encode_key(key) -> list:
+    items = key if isinstance(key, tuple) else (key,)
+    encoded = []
+    for item in items:
+        if item is Ellipsis:
+            encoded.append(["ellipsis"])
+        elif item is None:
+            encoded.append(["newaxis"])
+        elif isinstance(item, slice):
+            encoded.append(["slice", item.start, item.stop, item.step])
+        elif isinstance(item, int | np.integer):
+            encoded.append(["index", int(item)])
+        else:
+            raise TypeError(
+                f"tensor indexing supports ints, slices, ... and None (basic slicing), got {item!r}; "
+                "use tf.gather-style ops for tensor indices"
+            )
+    return encoded
+
+
+def _decode_key(spec) -> tuple:
+    decode = {"ellipsis": lambda: Ellipsis, "newaxis": lambda: None,
+              "slice": lambda a, b, c: slice(a, b, c), "index": lambda i: i}
+    return tuple(decode[kind](*args) for kind, *args in spec)
+
+
+def _slice_infer(inputs, spec):
+    s = inputs[0].shape
+    if s is None or None in s:
+        if s is not None and not any(k == "newaxis" or k == "ellipsis" for k, *_ in spec):
+            return [Spec(_sliced_shape_partial(s, spec), inputs[0].dtype)]
+        return [Spec(None, inputs[0].dtype)]
+    try:
+        out = np.empty(s, dtype=np.bool_)[_decode_key(spec)].shape
+    except IndexError as e:
+        raise ShapeError(f"cannot index {fmt(s)} with {_decode_key(spec)}: {e}") from None
+    return [Spec(tuple(out), inputs[0].dtype)]
+
+
+def _sliced_shape_partial(s, spec):
+    out = []
+    for dim, (kind, *args) in zip(s, spec):
+        if kind == "slice":
+            out.append(None if dim is None else len(range(*slice(*args).indices(dim))))
+    out.extend(s[len(spec):])
+    return tuple(out)
+
+
+def _slice_grad(op, g):
+    return [_out("StridedSliceGrad", [shape(op.inputs[0]), g], {"spec": op.attrs["spec"]})]
+
+
+def _slice_grad_infer(inputs, spec):
+    value = shape_value(inputs[0])
+    return [Spec(None if value is None else tuple(value), inputs[1].dtype)]
+
+
+def _slice_grad_kernel(xp, in_shape, g, spec):
+    out = xp.zeros(tuple(int(d) for d in in_shape), dtype=g.dtype)
+    out[_decode_key(spec)] = g
+    return out
+
+
+defop("StridedSlice", _slice_infer, lambda xp, x, spec: x[_decode_key(spec)], _slice_grad)
+defop("StridedSliceGrad", _slice_grad_infer, _slice_grad_kernel,
+      lambda op, g: [None, strided_slice(g, _decode_key(op.attrs["spec"]))])
+
+
+def strided_slice(input, key, name="strided_slice") -> Tensor:
+    """``input[key]`` with NumPy basic slicing (what ``tensor[1:, ::2, None]`` builds)."""
+    return _out("StridedSlice", [input], {"spec": _encode_key(key)}, name)
+
+
+# ---- broadcast_to, fills -----------------------------------------------------------
+def _broadcast_to_infer(inputs):
+    target = shape_value(inputs[1])
+    return [Spec(None if target is None else tuple(target), inputs[0].dtype)]
+
+
+def _broadcast_to_kernel(xp, x, target):
+    return xp.broadcast_to(x, tuple(int(d) for d in target))
+
+
+def _broadcast_to_grad(op, g):
+    from .math_ops import sum_to_shape
+
+    return [sum_to_shape(g, shape(op.inputs[0])), None]
+
+
+defop("BroadcastTo", _broadcast_to_infer, _broadcast_to_kernel, _broadcast_to_grad)
+
+
+def broadcast_to(input, shape, name=None) -> Tensor:
+    """Broadcast ``input`` to ``shape`` (NumPy rules)."""
+    if not isinstance(shape, Tensor):
+        shape = constant([int(d) for d in shape], dtypes.int32)
+    return _out("BroadcastTo", [input, shape], name=name)
+
+
+def _fill_infer(inputs, dtype):
+    target = shape_value(inputs[0])
+    return [Spec(None if target is None else tuple(target), dtype)]
+
+
+defop("Fill", _fill_infer,
+      lambda xp, target, value, dtype: xp.full(tuple(int(d) for d in target), value, dtype=dtype.of(xp)))
+
+
+def fill(dims, value, name=None, dtype=None) -> Tensor:
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(value)
+    if not isinstance(dims, Tensor):
+        dims = constant([int(d) for d in dims], dtypes.int32)
+    return _out("Fill", [dims], {"value": np.asarray(value).item(), "dtype": dtype}, name)
+
+
+def zeros(shape, dtype=dtypes.float32, name=None) -> Tensor:
+    """A tensor of zeros."""
+    return fill(shape, 0, name=name or "zeros", dtype=dtype)
+
+
+def ones(shape, dtype=dtypes.float32, name=None) -> Tensor:
+    """A tensor of ones."""
+    return fill(shape, 1, name=name or "ones", dtype=dtype)
+
+
+defop("ZerosLike", same_as_input, lambda xp, x: xp.zeros_like(x), lambda op, g: [None])
+defop("OnesLike", same_as_input, lambda xp, x: xp.ones_like(x), lambda op, g: [None])
+
+
+def zeros_like(tensor, dtype=None, name=None) -> Tensor:
+    out = _out("ZerosLike", [tensor], name=name)
+    return out if dtype is None else _cast(out, dtype)
+
+
+def ones_like(tensor, dtype=None, name=None) -> Tensor:
+    out = _out("OnesLike", [tensor], name=name)
+    return out if dtype is None else _cast(out, dtype)
+
+
+def _cast(x, dtype):
+    from .math_ops import cast
+
+    return cast(x, dtype)
+
+
+def _range_infer(inputs, start, limit, delta, dtype):
+    return [Spec((len(range(start, limit, delta)) if isinstance(start, int) else None,), dtype)]
+
+
+defop("Range", _range_infer,
+      lambda xp, start, limit, delta, dtype: xp.arange(start, limit, delta, dtype=dtype.of(xp)))
+
+
+def range(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:  # noqa: A001 - TF's name
+    """``tf.range(5)``: 0, 1, 2, 3, 4 (Python numbers only)."""
+    if limit is None:
+        start, limit = 0, start
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(start + limit + delta)
+    return _out("Range", [], {"start": start, "limit": limit, "delta": delta, "dtype": dtype}, name)

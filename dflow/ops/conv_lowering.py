@@ -1,0 +1,261 @@
+"""Array-level lowerings of convolution, pooling and LRN, over an array namespace ``xp``.
+
+Everything here is NHWC and uses only the Python array API standard (strided
+basic slicing, ``stack``, ``reshape``, ``matmul``...), so the same code runs on
+NumPy, CuPy and ``array_api_strict``. The choices follow MEASURED.md:
+
+- a convolution is im2col + ONE matmul: the ``kh*kw`` strided slices of the
+  padded input are stacked on a new axis, giving ``(N, OH, OW, kh*kw, C)``,
+  which reshapes for free to the ``(N*OH*OW, kh*kw*C)`` patch matrix;
+- the input gradient is a *full* convolution of the (stride-dilated) output
+  gradient with the flipped, in/out-transposed filter, through the same
+  im2col + matmul (no scatter-add col2im);
+- the filter gradient is ``patches.T @ dy``;
+- max-pooling is ``maximum`` over the ``kh*kw`` strided slices;
+- big batches are processed in pieces of :data:`BATCH_PIECE` images, which
+  keeps the im2col buffers (25x the input for a 5x5 filter) small.
+
+Window geometry is TensorFlow's: ``SAME`` gives ``ceil(in/stride)`` outputs and
+pads ``max((out-1)*stride + k_eff - in, 0)`` in total, ``total // 2`` before.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "BATCH_PIECE", "window_geometry", "conv2d", "conv2d_input_grad", "conv2d_filter_grad",
+    "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "lrn", "lrn_grad",
+]
+
+BATCH_PIECE = 32  # images per im2col buffer; MEASURED.md: peak memory 1,040 MB -> 167 MB
+
+
+def window_geometry(size: int, k: int, stride: int, dilation: int, padding: str):
+    """``(out, pad_before, pad_after)`` of one spatial axis, exactly as TensorFlow."""
+    k_eff = (k - 1) * dilation + 1
+    if padding == "SAME":
+        out = -(-size // stride)
+        total = max((out - 1) * stride + k_eff - size, 0)
+        return out, total // 2, total - total // 2
+    if padding == "VALID":
+        if size < k_eff:
+            raise ValueError(
+                f"VALID window of size {k_eff} (k={k}, dilation={dilation}) does not fit an "
+                f"input of size {size}: the output size would be negative"
+            )
+        return (size - k_eff) // stride + 1, 0, 0
+    raise ValueError(f"padding must be 'SAME' or 'VALID', got {padding!r}")
+
+
+def _geometry2d(hw, ksize, strides, dilations, padding):
+    gh = window_geometry(hw[0], ksize[0], strides[0], dilations[0], padding)
+    gw = window_geometry(hw[1], ksize[1], strides[1], dilations[1], padding)
+    return (gh[0], gw[0]), (gh[1], gh[2], gw[1], gw[2])
+
+
+def _pad(xp, x, pads, value=0.0):
+    """Pad H and W of an NHWC array by ``(top, bottom, left, right)`` with ``value``."""
+    top, bottom, left, right = pads
+    if not any(pads):
+        return x
+    n, h, w, c = x.shape
+    out = xp.full((n, h + top + bottom, w + left + right, c), value, dtype=x.dtype)
+    out[:, top:top + h, left:left + w, :] = x
+    return out
+
+
+def _window_slices(ksize, out_hw, strides, dilations, offset=(0, 0)):
+    """The basic-index tuple of every window offset ``(i, j)``, row-major like TF's scan."""
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = ksize, out_hw, strides, dilations
+    for i in range(kh):
+        top = offset[0] + i * dh
+        for j in range(kw):
+            left = offset[1] + j * dw
+            yield (slice(None), slice(top, top + (oh - 1) * sh + 1, sh),
+                   slice(left, left + (ow - 1) * sw + 1, sw), slice(None))
+
+
+def _im2col(xp, xpad, ksize, out_hw, strides, dilations, offset=(0, 0)):
+    """The ``(N*OH*OW, kh*kw*C)`` patch matrix of a padded NHWC array."""
+    n, c = xpad.shape[0], xpad.shape[3]
+    slices = [xpad[s] for s in _window_slices(ksize, out_hw, strides, dilations, offset)]
+    cols = xp.stack(slices, axis=3) if len(slices) > 1 else slices[0]
+    return xp.reshape(cols, (n * out_hw[0] * out_hw[1], ksize[0] * ksize[1] * c))
+
+
+def _in_pieces(xp, fn, *arrays):
+    """``fn`` applied to batch pieces of ``arrays`` (same leading dim), results concatenated."""
+    n = arrays[0].shape[0]
+    if n <= BATCH_PIECE:
+        return fn(*arrays)
+    parts = [fn(*(a[i:i + BATCH_PIECE] for a in arrays)) for i in range(0, n, BATCH_PIECE)]
+    return xp.concat(parts, axis=0)
+
+
+# ---- convolution ----------------------------------------------------------------------------
+def conv2d(xp, x, w, strides, dilations, padding):
+    """``y[n, oh, ow, o] = sum_{i,j,c} xpad[n, oh*sh + i*dh, ow*sw + j*dw, c] * w[i, j, c, o]``."""
+    kh, kw, c, o = w.shape
+    out_hw, pads = _geometry2d(x.shape[1:3], (kh, kw), strides, dilations, padding)
+    wmat = xp.reshape(w, (kh * kw * c, o))
+
+    def piece(xs):
+        cols = _im2col(xp, _pad(xp, xs, pads), (kh, kw), out_hw, strides, dilations)
+        return xp.reshape(cols @ wmat, (xs.shape[0], *out_hw, o))
+
+    return _in_pieces(xp, piece, x)
+
+
+def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
+    """dL/dx as a full convolution of the stride-dilated ``dy`` with the flipped filter.
+
+    ``dx[h] = sum_i dy_dil[pad_top + h - i*dh] w[i]``; storing ``dy_dil`` after
+    ``(kh-1)*dh`` zero rows turns this into a stride-1 correlation with
+    ``w[kh-1-i]`` read from offset ``pad_top``, i.e. im2col + one matmul.
+    """
+    _, h, wd, c = input_shape
+    kh, kw, _, o = w.shape
+    (oh, ow), (pt, _, pl, _) = _geometry2d((h, wd), (kh, kw), strides, dilations, padding)
+    (sh, sw), (dh, dw) = strides, dilations
+    front_h, front_w = (kh - 1) * dh, (kw - 1) * dw
+    rows = max(pt + h + front_h, front_h + (oh - 1) * sh + 1)
+    cols = max(pl + wd + front_w, front_w + (ow - 1) * sw + 1)
+    wflip = xp.permute_dims(xp.flip(w, axis=(0, 1)), (0, 1, 3, 2))
+    wmat = xp.reshape(wflip, (kh * kw * o, c))
+
+    def piece(dys):
+        n = dys.shape[0]
+        full = xp.zeros((n, rows, cols, o), dtype=dys.dtype)
+        full[:, front_h:front_h + (oh - 1) * sh + 1:sh, front_w:front_w + (ow - 1) * sw + 1:sw, :] = dys
+        patches = _im2col(xp, full, (kh, kw), (h, wd), (1, 1), dilations, offset=(pt, pl))
+        return xp.reshape(patches @ wmat, (n, h, wd, c))
+
+    return _in_pieces(xp, piece, dy)
+
+
+def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):
+    """dL/dw = patches(x).T @ dy, accumulated over batch pieces."""
+    kh, kw, c, o = filter_shape
+    out_hw, pads = _geometry2d(x.shape[1:3], (kh, kw), strides, dilations, padding)
+    acc = None
+    for i in range(0, x.shape[0], BATCH_PIECE):
+        xs, dys = x[i:i + BATCH_PIECE], dy[i:i + BATCH_PIECE]
+        cols = _im2col(xp, _pad(xp, xs, pads), (kh, kw), out_hw, strides, dilations)
+        part = cols.T @ xp.reshape(dys, (cols.shape[0], o))
+        acc = part if acc is None else acc + part
+    if acc is None:  # empty batch
+        acc = xp.zeros((kh * kw * c, o), dtype=x.dtype)
+    return xp.reshape(acc, (kh, kw, c, o))
+
+
+# ---- pooling --------------------------------------------------------------------------------
+_NO_DILATION = (1, 1)
+
+
+def max_pool(xp, x, ksize, strides, padding):
+    """Maximum over the ``kh*kw`` strided slices of the ``-inf``-padded input."""
+    out_hw, pads = _geometry2d(x.shape[1:3], ksize, strides, _NO_DILATION, padding)
+
+    def piece(xs):
+        xpad = _pad(xp, xs, pads, -math.inf)
+        out = None
+        for s in _window_slices(ksize, out_hw, strides, _NO_DILATION):
+            out = xpad[s] if out is None else xp.maximum(out, xpad[s])
+        return out
+
+    return _in_pieces(xp, piece, x)
+
+
+def max_pool_grad(xp, x, y, dy, ksize, strides, padding):
+    """Route each window's gradient to its first maximal element in scan order, as TF does."""
+    n, h, w, c = x.shape
+    out_hw, pads = _geometry2d((h, w), ksize, strides, _NO_DILATION, padding)
+    top, left = pads[0], pads[2]
+
+    def piece(xs, ys, dys):
+        xpad = _pad(xp, xs, pads, -math.inf)
+        dx = xp.zeros(xpad.shape, dtype=dys.dtype)
+        free = None  # windows whose maximum has not been claimed yet (ties: first one wins)
+        for s in _window_slices(ksize, out_hw, strides, _NO_DILATION):
+            hit = xpad[s] == ys
+            if free is not None:
+                hit = hit & free
+            dx[s] = dx[s] + xp.where(hit, dys, xp.zeros_like(dys))
+            free = ~hit if free is None else free & ~hit
+        return dx[:, top:top + h, left:left + w, :]
+
+    return _in_pieces(xp, piece, x, y, dy)
+
+
+def _window_counts(xp, hw, ksize, strides, padding, dtype):
+    """``(1, OH, OW, 1)`` numbers of non-padding elements per window (TF's SAME divisor)."""
+    out_hw, pads = _geometry2d(hw, ksize, strides, _NO_DILATION, padding)
+
+    def along(size, out, k, s, before):
+        return [min(o * s - before + k, size) - max(o * s - before, 0) for o in range(out)]
+
+    ch = along(hw[0], out_hw[0], ksize[0], strides[0], pads[0])
+    cw = along(hw[1], out_hw[1], ksize[1], strides[1], pads[2])
+    counts = [[a * b for b in cw] for a in ch]
+    return xp.reshape(xp.asarray(counts, dtype=dtype), (1, *out_hw, 1))
+
+
+def avg_pool(xp, x, ksize, strides, padding):
+    """Window sums of the zero-padded input over the number of non-padding elements."""
+    out_hw, pads = _geometry2d(x.shape[1:3], ksize, strides, _NO_DILATION, padding)
+    counts = _window_counts(xp, x.shape[1:3], ksize, strides, padding, x.dtype)
+
+    def piece(xs):
+        xpad = _pad(xp, xs, pads)
+        total = None
+        for s in _window_slices(ksize, out_hw, strides, _NO_DILATION):
+            total = xpad[s] if total is None else total + xpad[s]
+        return total / counts
+
+    return _in_pieces(xp, piece, x)
+
+
+def avg_pool_grad(xp, input_shape, dy, ksize, strides, padding):
+    """Spread each window's gradient evenly over its non-padding elements."""
+    _, h, w, c = input_shape
+    out_hw, pads = _geometry2d((h, w), ksize, strides, _NO_DILATION, padding)
+    share = dy / _window_counts(xp, (h, w), ksize, strides, padding, dy.dtype)
+    dx = xp.zeros((dy.shape[0], h + pads[0] + pads[1], w + pads[2] + pads[3], c), dtype=dy.dtype)
+    for s in _window_slices(ksize, out_hw, strides, _NO_DILATION):
+        dx[s] = dx[s] + share
+    return dx[:, pads[0]:pads[0] + h, pads[2]:pads[2] + w, :]
+
+
+# ---- local response normalization ------------------------------------------------------------
+def _channel_window_sum(xp, v, depth_radius):
+    """``sum_{d'=d-r}^{d+r} v[..., d']`` (clipped at the ends) as one matmul with a band matrix."""
+    depth = v.shape[-1]
+    idx = xp.arange(depth)
+    band = xp.astype(xp.abs(idx[:, None] - idx[None, :]) <= depth_radius, v.dtype)
+    return xp.reshape(xp.reshape(v, (-1, depth)) @ band, v.shape)
+
+
+def _pow_neg(xp, v, beta):
+    """``v ** -beta``; the CIFAR-10 ``beta=0.75`` avoids the slow general power."""
+    if beta == 0.75:
+        root = xp.sqrt(v)
+        return 1.0 / (root * xp.sqrt(root))
+    if beta == 0.5:
+        return 1.0 / xp.sqrt(v)
+    if beta == 1.0:
+        return 1.0 / v
+    return xp.pow(v, -beta)
+
+
+def lrn(xp, x, depth_radius, bias, alpha, beta):
+    """TF's LRN: ``x / (bias + alpha * sqr_sum) ** beta`` over the channel window ``d-r..d+r``."""
+    norm = bias + alpha * _channel_window_sum(xp, x * x, depth_radius)
+    return x * _pow_neg(xp, norm, beta)
+
+
+def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta):
+    """``dy * norm**-beta - 2*alpha*beta * x * window_sum(dy * y / norm)``."""
+    norm = bias + alpha * _channel_window_sum(xp, x * x, depth_radius)
+    cross = _channel_window_sum(xp, dy * y / norm, depth_radius)
+    return dy * _pow_neg(xp, norm, beta) - (2.0 * alpha * beta) * x * cross

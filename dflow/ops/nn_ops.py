@@ -1,0 +1,671 @@
+"""Neural-network ops: the ``tf.nn`` namespace of TensorFlow 1.x.
+
+Each op is one ``defop``: a shape rule, a kernel over ``xp`` and a gradient
+that builds graph. Convolution, pooling and LRN lower to the NHWC array code in
+:mod:`dflow.ops.conv_lowering` (im2col + one matmul, strided-slice pooling);
+``NCHW`` kernels transpose to NHWC and back.
+
+>>> import dflow as tf
+>>> x = tf.placeholder(tf.float32, [None, 24, 24, 3])
+>>> w = tf.zeros([5, 5, 3, 64])
+>>> y = tf.nn.max_pool(tf.nn.relu(tf.nn.conv2d(x, w, [1, 1, 1, 1], "SAME")),
+...                    ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME")
+>>> y.shape
+(?, 12, 12, 64)
+"""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from . import conv_lowering as lowering
+from .array_ops import expand_dims, shape, shape_value, squeeze, stop_gradient
+from . import math_ops
+from .math_ops import exp, reduce_mean, reduce_sum, square
+from .registry import ShapeError, Spec, defop
+from .shape_rules import broadcast, fmt, normalize_axis, same_as_input
+from .state_ops import op_seed
+
+__all__ = [
+    "relu", "softmax", "log_softmax", "bias_add", "conv2d", "conv2d_backprop_input",
+    "conv2d_backprop_filter", "max_pool", "avg_pool", "local_response_normalization", "lrn",
+    "dropout", "l2_loss", "sparse_softmax_cross_entropy_with_logits",
+    "softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits_v2",
+    "sigmoid_cross_entropy_with_logits", "moments", "in_top_k",
+]
+
+
+def _op(op_type, inputs, attrs=None, name=None):
+    return get_default_graph().create_op(op_type, inputs, attrs, name=name)
+
+
+def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
+    return _op(op_type, inputs, attrs, name).outputs[0]
+
+
+# ---- data formats ------------------------------------------------------------------------------
+# Kernels compute in NHWC; an NCHW op transposes in and out (MEASURED.md: NHWC is faster).
+def _to_nhwc(xp, x, data_format):
+    return x if data_format == "NHWC" else xp.permute_dims(x, (0, 2, 3, 1))
+
+
+def _from_nhwc(xp, y, data_format):
+    return y if data_format == "NHWC" else xp.permute_dims(y, (0, 3, 1, 2))
+
+
+def _nhwc(dims, data_format):
+    """A 4-sequence given in ``data_format`` order, reordered to NHWC."""
+    return tuple(dims) if data_format == "NHWC" else (dims[0], dims[2], dims[3], dims[1])
+
+
+def _from_nhwc_dims(dims, data_format):
+    return tuple(dims) if data_format == "NHWC" else (dims[0], dims[3], dims[1], dims[2])
+
+
+def _four(values, what, data_format):
+    """TF's 4-list (``[1, sh, sw, 1]`` in NHWC); an int or a pair is accepted for the spatial dims."""
+    if isinstance(values, int):
+        values = [values, values]
+    values = [int(v) for v in values]
+    if len(values) == 2:
+        values = [1, *values, 1] if data_format == "NHWC" else [1, 1, *values]
+    if len(values) != 4:
+        raise ValueError(f"{what} must have 4 entries (one per dim of {data_format}), got {values}")
+    n, _, _, c = _nhwc(values, data_format)
+    if n != 1 or c != 1:
+        raise ValueError(f"{what} {values} must be 1 in the batch and channel dims ({data_format})")
+    if min(values) < 1:
+        raise ValueError(f"{what} must be positive, got {values}")
+    return values
+
+
+def _window_attrs(strides, padding, data_format, dilations=None, ksize=None):
+    if data_format not in ("NHWC", "NCHW"):
+        raise ValueError(f"data_format must be 'NHWC' or 'NCHW', got {data_format!r}")
+    padding = padding.upper() if isinstance(padding, str) else padding
+    if padding not in ("SAME", "VALID"):
+        raise ValueError(f"padding must be 'SAME' or 'VALID', got {padding!r}")
+    attrs = {"strides": _four(strides, "strides", data_format), "padding": padding,
+             "data_format": data_format}
+    if ksize is not None:
+        attrs["ksize"] = _four(ksize, "ksize", data_format)
+    if dilations is not None:
+        attrs["dilations"] = _four(dilations, "dilations", data_format)
+    return attrs
+
+
+def _rank4(spec, what):
+    if spec.shape is not None and len(spec.shape) != 4:
+        raise ShapeError(f"{what} must have rank 4, got shape {fmt(spec.shape)}")
+    return (None,) * 4 if spec.shape is None else spec.shape
+
+
+def _out_size(size, k, stride, dilation, padding, where):
+    if size is None or k is None:
+        return None
+    try:
+        return lowering.window_geometry(size, k, stride, dilation, padding)[0]
+    except ValueError as e:
+        raise ShapeError(f"{e} (input shape {where})") from None
+
+
+def _windowed_shape(in_shape, window_hw, attrs, channels):
+    """Output shape (in ``data_format`` order) of a conv/pool over ``in_shape``."""
+    fmt_ = attrs["data_format"]
+    n, h, w, _ = _nhwc(in_shape, fmt_)
+    _, sh, sw, _ = _nhwc(attrs["strides"], fmt_)
+    _, dh, dw, _ = _nhwc(attrs.get("dilations") or [1, 1, 1, 1], fmt_)
+    where = fmt(in_shape)
+    oh = _out_size(h, window_hw[0], sh, dh, attrs["padding"], where)
+    ow = _out_size(w, window_hw[1], sw, dw, attrs["padding"], where)
+    return _from_nhwc_dims((n, oh, ow, channels), fmt_)
+
+
+def _spatial(attrs, key):
+    _, a, b, _ = _nhwc(attrs.get(key) or [1, 1, 1, 1], attrs["data_format"])
+    return a, b
+
+
+def _sizes(xp_array):
+    """A run-time shape vector (any namespace) as a tuple of Python ints."""
+    return tuple(int(xp_array[i]) for i in range(xp_array.shape[0]))
+
+
+# ---- relu -----------------------------------------------------------------------------------------
+def _relu_grad_kernel(xp, g, features):
+    return xp.where(features > 0, g, xp.zeros_like(g))
+
+
+defop("Relu", same_as_input, lambda xp, x: xp.maximum(x, xp.zeros_like(x)),
+      lambda op, g: [_out("ReluGrad", [g, op.outputs[0]])])
+defop("ReluGrad", same_as_input, _relu_grad_kernel,
+      lambda op, gg: [_out("ReluGrad", [gg, op.inputs[1]]), None])
+
+
+def relu(features, name=None) -> Tensor:
+    """``max(features, 0)``.
+
+    >>> tf.nn.relu(tf.constant([-1.0, 2.0])).eval()  # doctest: +SKIP
+    array([0., 2.], dtype=float32)
+    """
+    return _out("Relu", [features], name=name)
+
+
+# ---- softmax / log_softmax ---------------------------------------------------------------------
+def _softmax_kernel(xp, x, axis):
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax_kernel(xp, x, axis):
+    shifted = x - xp.max(x, axis=axis, keepdims=True)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+
+
+def _softmax_grad(y, g, axis):
+    """Vector-Jacobian product of softmax at output ``y``: ``(g - sum(g*y)) * y``."""
+    return (g - reduce_sum(g * y, axis, keepdims=True)) * y
+
+
+def _axis_infer(inputs, axis):
+    normalize_axis(axis, None if inputs[0].shape is None else len(inputs[0].shape))
+    return same_as_input(inputs)
+
+
+defop("Softmax", _axis_infer, _softmax_kernel,
+      lambda op, g: [_softmax_grad(op.outputs[0], g, op.attrs["axis"])])
+defop("LogSoftmax", _axis_infer, _log_softmax_kernel,
+      lambda op, g: [g - reduce_sum(g, op.attrs["axis"], keepdims=True) * exp(op.outputs[0])])
+
+
+def softmax(logits, axis=None, name=None, dim=None) -> Tensor:
+    """``exp(logits) / sum(exp(logits), axis)``, computed stably; ``axis`` defaults to -1."""
+    axis = -1 if axis is None and dim is None else int(dim if axis is None else axis)
+    return _out("Softmax", [logits], {"axis": axis}, name)
+
+
+def log_softmax(logits, axis=None, name=None, dim=None) -> Tensor:
+    """``logits - log(sum(exp(logits), axis))``, computed stably; ``axis`` defaults to -1."""
+    axis = -1 if axis is None and dim is None else int(dim if axis is None else axis)
+    return _out("LogSoftmax", [logits], {"axis": axis}, name)
+
+
+# ---- bias_add -------------------------------------------------------------------------------------
+def _channel_axis(rank, data_format):
+    return 1 if data_format == "NCHW" else rank - 1
+
+
+def _bias_add_infer(inputs, data_format):
+    value, bias = inputs
+    if bias.shape is not None and len(bias.shape) != 1:
+        raise ShapeError(f"bias must be a vector, got shape {fmt(bias.shape)}")
+    if value.shape is None:
+        return [Spec(None, dtypes.promote(value.dtype, bias.dtype))]
+    if len(value.shape) < 2:
+        raise ShapeError(f"value must have rank >= 2, got shape {fmt(value.shape)}")
+    shape_ = list(value.shape)
+    ax = _channel_axis(len(shape_), data_format)
+    c, b = shape_[ax], None if bias.shape is None else bias.shape[0]
+    if c is not None and b is not None and c != b:
+        raise ShapeError(f"value shape {fmt(value.shape)} has {c} channels ({data_format}) "
+                         f"but bias shape {fmt(bias.shape)} has {b}")
+    shape_[ax] = c if c is not None else b
+    return [Spec(tuple(shape_), dtypes.promote(value.dtype, bias.dtype))]
+
+
+def _bias_add_kernel(xp, value, bias, data_format):
+    if data_format == "NCHW":
+        bias = xp.reshape(bias, (bias.shape[0],) + (1,) * (value.ndim - 2))
+    return value + bias
+
+
+def _bias_add_grad_infer(inputs, data_format):
+    s = inputs[0].shape
+    return [Spec(None if s is None else (s[_channel_axis(len(s), data_format)],), inputs[0].dtype)]
+
+
+def _bias_add_grad_kernel(xp, g, data_format):
+    keep = _channel_axis(g.ndim, data_format)
+    return xp.sum(g, axis=tuple(a for a in range(g.ndim) if a != keep))
+
+
+def _bias_add_grad_grad(op, gg):
+    from .array_ops import zeros_like
+
+    return [bias_add(zeros_like(op.inputs[0]), gg, op.attrs["data_format"])]
+
+
+defop("BiasAdd", _bias_add_infer, _bias_add_kernel,
+      lambda op, g: [g, _out("BiasAddGrad", [g], {"data_format": op.attrs["data_format"]})])
+defop("BiasAddGrad", _bias_add_grad_infer, _bias_add_grad_kernel, _bias_add_grad_grad)
+
+
+def bias_add(value, bias, data_format=None, name=None) -> Tensor:
+    """``value + bias`` with ``bias`` along the channel axis (last for NHWC, 1 for NCHW)."""
+    data_format = data_format or "NHWC"
+    if data_format not in ("NHWC", "NCHW"):
+        raise ValueError(f"data_format must be 'NHWC' or 'NCHW', got {data_format!r}")
+    return _out("BiasAdd", [value, bias], {"data_format": data_format}, name)
+
+
+# ---- conv2d and its two gradients ---------------------------------------------------------------
+def _conv2d_infer(inputs, strides, padding, data_format, dilations):
+    x, w = _rank4(inputs[0], "conv2d input"), _rank4(inputs[1], "conv2d filter")
+    c = _nhwc(x, data_format)[3]
+    if c is not None and w[2] is not None and c != w[2]:
+        raise ShapeError(f"input shape {fmt(x)} ({data_format}) has {c} channels but filter "
+                         f"shape {fmt(w)} expects {w[2]}")
+    attrs = {"strides": strides, "padding": padding, "data_format": data_format, "dilations": dilations}
+    out = _windowed_shape(x, w[:2], attrs, w[3])
+    return [Spec(out, dtypes.promote(inputs[0].dtype, inputs[1].dtype))]
+
+
+def _conv2d_kernel(xp, x, w, strides, padding, data_format, dilations):
+    attrs = {"data_format": data_format, "strides": strides, "dilations": dilations}
+    y = lowering.conv2d(xp, _to_nhwc(xp, x, data_format), w, _spatial(attrs, "strides"),
+                        _spatial(attrs, "dilations"), padding)
+    return _from_nhwc(xp, y, data_format)
+
+
+def _conv_attrs(op):
+    return {k: op.attrs[k] for k in ("strides", "padding", "data_format", "dilations")}
+
+
+def _conv2d_grad(op, g):
+    x, w = op.inputs
+    a = _conv_attrs(op)
+    return [_out("Conv2DBackpropInput", [shape(x), w, g], a),
+            _out("Conv2DBackpropFilter", [x, shape(w), g], a)]
+
+
+def _backprop_input_infer(inputs, strides, padding, data_format, dilations):
+    sizes, w = shape_value(inputs[0]), _rank4(inputs[1], "filter")
+    if sizes is not None:
+        return [Spec(tuple(sizes), inputs[1].dtype)]
+    batch = _rank4(inputs[2], "out_backprop")[0]  # same in both layouts
+    return [Spec(_from_nhwc_dims((batch, None, None, w[2]), data_format), inputs[1].dtype)]
+
+
+def _backprop_input_kernel(xp, input_sizes, w, dy, strides, padding, data_format, dilations):
+    attrs = {"data_format": data_format, "strides": strides, "dilations": dilations}
+    dx = lowering.conv2d_input_grad(
+        xp, _to_nhwc(xp, dy, data_format), w, _nhwc(_sizes(input_sizes), data_format),
+        _spatial(attrs, "strides"), _spatial(attrs, "dilations"), padding)
+    return _from_nhwc(xp, dx, data_format)
+
+
+def _backprop_input_grad(op, gg):
+    _, w, dy = op.inputs
+    a = _conv_attrs(op)
+    return [None, _out("Conv2DBackpropFilter", [gg, shape(w), dy], a), _out("Conv2D", [gg, w], a)]
+
+
+def _backprop_filter_infer(inputs, strides, padding, data_format, dilations):
+    sizes = shape_value(inputs[1])
+    if sizes is not None:
+        return [Spec(tuple(sizes), inputs[0].dtype)]
+    c = _nhwc(_rank4(inputs[0], "input"), data_format)[3]
+    o = _nhwc(_rank4(inputs[2], "out_backprop"), data_format)[3]
+    return [Spec((None, None, c, o), inputs[0].dtype)]
+
+
+def _backprop_filter_kernel(xp, x, filter_sizes, dy, strides, padding, data_format, dilations):
+    attrs = {"data_format": data_format, "strides": strides, "dilations": dilations}
+    return lowering.conv2d_filter_grad(
+        xp, _to_nhwc(xp, x, data_format), _to_nhwc(xp, dy, data_format), _sizes(filter_sizes),
+        _spatial(attrs, "strides"), _spatial(attrs, "dilations"), padding)
+
+
+def _backprop_filter_grad(op, gg):
+    x, _, dy = op.inputs
+    a = _conv_attrs(op)
+    return [_out("Conv2DBackpropInput", [shape(x), gg, dy], a), None, _out("Conv2D", [x, gg], a)]
+
+
+defop("Conv2D", _conv2d_infer, _conv2d_kernel, _conv2d_grad)
+defop("Conv2DBackpropInput", _backprop_input_infer, _backprop_input_kernel, _backprop_input_grad)
+defop("Conv2DBackpropFilter", _backprop_filter_infer, _backprop_filter_kernel, _backprop_filter_grad)
+
+
+def conv2d(input, filter, strides, padding, use_cudnn_on_gpu=True, data_format="NHWC",
+           dilations=None, name=None) -> Tensor:
+    """2-D convolution (TF's cross-correlation) of ``input`` with ``filter [kh, kw, in, out]``.
+
+    ``strides`` and ``dilations`` are 4-lists in ``data_format`` order (``[1, s, s, 1]``
+    for NHWC); ``padding`` is ``'SAME'`` or ``'VALID'`` with TF's exact padding.
+    """
+    attrs = _window_attrs(strides, padding, data_format, dilations or [1, 1, 1, 1])
+    return _out("Conv2D", [input, filter], attrs, name)
+
+
+def conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,
+                          use_cudnn_on_gpu=True, data_format="NHWC", dilations=None,
+                          name=None) -> Tensor:
+    """The gradient of :func:`conv2d` with respect to its input (of shape ``input_sizes``)."""
+    attrs = _window_attrs(strides, padding, data_format, dilations or [1, 1, 1, 1])
+    return _out("Conv2DBackpropInput", [input_sizes, filter, out_backprop], attrs, name)
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
+                           use_cudnn_on_gpu=True, data_format="NHWC", dilations=None,
+                           name=None) -> Tensor:
+    """The gradient of :func:`conv2d` with respect to its filter (of shape ``filter_sizes``)."""
+    attrs = _window_attrs(strides, padding, data_format, dilations or [1, 1, 1, 1])
+    return _out("Conv2DBackpropFilter", [input, filter_sizes, out_backprop], attrs, name)
+
+
+# ---- pooling ----------------------------------------------------------------------------------
+def _pool_infer(inputs, ksize, strides, padding, data_format):
+    x = _rank4(inputs[0], "pooling input")
+    attrs = {"strides": strides, "padding": padding, "data_format": data_format}
+    c = _nhwc(x, data_format)[3]
+    out = _windowed_shape(x, _nhwc(ksize, data_format)[1:3], attrs, c)
+    return [Spec(out, inputs[0].dtype)]
+
+
+def _pool_args(ksize, strides, data_format):
+    return _nhwc(ksize, data_format)[1:3], _nhwc(strides, data_format)[1:3]
+
+
+def _max_pool_kernel(xp, x, ksize, strides, padding, data_format):
+    k, s = _pool_args(ksize, strides, data_format)
+    return _from_nhwc(xp, lowering.max_pool(xp, _to_nhwc(xp, x, data_format), k, s, padding),
+                      data_format)
+
+
+def _max_pool_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_format):
+    k, s = _pool_args(ksize, strides, data_format)
+    x, y, dy = (_to_nhwc(xp, a, data_format) for a in (x, y, dy))
+    return _from_nhwc(xp, lowering.max_pool_grad(xp, x, y, dy, k, s, padding), data_format)
+
+
+def _avg_pool_kernel(xp, x, ksize, strides, padding, data_format):
+    k, s = _pool_args(ksize, strides, data_format)
+    return _from_nhwc(xp, lowering.avg_pool(xp, _to_nhwc(xp, x, data_format), k, s, padding),
+                      data_format)
+
+
+def _avg_pool_grad_infer(inputs, ksize, strides, padding, data_format):
+    sizes = shape_value(inputs[0])
+    return [Spec(None if sizes is None else tuple(sizes), inputs[1].dtype)]
+
+
+def _avg_pool_grad_kernel(xp, input_sizes, dy, ksize, strides, padding, data_format):
+    k, s = _pool_args(ksize, strides, data_format)
+    dx = lowering.avg_pool_grad(xp, _nhwc(_sizes(input_sizes), data_format),
+                                _to_nhwc(xp, dy, data_format), k, s, padding)
+    return _from_nhwc(xp, dx, data_format)
+
+
+def _pool_attrs(op):
+    return {k: op.attrs[k] for k in ("ksize", "strides", "padding", "data_format")}
+
+
+defop("MaxPool", _pool_infer, _max_pool_kernel,
+      lambda op, g: [_out("MaxPoolGrad", [op.inputs[0], op.outputs[0], g], _pool_attrs(op))])
+defop("MaxPoolGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_grad_kernel)
+defop("AvgPool", _pool_infer, _avg_pool_kernel,
+      lambda op, g: [_out("AvgPoolGrad", [shape(op.inputs[0]), g], _pool_attrs(op))])
+defop("AvgPoolGrad", _avg_pool_grad_infer, _avg_pool_grad_kernel,
+      lambda op, gg: [None, _out("AvgPool", [gg], _pool_attrs(op))])
+
+
+def max_pool(value, ksize, strides, padding, data_format="NHWC", name=None) -> Tensor:
+    """Max over windows of ``ksize`` (a 4-list like ``[1, 3, 3, 1]``); the gradient goes to
+    each window's first maximal element, as in TF."""
+    attrs = _window_attrs(strides, padding, data_format, ksize=ksize)
+    return _out("MaxPool", [value], attrs, name)
+
+
+def avg_pool(value, ksize, strides, padding, data_format="NHWC", name=None) -> Tensor:
+    """Mean over windows; with SAME padding TF divides by the number of non-padding elements."""
+    attrs = _window_attrs(strides, padding, data_format, ksize=ksize)
+    return _out("AvgPool", [value], attrs, name)
+
+
+# ---- local response normalization -------------------------------------------------------------
+def _lrn_infer(inputs, **_):
+    _rank4(inputs[0], "LRN input")
+    return same_as_input(inputs)
+
+
+defop("LRN", _lrn_infer, lambda xp, x, **a: lowering.lrn(xp, x, **a),
+      lambda op, g: [_out("LRNGrad", [g, op.inputs[0], op.outputs[0]], dict(op.attrs))])
+defop("LRNGrad", _lrn_infer, lambda xp, g, x, y, **a: lowering.lrn_grad(xp, g, x, y, **a))
+
+
+def local_response_normalization(input, depth_radius=5, bias=1, alpha=1, beta=0.5,
+                                 name=None) -> Tensor:
+    """TF's LRN over the last (channel) axis of an NHWC tensor::
+
+        sqr_sum[n, h, w, d] = sum(input[n, h, w, d - depth_radius : d + depth_radius + 1] ** 2)
+        output = input / (bias + alpha * sqr_sum) ** beta
+    """
+    attrs = {"depth_radius": int(depth_radius), "bias": float(bias), "alpha": float(alpha),
+             "beta": float(beta)}
+    return _out("LRN", [input], attrs, name)
+
+
+lrn = local_response_normalization
+
+
+# ---- dropout ----------------------------------------------------------------------------------
+def _dropout_infer(inputs, noise_shape, seed):
+    x, keep_prob = inputs
+    if keep_prob.shape not in (None, ()):
+        raise ShapeError(f"keep_prob must be a scalar, got shape {fmt(keep_prob.shape)}")
+    mask_shape = x.shape if noise_shape is None else tuple(noise_shape)
+    if noise_shape is not None and x.shape is not None:
+        if len(mask_shape) != len(x.shape) or broadcast(mask_shape, x.shape) != x.shape:
+            raise ShapeError(f"noise_shape {fmt(mask_shape)} does not broadcast to x shape {fmt(x.shape)}")
+    return [Spec(x.shape, x.dtype), Spec(mask_shape, x.dtype)]
+
+
+def _dropout_kernel(state, xp, x, keep_prob, noise_shape, seed):
+    """Outputs ``x * scale`` and ``scale = (uniform < keep_prob) / keep_prob`` (for the gradient)."""
+    shape_ = x.shape if noise_shape is None else tuple(noise_shape)
+    uniform = xp.asarray(state.random_generator(seed).random(shape_))
+    kept = uniform < xp.astype(keep_prob, uniform.dtype)
+    scale = xp.astype(kept, x.dtype) / keep_prob
+    return x * scale, scale
+
+
+defop("Dropout", _dropout_infer, _dropout_kernel,
+      lambda op, g, _g_scale=None: [None if g is None else g * op.outputs[1], None],
+      stateful=True, num_outputs=2)
+
+
+def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None) -> Tensor:
+    """Keep each element with probability ``keep_prob`` (scaled by ``1/keep_prob``), else 0.
+
+    ``keep_prob`` may be a tensor (a placeholder, to turn dropout off at test time);
+    a fresh mask is drawn on every run. ``rate = 1 - keep_prob`` is the TF 2 spelling.
+    """
+    x = convert_to_tensor(x)
+    if (keep_prob is None) == (rate is None):
+        raise ValueError("give exactly one of keep_prob and rate")
+    if keep_prob is None:
+        keep_prob = 1 - rate
+    if isinstance(keep_prob, (int, float)):
+        if not 0 < keep_prob <= 1:
+            raise ValueError(f"keep_prob must be a scalar in (0, 1], got {keep_prob}")
+        if keep_prob == 1:
+            return x
+    keep_prob = convert_to_tensor(keep_prob, dtype=x.dtype)
+    noise_shape = None if noise_shape is None else [int(d) for d in noise_shape]
+    attrs = {"noise_shape": noise_shape, "seed": op_seed(seed)}
+    return _op("Dropout", [x, keep_prob], attrs, name).outputs[0]
+
+
+# ---- losses -----------------------------------------------------------------------------------
+defop("L2Loss", lambda inputs: [Spec((), inputs[0].dtype)],
+      lambda xp, x: xp.sum(x * x) / 2, lambda op, g: [op.inputs[0] * g])
+
+
+def l2_loss(t, name=None) -> Tensor:
+    """``sum(t ** 2) / 2``, a scalar."""
+    return _out("L2Loss", [t], name=name)
+
+
+def _sparse_xent_infer(inputs):
+    logits, labels = inputs
+    if not labels.dtype.is_integer:
+        raise ShapeError(f"labels must be integer class indices, got {labels.dtype.name}")
+    if logits.shape is not None and labels.shape is not None:
+        if len(labels.shape) != len(logits.shape) - 1 or broadcast(labels.shape, logits.shape[:-1]) \
+                != logits.shape[:-1]:
+            raise ShapeError(f"labels shape {fmt(labels.shape)} must equal logits shape "
+                             f"{fmt(logits.shape)} without its last dimension")
+    batch = None if logits.shape is None else logits.shape[:-1]
+    return [Spec(batch, logits.dtype), Spec(logits.shape, logits.dtype)]
+
+
+def _sparse_xent_kernel(xp, logits, labels):
+    classes = logits.shape[-1]
+    if labels.size and bool(xp.any((labels < 0) | (labels >= classes))):
+        raise ValueError(f"labels must be in [0, {classes}) (the logits have {classes} classes); "
+                         f"got labels from {int(xp.min(labels))} to {int(xp.max(labels))}")
+    log_probs = _log_softmax_kernel(xp, logits, -1)
+    onehot = xp.astype(labels[..., None] == xp.arange(classes, dtype=labels.dtype), logits.dtype)
+    return -xp.sum(onehot * log_probs, axis=-1), xp.exp(log_probs) - onehot
+
+
+def _xent_logits_grad(op, g_loss, g_backprop, axis):
+    """TF's rule: ``g_loss * backprop``, plus the softmax term when ``backprop`` itself is used."""
+    grad = None if g_loss is None else expand_dims(g_loss, axis) * op.outputs[1]
+    if g_backprop is not None:
+        extra = _softmax_grad(softmax(op.inputs[0], axis), g_backprop, axis)
+        grad = extra if grad is None else grad + extra
+    return grad
+
+
+defop("SparseSoftmaxCrossEntropyWithLogits", _sparse_xent_infer, _sparse_xent_kernel,
+      lambda op, g_loss, g_bp=None: [_xent_logits_grad(op, g_loss, g_bp, -1), None],
+      num_outputs=2)
+
+
+def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
+                                             name=None) -> Tensor:
+    """Per-example ``-log softmax(logits)[label]``; ``labels`` are class indices.
+
+    Call with keywords: ``tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z)``.
+    Labels outside ``[0, num_classes)`` raise at run time.
+    """
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("call sparse_softmax_cross_entropy_with_logits with named arguments: "
+                         "(labels=..., logits=...)")
+    return _op("SparseSoftmaxCrossEntropyWithLogits", [logits, labels], name=name).outputs[0]
+
+
+def _xent_infer(inputs, axis):
+    logits, labels = inputs
+    out = broadcast(logits.shape, labels.shape)
+    if logits.shape is not None and labels.shape is not None and out != logits.shape:
+        raise ShapeError(f"logits shape {fmt(logits.shape)} and labels shape "
+                         f"{fmt(labels.shape)} must be equal")
+    dtype = dtypes.promote(logits.dtype, labels.dtype)
+    if logits.shape is None:
+        return [Spec(None, dtype), Spec(None, dtype)]
+    (ax,) = normalize_axis(axis, len(logits.shape))
+    return [Spec(logits.shape[:ax] + logits.shape[ax + 1:], dtype), Spec(logits.shape, dtype)]
+
+
+def _xent_kernel(xp, logits, labels, axis):
+    log_probs = _log_softmax_kernel(xp, logits, axis)
+    return -xp.sum(labels * log_probs, axis=axis), xp.exp(log_probs) - labels
+
+
+def _xent_grad(op, g_loss, g_bp=None):
+    axis = op.attrs["axis"]
+    labels_grad = None
+    if g_loss is not None:
+        labels_grad = expand_dims(g_loss, axis) * -log_softmax(op.inputs[0], axis)
+    return [_xent_logits_grad(op, g_loss, g_bp, axis), labels_grad]
+
+
+defop("SoftmaxCrossEntropyWithLogits", _xent_infer, _xent_kernel, _xent_grad, num_outputs=2)
+
+
+def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=None, dim=-1,
+                                         name=None, axis=None) -> Tensor:
+    """Per-example ``-sum(labels * log softmax(logits), dim)``; gradients reach ``labels`` too."""
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("call softmax_cross_entropy_with_logits with named arguments: "
+                         "(labels=..., logits=...)")
+    logits = convert_to_tensor(logits)
+    labels = convert_to_tensor(labels, dtype=None if isinstance(labels, Tensor) else logits.dtype)
+    axis = int(dim if axis is None else axis)
+    return _op("SoftmaxCrossEntropyWithLogits", [logits, labels], {"axis": axis}, name).outputs[0]
+
+
+def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
+                                      name=None) -> Tensor:
+    """Like :func:`softmax_cross_entropy_with_logits_v2`, but (as TF 1.x) no gradient reaches
+    ``labels``."""
+    if labels is not None and logits is not None:
+        logits = convert_to_tensor(logits)
+        labels = stop_gradient(convert_to_tensor(
+            labels, dtype=None if isinstance(labels, Tensor) else logits.dtype))
+    return softmax_cross_entropy_with_logits_v2(_sentinel, labels, logits, dim, name)
+
+
+def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
+                                      name=None) -> Tensor:
+    """Elementwise ``-z*log(sigmoid(x)) - (1-z)*log(1-sigmoid(x))``, as TF's stable
+    ``max(x, 0) - x*z + log(1 + exp(-|x|))``."""
+    if _sentinel is not None or labels is None or logits is None:
+        raise ValueError("call sigmoid_cross_entropy_with_logits with named arguments: "
+                         "(labels=..., logits=...)")
+    with get_default_graph().name_scope(name or "logistic_loss"):
+        x = convert_to_tensor(logits)
+        z = convert_to_tensor(labels, dtype=None if isinstance(labels, Tensor) else x.dtype)
+        return math_ops.maximum(x, 0.0) - x * z + math_ops.log(1.0 + exp(-math_ops.abs(x)))
+
+
+# ---- statistics and evaluation ----------------------------------------------------------------
+def moments(x, axes, shift=None, name=None, keep_dims=False):
+    """``(mean, variance)`` of ``x`` over ``axes``.
+
+    >>> mean, variance = tf.nn.moments(x, axes=[0])  # doctest: +SKIP
+    """
+    axes = [int(a) for a in axes]
+    with get_default_graph().name_scope(name or "moments"):
+        mean = reduce_mean(x, axes, keepdims=True)
+        # the variance's gradient through the mean is zero at the mean: TF stops it
+        variance = reduce_mean(square(x - stop_gradient(mean)), axes, keepdims=True)
+        if not keep_dims:
+            mean, variance = squeeze(mean, axes), squeeze(variance, axes)
+        return mean, variance
+
+
+def _in_top_k_infer(inputs, k):
+    predictions, targets = inputs
+    if predictions.shape is not None and len(predictions.shape) != 2:
+        raise ShapeError(f"predictions must be [batch, classes], got shape {fmt(predictions.shape)}")
+    if targets.shape is not None and len(targets.shape) != 1:
+        raise ShapeError(f"targets must be a vector, got shape {fmt(targets.shape)}")
+    batch = None if predictions.shape is None else predictions.shape[0]
+    if targets.shape is not None and batch is not None and targets.shape[0] not in (None, batch):
+        raise ShapeError(f"predictions shape {fmt(predictions.shape)} and targets shape "
+                         f"{fmt(targets.shape)} differ in batch size")
+    if batch is None and targets.shape is not None:
+        batch = targets.shape[0]
+    return [Spec((batch,), dtypes.bool)]
+
+
+def _in_top_k_kernel(xp, predictions, targets, k):
+    """True where fewer than ``k`` classes score strictly higher than the target (TF's ties)."""
+    classes = predictions.shape[1]
+    onehot = targets[:, None] == xp.arange(classes, dtype=targets.dtype)[None, :]
+    target = xp.sum(xp.where(onehot, predictions, xp.zeros_like(predictions)), axis=1, keepdims=True)
+    higher = xp.sum(xp.astype(predictions > target, xp.int32), axis=1)
+    valid = xp.any(onehot, axis=1) & xp.isfinite(target[:, 0])
+    return (higher < k) & valid
+
+
+defop("InTopK", _in_top_k_infer, _in_top_k_kernel)
+
+
+def in_top_k(predictions, targets, k, name=None) -> Tensor:
+    """Whether each ``targets[i]`` is among the top ``k`` of ``predictions[i]``."""
+    return _out("InTopK", [predictions, targets], {"k": int(k)}, name)

@@ -1,0 +1,63 @@
+"""The op table: every op is one :class:`OpDef` registered with :func:`defop`.
+
+An op declares four things and nothing else knows about it:
+
+- ``infer(inputs, **attrs) -> [Spec, ...]``: output shapes/dtypes from input
+  :class:`Spec` s (shapes are tuples with ``None`` for unknown dims, or ``None``
+  for unknown rank). It raises :class:`ShapeError` naming both shapes when the
+  inputs cannot fit; the graph adds the op's name.
+- ``kernel(xp, *arrays, **attrs)``: the computation over an array namespace
+  ``xp`` (NumPy, CuPy, array_api_strict). Stateful kernels (variables, random
+  numbers) take the session's :class:`~dflow.runtime.state.SessionState` first.
+- ``grad(op, *output_grads) -> [Tensor | None per input]``: builds graph.
+- ``num_outputs`` (default 1); a kernel with several outputs returns a tuple,
+  and ``None`` means "as many as ``infer`` returned" (split, unstack).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+__all__ = ["OpDef", "Spec", "ShapeError", "defop", "OP_DEFS", "get_opdef"]
+
+
+class ShapeError(ValueError):
+    """Inputs of an op cannot fit together; the graph prefixes the op's name."""
+
+
+class Spec(NamedTuple):
+    """What is known of a tensor at graph-build time."""
+
+    shape: tuple | None
+    dtype: Any  # dflow.dtypes.DType
+    value: Any = None  # a NumPy array when the value is a build-time constant
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: Callable[..., list]
+    kernel: Callable[..., Any]
+    grad: Callable[..., list] | None = None
+    stateful: bool = False
+    num_outputs: int | None = 1
+
+
+OP_DEFS: dict[str, OpDef] = {}
+
+
+def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1) -> OpDef:
+    """Register an op. Adding an op touches only the module that calls this."""
+    if name in OP_DEFS:
+        raise ValueError(f"op type {name!r} is registered twice")
+    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs)
+    OP_DEFS[name] = opdef
+    return opdef
+
+
+def get_opdef(name: str) -> OpDef:
+    try:
+        return OP_DEFS[name]
+    except KeyError:
+        raise KeyError(f"unknown op type {name!r}; registered: {sorted(OP_DEFS)}") from None

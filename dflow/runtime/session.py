@@ -1,0 +1,254 @@
+"""``Session``: prune the graph to what the fetches need, plan once per
+(fetches, feeds) signature, and run the plan with the dependency-counting
+executor in this process.
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     x = tf.placeholder(tf.float32, [None])
+...     y = tf.reduce_sum(x * 2.0)
+...     with tf.Session() as sess:
+...         float(sess.run(y, {x: [1.0, 2.0]}))
+6.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import array_api_compat.numpy as numpy_namespace
+import numpy
+
+from ..errors import InvalidArgumentError
+from ..graph import Graph, Operation, Tensor, get_default_graph
+from ..placement import DeviceSpec
+from .executor import OpNode, RunStats, Schedule, execute, schedule
+from .state import SessionState
+
+__all__ = ["Session", "InteractiveSession", "ConfigProto", "get_default_session"]
+
+log = logging.getLogger("dflow")
+
+
+@dataclass
+class ConfigProto:
+    """Session options; the TF 1.x names that mean something here."""
+
+    inter_op_parallelism_threads: int = 0  # 0: min(2, cores)
+    intra_op_parallelism_threads: int = 0  # BLAS threads; 0 leaves BLAS alone
+    allow_soft_placement: bool = True
+    log_device_placement: bool = False
+    gpu_options: Any = None
+    device_count: Any = None
+
+
+class _DefaultSessionStack(threading.local):
+    def __init__(self):
+        self.stack: list[Session] = []
+
+
+_default_sessions = _DefaultSessionStack()
+
+
+def get_default_session() -> Session:
+    if not _default_sessions.stack:
+        raise ValueError("no default session: use `with tf.Session() as sess:` or pass session=")
+    return _default_sessions.stack[-1]
+
+
+class Session:
+    """Runs ops and evaluates tensors of one graph, holding the variables' values.
+
+    Parameters
+    ----------
+    target : str, optional
+        Empty for this process (the default).
+    graph : Graph, optional
+        Defaults to the default graph.
+    config : ConfigProto, optional
+        ``inter_op_parallelism_threads=1`` runs ops one by one in a fixed order.
+    """
+
+    def __init__(self, target: str = "", graph: Graph | None = None, config: ConfigProto | None = None):
+        if target:
+            raise ValueError(
+                f"Session target {target!r}: this dflow runs graphs in-process only; "
+                "leave target empty"
+            )
+        self.graph = graph or get_default_graph()
+        self.config = config or ConfigProto()
+        threads = self.config.inter_op_parallelism_threads
+        self.num_threads = threads if threads > 0 else min(2, os.cpu_count() or 1)
+        self.state = SessionState()
+        self.last_run_stats = RunStats()
+        self._plans: dict[tuple, Schedule] = {}
+        self._closed = False
+        self._contexts: list = []
+        self._warned_devices: set[str] = set()
+
+    # ---- context management -----------------------------------------------
+    def __enter__(self) -> Session:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.graph.as_default())
+        _default_sessions.stack.append(self)
+        stack.callback(_default_sessions.stack.pop)
+        self._contexts.append(stack)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._contexts.pop().close()
+        self.close()
+
+    def as_default(self):
+        @contextlib.contextmanager
+        def scope():
+            _default_sessions.stack.append(self)
+            try:
+                yield self
+            finally:
+                _default_sessions.stack.pop()
+
+        return scope()
+
+    def close(self) -> None:
+        self._closed = True
+        self.state = SessionState()
+        self._plans.clear()
+
+    # ---- running ---------------------------------------------------------------
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Evaluate ``fetches`` (a tensor, op, name or nested list/tuple/dict of them).
+
+        Only the ops the fetches need run; fed tensors cut the graph there. Ops
+        fetch as ``None``; tensors fetch as NumPy arrays (0-d as NumPy scalars).
+        """
+        if self._closed:
+            raise RuntimeError("Attempted to use a closed Session")
+        flat, rebuild = _flatten_fetches(fetches, self.graph)
+        feeds = self._convert_feeds(feed_dict or {})
+        key = (tuple(f.name for f in flat), tuple(sorted(feeds)))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._make_plan(flat, feeds)
+        stats = RunStats()
+        values = execute(plan, feeds, self.state, numpy_namespace, self.num_threads, stats)
+        self.last_run_stats = stats
+        results = [_to_host(values[f.name]) if isinstance(f, Tensor) else None for f in flat]
+        return rebuild(results)
+
+    def make_callable(self, fetches, feed_list=None):
+        """A function running ``fetches`` with positional feeds (TF 1.x ``make_callable``)."""
+        feed_list = list(feed_list or [])
+        return lambda *values: self.run(fetches, dict(zip(feed_list, values)))
+
+    # ---- planning ------------------------------------------------------------------
+    def _make_plan(self, fetches: list, feeds: dict) -> Schedule:
+        ops = prune(self.graph, fetches, set(feeds))
+        self._soft_place(ops)
+        for op in ops:
+            if op.type == "Placeholder" and op.outputs[0].name not in feeds:
+                t = op.outputs[0]
+                raise InvalidArgumentError(
+                    f"You must feed a value for placeholder tensor '{op.name}' with dtype "
+                    f"{t.dtype.name} and shape {t.shape}", op=op.name)
+        nodes = [to_node(op) for op in ops]
+        fetch_names = [f.name for f in fetches if isinstance(f, Tensor)]
+        return schedule(nodes, set(feeds), fetch_names)
+
+    def _soft_place(self, ops: list[Operation]) -> None:
+        # This session computes on the host; an op asking for a GPU falls back (logged once).
+        for op in ops:
+            spec = DeviceSpec.from_string(op.device)
+            if spec.device_type == "GPU" and op.device not in self._warned_devices:
+                self._warned_devices.add(op.device)
+                log.warning("soft placement: ops on %s run on the CPU of this process", op.device)
+
+    def _convert_feeds(self, feed_dict: dict) -> dict:
+        feeds = {}
+        for key, value in feed_dict.items():
+            tensor = self.graph.as_graph_element(key)
+            if isinstance(tensor, Operation):
+                raise TypeError(f"cannot feed operation {tensor.name}; feed one of its output tensors")
+            try:
+                array = numpy.asarray(value, dtype=tensor.dtype.as_numpy_dtype)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(
+                    f"cannot feed {type(value).__name__} to {tensor.name} ({tensor.dtype.name}): {e}") from None
+            if not tensor.shape.is_compatible_with(array.shape):
+                raise InvalidArgumentError(
+                    f"Cannot feed value of shape {array.shape} for tensor '{tensor.name}', "
+                    f"which has shape {tensor.shape}", op=tensor.op.name)
+            feeds[tensor.name] = array
+        return feeds
+
+
+class InteractiveSession(Session):
+    """A session that makes itself the default on creation (for shells and notebooks)."""
+
+    def __init__(self, target: str = "", graph: Graph | None = None, config: ConfigProto | None = None):
+        super().__init__(target, graph, config)
+        _default_sessions.stack.append(self)
+
+    def close(self) -> None:
+        if self in _default_sessions.stack:
+            _default_sessions.stack.remove(self)
+        super().close()
+
+
+def prune(graph: Graph, fetches: list, fed: set[str]) -> list[Operation]:
+    """The ops the fetches need, in creation (topological) order; fed tensors cut the graph."""
+    needed: set[Operation] = set()
+    stack = [f.op if isinstance(f, Tensor) else f for f in fetches]
+    while stack:
+        op = stack.pop()
+        if op in needed:
+            continue
+        needed.add(op)
+        stack.extend(t.op for t in op.inputs if t.name not in fed)
+        stack.extend(op.control_inputs)
+    return sorted(needed, key=lambda op: op._id)
+
+
+def to_node(op: Operation) -> OpNode:
+    return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs),
+                  tuple(c.name for c in op.control_inputs), len(op.outputs))
+
+
+def _to_host(value):
+    array = numpy.asarray(value.get() if hasattr(value, "get") and not isinstance(value, numpy.ndarray) else value)
+    return array[()] if array.ndim == 0 else array
+
+
+def _flatten_fetches(fetches, graph: Graph):
+    """Flat list of graph elements, and a function rebuilding the user's structure."""
+    if isinstance(fetches, (list, tuple)) and not hasattr(fetches, "_fields"):
+        parts = [_flatten_fetches(f, graph) for f in fetches]
+        return _join(parts, lambda values: type(fetches)(values))
+    if hasattr(fetches, "_fields"):  # namedtuple
+        parts = [_flatten_fetches(f, graph) for f in fetches]
+        return _join(parts, lambda values: type(fetches)(*values))
+    if isinstance(fetches, dict):
+        keys = list(fetches)
+        parts = [_flatten_fetches(fetches[k], graph) for k in keys]
+        return _join(parts, lambda values: type(fetches)(zip(keys, values)))
+    if fetches is None:
+        raise TypeError("Fetch argument None has invalid type; fetch a tensor, op or name")
+    return [graph.as_graph_element(fetches)], lambda values: values[0]
+
+
+def _join(parts, build):
+    flat = [e for elements, _ in parts for e in elements]
+    sizes = [len(elements) for elements, _ in parts]
+
+    def rebuild(values):
+        out, start = [], 0
+        for (_, sub), n in zip(parts, sizes):
+            out.append(sub(values[start:start + n]))
+            start += n
+        return build(out)
+
+    return flat, rebuild

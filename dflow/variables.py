@@ -1,0 +1,324 @@
+"""Variables, variable scopes and initializers, as in TensorFlow 1.x.
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     w = tf.Variable(0.0, name="weight")
+...     with tf.Session() as sess:
+...         _ = sess.run(tf.global_variables_initializer())
+...         float(sess.run(w.assign_add(2.0)))
+2.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable
+
+from . import dtypes
+from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph
+from .ops import array_ops, state_ops
+from .ops.state_ops import glorot_limit
+
+__all__ = [
+    "Variable", "get_variable", "variable_scope", "get_variable_scope", "AUTO_REUSE",
+    "global_variables", "trainable_variables", "local_variables", "variables_initializer",
+    "global_variables_initializer", "local_variables_initializer", "initialize_all_variables",
+    "group", "zeros_initializer", "ones_initializer", "constant_initializer",
+    "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
+    "glorot_uniform_initializer", "report_uninitialized_variables",
+]
+
+
+class Variable(_Operators):
+    """A tensor whose value persists across ``Session.run`` calls.
+
+    Creates the ops ``NAME`` (the variable), ``NAME/initial_value``,
+    ``NAME/Assign`` (the initializer) and ``NAME/read`` (what consumers use).
+    """
+
+    def __init__(self, initial_value=None, trainable=True, collections=None, validate_shape=True,
+                 name=None, dtype=None, expected_shape=None):
+        if initial_value is None:
+            raise ValueError("tf.Variable needs an initial_value (a value, tensor or callable)")
+        graph = get_default_graph()
+        with graph.name_scope(name or "Variable") as scope, graph.control_dependencies(None):
+            with graph.name_scope("Initializer"):
+                if callable(initial_value):
+                    initial_value = initial_value()
+                initial = convert_to_tensor(initial_value, dtype=dtype, name="initial_value")
+            if initial.dtype != (dtypes.as_dtype(dtype) if dtype else initial.dtype):
+                raise TypeError(f"initial value of {scope[:-1]} has dtype {initial.dtype.name}")
+            shape = initial._shape if validate_shape else None
+            attrs = {"shape": shape, "dtype": initial.dtype, "shared_name": scope[:-1]}
+            self._variable = graph.create_op("VariableV2", [], attrs, name=scope).outputs[0]
+            self.initializer = state_ops.assign(
+                self._variable, initial, validate_shape=validate_shape, name="Assign").op
+            self._snapshot = graph.create_op("ReadVariable", [self._variable], name="read").outputs[0]
+        self.initial_value = initial
+        self.trainable = trainable
+        if collections is None:
+            collections = [GraphKeys.GLOBAL_VARIABLES]
+        if trainable and GraphKeys.TRAINABLE_VARIABLES not in collections:
+            collections = list(collections) + [GraphKeys.TRAINABLE_VARIABLES]
+        graph.add_to_collections(collections, self)
+
+    # what a fetch, a feed or an op input sees
+    def _as_graph_element(self) -> Tensor:
+        return self._snapshot
+
+    @property
+    def name(self) -> str:
+        return self._variable.name
+
+    @property
+    def op(self) -> Operation:
+        return self._variable.op
+
+    @property
+    def shared_name(self) -> str:
+        return self._variable.op.attrs["shared_name"]
+
+    @property
+    def dtype(self):
+        return self._variable.dtype
+
+    @property
+    def shape(self):
+        return self._variable.shape
+
+    def get_shape(self):
+        return self.shape
+
+    @property
+    def graph(self):
+        return self._variable.graph
+
+    @property
+    def device(self) -> str:
+        return self._variable.op.device
+
+    def value(self) -> Tensor:
+        return self._snapshot
+
+    read_value = value
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        return state_ops.assign(self, value, name=name)
+
+    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+        return state_ops.assign_add(self, delta, name=name)
+
+    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        return state_ops.assign_sub(self, delta, name=name)
+
+    def eval(self, session=None):
+        return self._snapshot.eval(session=session)
+
+    def load(self, value, session=None):
+        """Write ``value`` into the variable through ``session`` (no new ops per call)."""
+        from .runtime.session import get_default_session
+
+        (session or get_default_session()).run(self.initializer, {self.initial_value: value})
+
+    def __repr__(self) -> str:
+        return f"<tf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+
+# ---- collections and initialization -------------------------------------------------
+def global_variables(scope=None) -> list[Variable]:
+    return get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES, scope)
+
+
+def trainable_variables(scope=None) -> list[Variable]:
+    return get_default_graph().get_collection(GraphKeys.TRAINABLE_VARIABLES, scope)
+
+
+def local_variables(scope=None) -> list[Variable]:
+    return get_default_graph().get_collection(GraphKeys.LOCAL_VARIABLES, scope)
+
+
+def group(*inputs, name=None) -> Operation:
+    """One op that runs after all of ``inputs``."""
+    ops = [x.op if isinstance(x, (Tensor, Variable)) else x for x in _flatten(inputs)]
+    with get_default_graph().control_dependencies(ops):
+        return array_ops.no_op(name=name or "group_deps")
+
+
+def _flatten(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _flatten(item)
+        else:
+            yield item
+
+
+def variables_initializer(var_list, name="init") -> Operation:
+    """An op that runs the initializers of ``var_list``."""
+    return group(*[v.initializer for v in var_list], name=name)
+
+
+def global_variables_initializer() -> Operation:
+    """An op that initializes every global variable of the default graph."""
+    return variables_initializer(global_variables())
+
+
+def local_variables_initializer() -> Operation:
+    return variables_initializer(local_variables(), name="init_local")
+
+
+initialize_all_variables = global_variables_initializer
+
+
+def _is_initialized_kernel(state, xp, *, names):
+    return xp.asarray([not state.is_initialized(n) for n in names])
+
+
+from .ops.registry import Spec, defop  # noqa: E402 - the op lives beside its only user
+
+defop("ReportUninitializedVariables", lambda inputs, names: [Spec((len(names),), dtypes.bool)],
+      _is_initialized_kernel, stateful=True)
+
+
+def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:
+    """A bool vector, True for each variable of ``var_list`` not yet initialized."""
+    names = [v.shared_name for v in (global_variables() if var_list is None else var_list)]
+    return get_default_graph().create_op("ReportUninitializedVariables", [], {"names": names},
+                                         name=name).outputs[0]
+
+
+# ---- initializers --------------------------------------------------------------------
+@dataclass
+class _Initializer:
+    """Callable ``(shape, dtype) -> Tensor``, as TF 1.x initializers."""
+
+    build: Callable
+    dtype: object = dtypes.float32
+
+    def __call__(self, shape, dtype=None, partition_info=None):
+        return self.build([int(d) for d in shape], dtypes.as_dtype(dtype or self.dtype))
+
+
+def zeros_initializer(dtype=dtypes.float32):
+    return _Initializer(lambda shape, dt: array_ops.zeros(shape, dt), dtype)
+
+
+def ones_initializer(dtype=dtypes.float32):
+    return _Initializer(lambda shape, dt: array_ops.ones(shape, dt), dtype)
+
+
+def constant_initializer(value=0, dtype=dtypes.float32):
+    return _Initializer(lambda shape, dt: array_ops.constant(value, dt, shape=shape), dtype)
+
+
+def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=dtypes.float32):
+    return _Initializer(lambda shape, dt: state_ops.random_normal(shape, mean, stddev, dt, seed), dtype)
+
+
+def truncated_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=dtypes.float32):
+    return _Initializer(lambda shape, dt: state_ops.truncated_normal(shape, mean, stddev, dt, seed), dtype)
+
+
+def random_uniform_initializer(minval=0.0, maxval=1.0, seed=None, dtype=dtypes.float32):
+    return _Initializer(lambda shape, dt: state_ops.random_uniform(shape, minval, maxval, dt, seed), dtype)
+
+
+def glorot_uniform_initializer(seed=None, dtype=dtypes.float32):
+    """Uniform in +-sqrt(6 / (fan_in + fan_out)): ``get_variable``'s default."""
+
+    def build(shape, dt):
+        limit = glorot_limit(shape)
+        return state_ops.random_uniform(shape, -limit, limit, dt, seed)
+
+    return _Initializer(build, dtype)
+
+
+# ---- variable scopes and get_variable ------------------------------------------------
+class _ReuseAuto:
+    def __repr__(self):
+        return "tf.AUTO_REUSE"
+
+
+AUTO_REUSE = _ReuseAuto()
+
+
+@dataclass
+class VariableScope:
+    """Prefix, reuse flag and default initializer for ``get_variable``."""
+
+    name: str
+    reuse: object = False
+    initializer: Callable | None = None
+
+    def reuse_variables(self) -> None:
+        self.reuse = True
+
+
+def _scope_stack(graph) -> list[VariableScope]:
+    return graph._variable_scope_stack
+
+
+def get_variable_scope() -> VariableScope:
+    stack = _scope_stack(get_default_graph())
+    if not stack:
+        stack.append(VariableScope(""))
+    return stack[-1]
+
+
+@contextlib.contextmanager
+def variable_scope(name_or_scope, default_name=None, values=None, initializer=None, reuse=None):
+    """Prefix ``get_variable`` names (and op names): ``with tf.variable_scope('conv1'):``."""
+    graph = get_default_graph()
+    outer = get_variable_scope()
+    if isinstance(name_or_scope, VariableScope):
+        name, full = name_or_scope.name.rsplit("/", 1)[-1], name_or_scope.name
+    else:
+        name = name_or_scope or graph.unique_name(default_name, mark_as_used=False)
+        full = f"{outer.name}/{name}" if outer.name else name
+    inherited = outer.reuse if outer.reuse is not False else False
+    scope = VariableScope(full, reuse if reuse else inherited, initializer or outer.initializer)
+    _scope_stack(graph).append(scope)
+    try:
+        with graph.name_scope(name):
+            yield scope
+    finally:
+        _scope_stack(graph).pop()
+
+
+def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
+                 trainable=True, collections=None) -> Variable:
+    """Create a variable ``scope/name``, or return it when the scope reuses variables."""
+    graph = get_default_graph()
+    scope = get_variable_scope()
+    full = f"{scope.name}/{name}" if scope.name else name
+    existing = graph._variables_by_name.get(full)
+    if existing is not None:
+        if scope.reuse is False:
+            raise ValueError(f"Variable {full} already exists, disallowed. Did you mean to set "
+                             "reuse=True or reuse=tf.AUTO_REUSE in variable_scope?")
+        if shape is not None and not existing.shape.is_compatible_with(shape):
+            raise ValueError(f"Variable {full} has shape {existing.shape}, asked for {tuple(shape)}")
+        return existing
+    if scope.reuse is True:
+        raise ValueError(f"Variable {full} does not exist, or was not created with get_variable(); "
+                         "set reuse=tf.AUTO_REUSE to create it on first use")
+    initializer = initializer or scope.initializer
+    dtype = dtypes.as_dtype(dtype)
+    if initializer is None:
+        initializer = glorot_uniform_initializer() if dtype.is_floating else zeros_initializer()
+    if callable(initializer):
+        if shape is None:
+            raise ValueError(f"get_variable({full!r}) with an initializer needs a shape")
+        initial = lambda: initializer(shape, dtype)  # noqa: E731 - built inside the variable's scope
+    else:
+        initial = initializer
+    # the variable is named by its variable scope, whatever name scope is open now
+    with graph.name_scope(scope.name + "/" if scope.name else None):
+        var = Variable(initial, trainable=trainable, collections=collections, name=name, dtype=dtype)
+    graph._variables_by_name[full] = var
+    if regularizer is not None:
+        with graph.name_scope(full + "/Regularizer/"):
+            loss = regularizer(var)
+        if loss is not None:
+            graph.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
+    return var
