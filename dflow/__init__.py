@@ -18,14 +18,15 @@ from .dtypes import (
     DType, as_dtype, bool, float16, float32, float64, int8, int16, int32, int64, uint8,
 )
 from .graph import (
-    Graph, GraphKeys, Operation, Tensor, TensorShape, control_dependencies, convert_to_tensor,
-    device, get_default_graph, name_scope, reset_default_graph,
+    Graph, GraphKeys, Operation, Tensor, TensorShape, add_to_collection, control_dependencies,
+    convert_to_tensor, device, get_collection, get_default_graph, name_scope, reset_default_graph,
 )
 from .ops.array_ops import (
     broadcast_to, concat, constant, expand_dims, fill, identity, no_op, one_hot, ones, ones_like,
-    pad, placeholder, range, rank, reshape, shape, size, split, squeeze, stack, stop_gradient,
+    pad, placeholder, rank, reshape, shape, size, split, squeeze, stack, stop_gradient,
     strided_slice, tile, transpose, unstack, zeros, zeros_like,
 )
+from .ops.array_ops import range_ as range
 from .ops.math_ops import (
     abs, add, add_n, argmax, argmin, cast, divide, equal, exp, greater, greater_equal, less,
     less_equal, log, logical_and, logical_not, logical_or, matmul, maximum, minimum, multiply,
@@ -33,6 +34,7 @@ from .ops.math_ops import (
     sigmoid, sign, sqrt, square, subtract, tanh, truediv, where,
 )
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
+from .graph_io import import_graph_def
 from .placement import DeviceSpec
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
 from .variables import (

@@ -30,7 +30,7 @@ from .placement import DeviceSpec
 
 __all__ = [
     "Graph", "Operation", "Tensor", "TensorShape", "GraphKeys", "get_default_graph",
-    "reset_default_graph", "name_scope", "control_dependencies", "device",
+    "reset_default_graph", "get_collection", "add_to_collection", "name_scope", "control_dependencies", "device",
     "convert_to_tensor",
 ]
 
@@ -524,6 +524,15 @@ def reset_default_graph() -> None:
     if _default_graph_stack.stack:
         raise AssertionError("reset_default_graph() called inside a `with graph.as_default()` block")
     _global_default_graph = Graph()
+
+
+def get_collection(key: str, scope: str | None = None) -> list:
+    """Items of collection ``key`` in the default graph (names matching ``scope``)."""
+    return get_default_graph().get_collection(key, scope)
+
+
+def add_to_collection(name: str, value) -> None:
+    get_default_graph().add_to_collection(name, value)
 
 
 def name_scope(name: str | None, default_name: str | None = None, values=None):

@@ -13,7 +13,7 @@ __all__ = [
     "constant", "placeholder", "identity", "stop_gradient", "no_op", "shape", "size", "rank",
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
-    "ones_like", "fill", "range",
+    "ones_like", "fill", "range_",
 ]
 
 
@@ -26,8 +26,12 @@ def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
 
 
 def shape_value(spec: Spec):
-    """The static value of a shape-like input (list of ints), or None if only known at run time."""
-    return None if spec.value is None else [int(v) for v in np.ravel(spec.value)]
+    """The static value of a shape-like input: a list of ints (None where a dim is only
+    known at run time), or None when not even its length is known."""
+    if spec.value is None:
+        return None
+    values = spec.value if isinstance(spec.value, tuple) else np.ravel(spec.value)
+    return [None if v is None else int(v) for v in values]
 
 
 # ---- Const / Placeholder ----------------------------------------------------
@@ -93,8 +97,10 @@ def no_op(name=None):
 
 # ---- shape, reshape, transpose ---------------------------------------------
 def _shape_infer(inputs, out_type):
+    # The value is the static shape: an array when fully known, a tuple with None
+    # for unknown dims otherwise (only shape rules read that partial form).
     s = inputs[0].shape
-    value = None if s is None or None in s else np.asarray(s, dtype=out_type.as_numpy_dtype)
+    value = s if s is None or None in s else np.asarray(s, dtype=out_type.as_numpy_dtype)
     return [Spec((None if s is None else len(s),), out_type, value)]
 
 
@@ -120,6 +126,8 @@ def rank(input, name=None):
 
 
 def _resolve_reshape(in_shape, target):
+    if None in target:
+        return tuple(None if d in (None, -1) else d for d in target)
     known = num_elements(in_shape)
     if target.count(-1) > 1:
         raise ShapeError(f"reshape target {target} has more than one -1")
@@ -553,7 +561,7 @@ def broadcast_to(input, shape, name=None) -> Tensor:
     return _out("BroadcastTo", [input, shape], name=name)
 
 
-def _fill_infer(inputs, dtype):
+def _fill_infer(inputs, value, dtype):
     target = shape_value(inputs[0])
     return [Spec(None if target is None else tuple(target), dtype)]
 
@@ -607,8 +615,8 @@ defop("Range", _range_infer,
       lambda xp, start, limit, delta, dtype: xp.arange(start, limit, delta, dtype=dtype.of(xp)))
 
 
-def range(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:  # noqa: A001 - TF's name
-    """``tf.range(5)``: 0, 1, 2, 3, 4 (Python numbers only)."""
+def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
+    """``tf.range(5)``: 0, 1, 2, 3, 4 (Python numbers only). Exported as ``tf.range``."""
     if limit is None:
         start, limit = 0, start
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(start + limit + delta)

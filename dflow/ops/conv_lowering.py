@@ -89,8 +89,13 @@ def _in_pieces(xp, fn, *arrays):
     n = arrays[0].shape[0]
     if n <= BATCH_PIECE:
         return fn(*arrays)
-    parts = [fn(*(a[i:i + BATCH_PIECE] for a in arrays)) for i in range(0, n, BATCH_PIECE)]
+    parts = [fn(*(a[piece, ...] for a in arrays)) for piece in _batch_pieces(n)]
     return xp.concat(parts, axis=0)
+
+
+def _batch_pieces(n):
+    # stops stay in bounds: the array API leaves out-of-bounds slice stops unspecified
+    return [slice(i, min(i + BATCH_PIECE, n)) for i in range(0, n, BATCH_PIECE)]
 
 
 # ---- convolution ----------------------------------------------------------------------------
@@ -139,8 +144,8 @@ def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):
     kh, kw, c, o = filter_shape
     out_hw, pads = _geometry2d(x.shape[1:3], (kh, kw), strides, dilations, padding)
     acc = None
-    for i in range(0, x.shape[0], BATCH_PIECE):
-        xs, dys = x[i:i + BATCH_PIECE], dy[i:i + BATCH_PIECE]
+    for piece in _batch_pieces(x.shape[0]):
+        xs, dys = x[piece, ...], dy[piece, ...]
         cols = _im2col(xp, _pad(xp, xs, pads), (kh, kw), out_hw, strides, dilations)
         part = cols.T @ xp.reshape(dys, (cols.shape[0], o))
         acc = part if acc is None else acc + part

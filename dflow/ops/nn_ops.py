@@ -511,13 +511,23 @@ def _sparse_xent_infer(inputs):
     logits, labels = inputs
     if not labels.dtype.is_integer:
         raise ShapeError(f"labels must be integer class indices, got {labels.dtype.name}")
-    if logits.shape is not None and labels.shape is not None:
-        if len(labels.shape) != len(logits.shape) - 1 or broadcast(labels.shape, logits.shape[:-1]) \
-                != logits.shape[:-1]:
+    batch = None if logits.shape is None else logits.shape[:-1]
+    if batch is not None and labels.shape is not None:
+        batch = _merged(labels.shape, batch)
+        if batch is None:
             raise ShapeError(f"labels shape {fmt(labels.shape)} must equal logits shape "
                              f"{fmt(logits.shape)} without its last dimension")
-    batch = None if logits.shape is None else logits.shape[:-1]
-    return [Spec(batch, logits.dtype), Spec(logits.shape, logits.dtype)]
+    elif labels.shape is not None:
+        batch = labels.shape
+    logits_shape = None if batch is None or logits.shape is None else batch + logits.shape[-1:]
+    return [Spec(batch, logits.dtype), Spec(logits_shape or logits.shape, logits.dtype)]
+
+
+def _merged(a, b):
+    """The most specific shape compatible with both ``a`` and ``b``, or None if they conflict."""
+    if len(a) != len(b) or any(x is not None and y is not None and x != y for x, y in zip(a, b)):
+        return None
+    return tuple(x if x is not None else y for x, y in zip(a, b))
 
 
 def _sparse_xent_kernel(xp, logits, labels):
@@ -559,15 +569,17 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits
 
 def _xent_infer(inputs, axis):
     logits, labels = inputs
-    out = broadcast(logits.shape, labels.shape)
-    if logits.shape is not None and labels.shape is not None and out != logits.shape:
-        raise ShapeError(f"logits shape {fmt(logits.shape)} and labels shape "
-                         f"{fmt(labels.shape)} must be equal")
+    shape_ = logits.shape if labels.shape is None else labels.shape
+    if logits.shape is not None and labels.shape is not None:
+        shape_ = _merged(logits.shape, labels.shape)
+        if shape_ is None:
+            raise ShapeError(f"logits shape {fmt(logits.shape)} and labels shape "
+                             f"{fmt(labels.shape)} must be equal")
     dtype = dtypes.promote(logits.dtype, labels.dtype)
-    if logits.shape is None:
+    if shape_ is None:
         return [Spec(None, dtype), Spec(None, dtype)]
-    (ax,) = normalize_axis(axis, len(logits.shape))
-    return [Spec(logits.shape[:ax] + logits.shape[ax + 1:], dtype), Spec(logits.shape, dtype)]
+    (ax,) = normalize_axis(axis, len(shape_))
+    return [Spec(shape_[:ax] + shape_[ax + 1:], dtype), Spec(shape_, dtype)]
 
 
 def _xent_kernel(xp, logits, labels, axis):

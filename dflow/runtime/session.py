@@ -202,7 +202,8 @@ class InteractiveSession(Session):
 def prune(graph: Graph, fetches: list, fed: set[str]) -> list[Operation]:
     """The ops the fetches need, in creation (topological) order; fed tensors cut the graph."""
     needed: set[Operation] = set()
-    stack = [f.op if isinstance(f, Tensor) else f for f in fetches]
+    stack = [f.op if isinstance(f, Tensor) else f for f in fetches
+             if not (isinstance(f, Tensor) and f.name in fed)]
     while stack:
         op = stack.pop()
         if op in needed:
@@ -237,7 +238,18 @@ def _flatten_fetches(fetches, graph: Graph):
         return _join(parts, lambda values: type(fetches)(zip(keys, values)))
     if fetches is None:
         raise TypeError("Fetch argument None has invalid type; fetch a tensor, op or name")
-    return [graph.as_graph_element(fetches)], lambda values: values[0]
+    element = graph.as_graph_element(fetches)
+    if isinstance(element, Tensor) and element.op.type == "VariableV2":
+        element = _variable_value(graph, element)
+    return [element], lambda values: values[0]
+
+
+def _variable_value(graph: Graph, ref: Tensor) -> Tensor:
+    """Fetching a variable's reference (``'w:0'``) gives its value, as in TF."""
+    for consumer in graph._consumers.get(ref.op.name, ()):
+        if consumer.type == "ReadVariable":
+            return consumer.outputs[0]
+    raise ValueError(f"variable {ref.op.name} has no read op to fetch its value from")
 
 
 def _join(parts, build):

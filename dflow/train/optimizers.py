@@ -1,0 +1,383 @@
+"""Optimizers as in TF 1.x: ``minimize`` = ``compute_gradients`` + ``apply_gradients``.
+
+Each update rule is one stateful op (``ApplyGradientDescent``, ``ApplyMomentum``,
+``ApplyAdam``) taking variable *references* (shared names) for the variable and
+its slots, so the kernel reads and writes the session state in one step, as
+TF's ``training_ops`` do. Kernels compute new arrays and never write into
+their inputs, which other ops may share.
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     w = tf.Variable(1.0, name="w")
+...     train = tf.train.GradientDescentOptimizer(0.25).minimize(w * w)
+...     with tf.Session() as sess:
+...         _ = sess.run(tf.global_variables_initializer())
+...         _ = sess.run(train)
+...         float(sess.run(w))  # 1 - 0.25 * 2
+0.5
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .. import dtypes
+from ..autodiff import gradients
+from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph, name_scope
+from ..ops import array_ops, math_ops, state_ops
+from ..ops.registry import ShapeError, Spec, defop
+from ..ops.shape_rules import fmt
+from ..variables import Variable, group, trainable_variables
+
+__all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
+           "exponential_decay"]
+
+
+# ---- update ops ----------------------------------------------------------------------
+def _apply_infer(inputs, **_):
+    """Output: the variable's new value. The gradient (last input) must fit the variable."""
+    var, grad = inputs[0], inputs[-1]
+    if var.shape is not None and grad.shape is not None and not (
+            len(var.shape) == len(grad.shape) and all(
+                a is None or b is None or a == b for a, b in zip(var.shape, grad.shape))):
+        raise ShapeError(f"gradient of shape {fmt(grad.shape)} does not fit "
+                         f"variable of shape {fmt(var.shape)}")
+    if grad.dtype != var.dtype:
+        raise ShapeError(f"gradient is {grad.dtype.name} but the variable is {var.dtype.name}")
+    return [Spec(var.shape, var.dtype)]
+
+
+def _store(state, xp, ref, old, new):
+    """Write ``new`` as ``ref`` keeping the variable's dtype (float32 stays float32)."""
+    new = xp.astype(xp.asarray(new), old.dtype, copy=False)
+    state.write_variable(ref, new)
+    return new
+
+
+def _gradient_descent(state, xp, var, alpha, delta):
+    old = state.read_variable(var)
+    return _store(state, xp, var, old, old - alpha * delta)
+
+
+def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
+    old, old_accum = state.read_variable(var), state.read_variable(accum)
+    new_accum = _store(state, xp, accum, old_accum, old_accum * momentum + grad)
+    if use_nesterov:
+        return _store(state, xp, var, old, old - (lr * grad + lr * momentum * new_accum))
+    return _store(state, xp, var, old, old - lr * new_accum)
+
+
+def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
+    b1p, b2p = state.read_variable(beta1_power), state.read_variable(beta2_power)
+    lr_t = lr * xp.sqrt(1 - b2p) / (1 - b1p)
+    old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
+    m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
+    v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
+    return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
+
+
+# inputs in TF's order; the leading ones are references (shared names), the rest values
+defop("ApplyGradientDescent", _apply_infer, _gradient_descent, stateful=True)
+defop("ApplyMomentum", _apply_infer, _momentum, stateful=True)
+defop("ApplyAdam", _apply_infer, _adam, stateful=True)
+
+
+def _apply(op_type, inputs, attrs=None) -> Tensor:
+    return get_default_graph().create_op(op_type, inputs, attrs, name=op_type).outputs[0]
+
+
+@contextlib.contextmanager
+def _colocated(var):
+    """Place ops exactly where ``var`` lives (TF's ``colocate_with``), whatever scopes are open."""
+    graph = get_default_graph()
+    with graph.device(None), graph.device(var.device):
+        yield
+
+
+# ---- the base class ------------------------------------------------------------------
+class Optimizer:
+    """Base class: subclasses give ``_create_slots``, ``_prepare``, ``_apply_dense``
+    and optionally ``_finish``.
+
+    Slots (per-variable state such as Momentum's accumulator) are non-trainable
+    variables named ``<var>/<Optimizer name>``, ``<var>/<name>_1``..., created on
+    the first ``apply_gradients`` and initialized by ``global_variables_initializer``.
+    """
+
+    def __init__(self, use_locking: bool, name: str):
+        if not name:
+            raise ValueError("an Optimizer needs a name")
+        self._use_locking = use_locking
+        self._name = name
+        self._slots: dict[str, dict[Variable, Variable]] = {}
+        self._non_slot: dict[tuple, Variable] = {}
+
+    def get_name(self) -> str:
+        return self._name
+
+    def minimize(self, loss, global_step=None, var_list=None, gate_gradients=1,
+                 aggregation_method=None, colocate_gradients_with_ops=False, name=None,
+                 grad_loss=None):
+        """An op that takes one step down the gradient of ``loss``.
+
+        Parameters
+        ----------
+        loss : Tensor
+            The value to minimize.
+        global_step : Variable, optional
+            Incremented by one after the variables are updated.
+        var_list : list of Variable, optional
+            Defaults to the graph's trainable variables.
+        name : str, optional
+            Name of the returned op (default: the optimizer's name).
+
+        Example
+        -------
+        >>> train_op = tf.train.AdamOptimizer(1e-3).minimize(loss, global_step=step)  # doctest: +SKIP
+        """
+        grads_and_vars = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss)
+        if all(g is None for g, _ in grads_and_vars):
+            raise ValueError(
+                "No gradients provided for any variable, check your graph for ops that do not "
+                f"support gradients, between variables {[str(v) for _, v in grads_and_vars]} "
+                f"and loss {loss}.")
+        return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+    def compute_gradients(self, loss, var_list=None, gate_gradients=1, aggregation_method=None,
+                          colocate_gradients_with_ops=False, grad_loss=None):
+        """``[(gradient or None, variable), ...]`` for ``var_list`` (default: trainable)."""
+        loss = convert_to_tensor(loss)
+        if var_list is None:
+            with loss.graph.as_default():
+                var_list = trainable_variables()
+        var_list = list(dict.fromkeys(var_list))  # drop repeats, keep order
+        if not var_list:
+            raise ValueError("No variables to optimize.")
+        for v in var_list:
+            if not isinstance(v, Variable):
+                raise TypeError(f"compute_gradients needs tf.Variables in var_list, got {v!r}")
+        grads = gradients(loss, var_list, grad_ys=grad_loss)
+        return list(zip(grads, var_list))
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """One op applying each non-None gradient, then incrementing ``global_step``.
+
+        TF's order: every variable's update, then ``_finish`` (e.g. Adam's beta
+        powers), then the global step, each behind control dependencies.
+        """
+        grads_and_vars = [(g if g is None else convert_to_tensor(g), v) for g, v in grads_and_vars]
+        if not grads_and_vars:
+            raise ValueError("No variables provided.")
+        for _, v in grads_and_vars:
+            if not isinstance(v, Variable):
+                raise TypeError(f"apply_gradients needs (gradient, tf.Variable) pairs, got {v!r}")
+        updates = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not updates:
+            raise ValueError("No gradients provided for any variable: "
+                             f"{[str(v) for _, v in grads_and_vars]}.")
+        graph = updates[0][1].graph
+        with graph.as_default():
+            self._create_slots([v for _, v in updates])
+            with graph.name_scope(name or self._name) as scope:
+                self._prepare()
+                update_ops = []
+                for grad, var in updates:
+                    with graph.name_scope("update_" + var.op.name), _colocated(var):
+                        update_ops.append(self._apply_dense(grad, var).op)
+                if global_step is None:
+                    train_op = self._finish(update_ops, scope)
+                else:
+                    with graph.control_dependencies([self._finish(update_ops, "update")]):
+                        with _colocated(global_step):
+                            train_op = state_ops.assign_add(global_step, 1, name=scope).op
+        collection = graph.get_collection_ref(GraphKeys.TRAIN_OP)
+        if train_op not in collection:
+            collection.append(train_op)
+        return train_op
+
+    # ---- slots --------------------------------------------------------------
+    def get_slot(self, var: Variable, name: str) -> Variable | None:
+        """The slot ``name`` (see :meth:`get_slot_names`) of ``var``, or None."""
+        return self._slots.get(name, {}).get(var)
+
+    def get_slot_names(self) -> list[str]:
+        return sorted(self._slots)
+
+    def variables(self) -> list[Variable]:
+        """Every variable this optimizer created (slots and e.g. Adam's beta powers)."""
+        slots = [s for named in self._slots.values() for s in named.values()]
+        return list(self._non_slot.values()) + slots
+
+    def _zeros_slot(self, var: Variable, slot_name: str, op_name: str) -> Variable:
+        named = self._slots.setdefault(slot_name, {})
+        if var not in named:
+            named[var] = _create_zeros_slot(var, op_name)
+        return named[var]
+
+    def _get_or_make_non_slot(self, initial_value, name: str, colocate_with: Variable) -> Variable:
+        key = (name, colocate_with.graph)
+        if key not in self._non_slot:
+            graph = colocate_with.graph
+            with graph.name_scope(None), _colocated(colocate_with):
+                self._non_slot[key] = Variable(initial_value, trainable=False, name=name)
+        return self._non_slot[key]
+
+    # ---- what subclasses give -------------------------------------------------
+    def _create_slots(self, var_list) -> None:
+        pass
+
+    def _prepare(self) -> None:
+        pass
+
+    def _apply_dense(self, grad, var):
+        raise NotImplementedError
+
+    def _finish(self, update_ops, name_scope):
+        return group(*update_ops, name=name_scope)
+
+
+def _create_zeros_slot(var: Variable, op_name: str) -> Variable:
+    """A zeros variable shaped like ``var``, beside it, named ``<var>/<op_name>``."""
+    graph = var.graph
+    if var.shape.is_fully_defined():
+        initial = lambda: array_ops.zeros(var.shape.as_list(), var.dtype)  # noqa: E731
+    else:
+        initial = lambda: array_ops.zeros_like(var.initial_value)  # noqa: E731
+    with graph.name_scope(None), _colocated(var):
+        return Variable(initial, trainable=False, name=f"{var.op.name}/{op_name}",
+                        validate_shape=var.shape.is_fully_defined())
+
+
+def _hyper(value, name) -> Tensor:
+    """A hyperparameter as a tensor: a number, a tensor (a decay schedule) or a callable."""
+    value = value() if callable(value) and not isinstance(value, (Tensor, Variable)) else value
+    return convert_to_tensor(value, name=name)
+
+
+def _as(tensor: Tensor, var: Variable) -> Tensor:
+    return math_ops.cast(tensor, var.dtype)
+
+
+# ---- the optimizers --------------------------------------------------------------------
+class GradientDescentOptimizer(Optimizer):
+    """``var -= learning_rate * grad``.
+
+    >>> opt = tf.train.GradientDescentOptimizer(0.1)  # doctest: +SKIP
+    """
+
+    def __init__(self, learning_rate, use_locking=False, name="GradientDescent"):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+
+    def _prepare(self):
+        self._learning_rate_tensor = _hyper(self._learning_rate, "learning_rate")
+
+    def _apply_dense(self, grad, var):
+        return _apply("ApplyGradientDescent", [var._variable, _as(self._learning_rate_tensor, var), grad])
+
+
+class MomentumOptimizer(Optimizer):
+    """``accum = momentum * accum + grad; var -= lr * accum`` (slot ``momentum``).
+
+    With ``use_nesterov=True``: ``var -= lr * grad + lr * momentum * accum``.
+    """
+
+    def __init__(self, learning_rate, momentum, use_locking=False, name="Momentum",
+                 use_nesterov=False):
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._momentum = momentum
+        self._use_nesterov = use_nesterov
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._zeros_slot(v, "momentum", self._name)
+
+    def _prepare(self):
+        self._learning_rate_tensor = _hyper(self._learning_rate, "learning_rate")
+        self._momentum_tensor = _hyper(self._momentum, "momentum")
+
+    def _apply_dense(self, grad, var):
+        accum = self.get_slot(var, "momentum")
+        inputs = [var._variable, accum._variable, _as(self._learning_rate_tensor, var), grad,
+                  _as(self._momentum_tensor, var)]
+        return _apply("ApplyMomentum", inputs, {"use_nesterov": self._use_nesterov})
+
+
+class AdamOptimizer(Optimizer):
+    """Adam (Kingma & Ba), with TF's update (the epsilon-hat form)::
+
+        lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        var -= lr_t * m / (sqrt(v) + epsilon)
+
+    Slots ``m`` (``<var>/Adam``) and ``v`` (``<var>/Adam_1``); ``beta1^t`` and
+    ``beta2^t`` are the variables ``beta1_power``/``beta2_power``, multiplied by
+    ``beta1``/``beta2`` after every variable of the step has been updated.
+    """
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 use_locking=False, name="Adam"):
+        super().__init__(use_locking, name)
+        self._lr, self._beta1, self._beta2, self._epsilon = learning_rate, beta1, beta2, epsilon
+
+    def _beta_powers(self, graph=None) -> tuple[Variable, Variable]:
+        graph = graph or get_default_graph()
+        return self._non_slot[("beta1_power", graph)], self._non_slot[("beta2_power", graph)]
+
+    def _create_slots(self, var_list):
+        first = min(var_list, key=lambda v: v.name)  # TF colocates the powers with this one
+        self._get_or_make_non_slot(self._beta1, "beta1_power", first)
+        self._get_or_make_non_slot(self._beta2, "beta2_power", first)
+        for v in var_list:
+            self._zeros_slot(v, "m", self._name)
+            self._zeros_slot(v, "v", self._name)
+
+    def _prepare(self):
+        self._lr_t = _hyper(self._lr, "learning_rate")
+        self._beta1_t = _hyper(self._beta1, "beta1")
+        self._beta2_t = _hyper(self._beta2, "beta2")
+        self._epsilon_t = _hyper(self._epsilon, "epsilon")
+
+    def _apply_dense(self, grad, var):
+        beta1_power, beta2_power = self._beta_powers(var.graph)
+        refs = [var, self.get_slot(var, "m"), self.get_slot(var, "v"), beta1_power, beta2_power]
+        hypers = [self._lr_t, self._beta1_t, self._beta2_t, self._epsilon_t]
+        return _apply("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in hypers] + [grad])
+
+    def _finish(self, update_ops, name_scope):
+        graph = get_default_graph()
+        beta1_power, beta2_power = self._beta_powers(graph)
+        with graph.control_dependencies(update_ops), _colocated(beta1_power):
+            update_beta1 = state_ops.assign(beta1_power, beta1_power * _as(self._beta1_t, beta1_power))
+            update_beta2 = state_ops.assign(beta2_power, beta2_power * _as(self._beta2_t, beta2_power))
+        return group(*update_ops, update_beta1, update_beta2, name=name_scope)
+
+
+# ---- learning-rate schedules -------------------------------------------------------------
+def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False,
+                      name=None) -> Tensor:
+    """``learning_rate * decay_rate ** (global_step / decay_steps)``, a tensor.
+
+    With ``staircase=True`` the exponent is floored, so the rate drops every
+    ``decay_steps`` steps.
+
+    >>> lr = tf.train.exponential_decay(0.1, step, 1000, 0.96, staircase=True)  # doctest: +SKIP
+    """
+    if global_step is None:
+        raise ValueError("global_step is required for exponential_decay.")
+    with name_scope(name, "ExponentialDecay", [learning_rate, global_step]) as scope:
+        lr = convert_to_tensor(learning_rate, name="learning_rate")
+        exponent = math_ops.divide(math_ops.cast(global_step, lr.dtype),
+                                   math_ops.cast(decay_steps, lr.dtype))
+        if staircase:
+            exponent = _floor(exponent)
+        return math_ops.multiply(lr, math_ops.pow(math_ops.cast(decay_rate, lr.dtype), exponent),
+                                 name=scope)
+
+
+def _floor(x: Tensor) -> Tensor:
+    # math_ops has no Floor op yet: truncate through int64, then step down where x < trunc(x)
+    truncated = math_ops.cast(math_ops.cast(x, dtypes.int64), x.dtype)
+    return truncated - math_ops.cast(math_ops.greater(truncated, x), x.dtype)

@@ -1,0 +1,208 @@
+"""Session and executor: pruning, feeds, fetch structures, plan cache, ordering, memory."""
+
+import collections
+import threading
+
+import numpy as np
+import pytest
+
+import dflow as tf
+from dflow.runtime.executor import OpNode, execute, schedule
+from dflow.runtime.state import SessionState
+import array_api_compat.numpy as xp
+
+
+def test_listing1_linear_regression_runs_unchanged():
+    """Seed 001, Listing 1, as printed (session block outside the graph block)."""
+    N_SAMPLES = 10
+    x_in = np.arange(N_SAMPLES)
+    np.random.seed(0)
+    y_in = 3 * x_in + np.random.randn(N_SAMPLES)
+    data = list(zip(x_in, y_in))
+    simple_graph = tf.Graph()
+    with simple_graph.as_default():
+        x = tf.placeholder(tf.float32, name='x')
+        y = tf.placeholder(tf.float32, name='y')
+        w = tf.Variable(0.0, name='weight')
+        b = tf.Variable(0.0, name='bias')
+        y_predicted = x * w + b
+        loss = tf.square(y - y_predicted, name='loss')
+        optimizer = tf.train.GradientDescentOptimizer(learning_rate=0.001)
+        train = optimizer.minimize(loss)
+    N_EPOCHS = 5
+    with tf.Session(graph=simple_graph) as sess:
+        sess.run(tf.global_variables_initializer())
+        for i in range(N_EPOCHS):
+            total_loss = 0
+            for x_, y_ in data:
+                _, l_value = sess.run([train, loss], feed_dict={x: x_, y: y_})
+                total_loss += l_value
+        print('Epoch {0}: {1}'.format(i, total_loss / N_SAMPLES))
+        weight = sess.run(w)
+    assert abs(weight - 3.0) < 0.3
+
+
+def test_only_ancestors_of_fetches_run_and_feeds_cut_the_graph():
+    a = tf.placeholder(tf.float32, [], name="a")
+    b = a * 2.0
+    c = b + 1.0
+    unrelated = tf.Variable(1.0) * 5.0  # would fail: never initialized
+    with tf.Session() as sess:
+        assert sess.run(c, {a: 1.0}) == 3.0
+        assert sess.last_run_stats.ops_run == 4  # a is fed: Mul, its Const, Add, its Const
+        assert sess.run(c, {b: 10.0}) == 11.0  # `a` is not needed when b is fed
+    del unrelated
+
+
+def test_nested_fetches_keep_their_structure():
+    a = tf.constant(1.0)
+    b = tf.constant([2.0, 3.0])
+    Pair = collections.namedtuple("Pair", "first second")
+    with tf.Session() as sess:
+        out = sess.run({"a": a, "pair": Pair(a, [b, (a,)]), "op": tf.no_op()})
+    assert out["a"] == 1.0 and out["op"] is None
+    assert isinstance(out["pair"], Pair)
+    np.testing.assert_array_equal(out["pair"].second[0], [2.0, 3.0])
+    assert out["pair"].second[1] == (1.0,)
+
+
+def test_fetch_by_name_and_scalars_are_numpy_scalars():
+    tf.constant(4.0, name="four")
+    with tf.Session() as sess:
+        value = sess.run("four:0")
+    assert isinstance(value, np.float32) and value == 4.0
+
+
+def test_missing_feed_names_the_placeholder():
+    x = tf.placeholder(tf.float32, [None, 3], name="images")
+    with tf.Session() as sess, pytest.raises(tf.errors.InvalidArgumentError, match="images"):
+        sess.run(x * 2.0)
+
+
+def test_wrong_feed_shape_names_placeholder_and_both_shapes():
+    x = tf.placeholder(tf.float32, [None, 3], name="images")
+    with tf.Session() as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(2, 4\).*images.*\(\?, 3\)"):
+            sess.run(x * 2.0, {x: np.zeros((2, 4))})
+
+
+def test_uninitialized_variable_read_is_a_clear_error():
+    v = tf.Variable(1.0, name="weights")
+    with tf.Session() as sess, pytest.raises(tf.errors.FailedPreconditionError, match="weights"):
+        sess.run(v)
+
+
+def test_run_time_kernel_error_names_the_op():
+    x = tf.placeholder(tf.float32, None, name="flat")
+    y = tf.reshape(x, [3, -1], name="bad_reshape")
+    with tf.Session() as sess, pytest.raises(tf.errors.InvalidArgumentError, match="bad_reshape"):
+        sess.run(y, {x: np.zeros(4)})
+
+
+def test_plan_is_cached_per_signature(monkeypatch):
+    x = tf.placeholder(tf.float32, [])
+    y = x * 2.0
+    with tf.Session() as sess:
+        calls = []
+        original = sess._make_plan
+        monkeypatch.setattr(sess, "_make_plan", lambda *a: calls.append(1) or original(*a))
+        for i in range(5):
+            sess.run(y, {x: float(i)})
+        sess.run([y], {x: 1.0})  # same flat signature, another structure: same plan
+        assert len(calls) == 1
+        sess.run([y, x], {x: 1.0})
+    assert len(calls) == 2
+
+
+def test_control_dependencies_order_side_effects():
+    v = tf.Variable(0.0)
+    first = tf.assign(v, 5.0)
+    with tf.control_dependencies([first]):
+        read_after = tf.identity(v.value() * 1.0)  # the read itself must wait too
+        second = tf.assign_add(v, 1.0)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(second)
+        assert sess.run(v) == 6.0
+    del read_after
+
+
+def _chain_nodes(n):
+    nodes = [OpNode("x", "Const", {"value": np.ones(1000), "dtype": tf.float64}, (), (), 1)]
+    for i in range(n):
+        src = "x:0" if i == 0 else f"n{i - 1}:0"
+        nodes.append(OpNode(f"n{i}", "Neg", {}, (src,), (), 1))
+    return nodes
+
+
+def test_executor_releases_intermediates_after_last_consumer():
+    nodes = _chain_nodes(50)
+    plan = schedule(nodes, set(), ["n49:0"])
+    from dflow.runtime.executor import RunStats
+
+    stats = RunStats()
+    out = execute(plan, {}, SessionState(), xp, num_threads=1, stats=stats)
+    np.testing.assert_array_equal(out["n49:0"], np.ones(1000))  # 50 negations
+    # a chain of 51 arrays of 8 KB each never holds more than two at once
+    assert stats.peak_bytes <= 2 * 8000
+
+
+def test_executor_order_respects_dependencies_in_both_modes():
+    nodes = [OpNode("a", "Const", {"value": np.float64(1), "dtype": tf.float64}, (), (), 1),
+             OpNode("b", "Neg", {}, ("a:0",), (), 1),
+             OpNode("c", "Neg", {}, ("a:0",), (), 1),
+             OpNode("d", "Add", {}, ("b:0", "c:0"), (), 1)]
+    plan = schedule(nodes, set(), ["d:0"])
+    from dflow.runtime.executor import RunStats
+
+    for threads in (1, 4):
+        stats = RunStats()
+        assert execute(plan, {}, SessionState(), xp, threads, stats)["d:0"] == -2.0
+        order = stats.order
+        assert order.index("a") < order.index("b") < order.index("d")
+        assert order.index("c") < order.index("d")
+
+
+def test_threaded_and_synchronous_sessions_agree():
+    x = tf.placeholder(tf.float32, [8, 8])
+    branches = [tf.matmul(x, x) * float(i) for i in range(6)]
+    y = tf.add_n(branches)
+    data = np.random.default_rng(0).standard_normal((8, 8))
+    results = []
+    for threads in (1, 3):
+        with tf.Session(config=tf.ConfigProto(inter_op_parallelism_threads=threads)) as sess:
+            results.append(sess.run(y, {x: data}))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+
+
+def test_default_session_eval_and_interactive_session():
+    a = tf.constant(3.0)
+    with tf.Session():
+        assert a.eval() == 3.0
+    sess = tf.InteractiveSession()
+    try:
+        assert (a * 2.0).eval() == 6.0
+    finally:
+        sess.close()
+
+
+def test_sessions_are_independent_and_closed_sessions_refuse():
+    v = tf.Variable(1.0)
+    s1, s2 = tf.Session(), tf.Session()
+    s1.run(tf.global_variables_initializer())
+    s1.run(v.assign(7.0))
+    s2.run(tf.global_variables_initializer())
+    assert s1.run(v) == 7.0 and s2.run(v) == 1.0
+    s1.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        s1.run(v)
+
+
+def test_session_runs_from_another_thread():
+    x = tf.constant(2.0) * 4.0
+    sess = tf.Session()
+    box = []
+    t = threading.Thread(target=lambda: box.append(sess.run(x)))
+    t.start()
+    t.join()
+    assert box == [8.0]
