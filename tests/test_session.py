@@ -141,7 +141,7 @@ def test_executor_releases_intermediates_after_last_consumer():
     from dflow.runtime.executor import RunStats
 
     stats = RunStats()
-    out = execute(plan, {}, SessionState(), xp, num_threads=1, stats=stats)
+    out = execute(plan, {}, SessionState(), {"CPU": xp}, num_threads=1, stats=stats)
     np.testing.assert_array_equal(out["n49:0"], np.ones(1000))  # 50 negations
     # a chain of 51 arrays of 8 KB each never holds more than two at once
     assert stats.peak_bytes <= 2 * 8000
@@ -157,7 +157,7 @@ def test_executor_order_respects_dependencies_in_both_modes():
 
     for threads in (1, 4):
         stats = RunStats()
-        assert execute(plan, {}, SessionState(), xp, threads, stats)["d:0"] == -2.0
+        assert execute(plan, {}, SessionState(), {"CPU": xp}, threads, stats)["d:0"] == -2.0
         order = stats.order
         assert order.index("a") < order.index("b") < order.index("d")
         assert order.index("c") < order.index("d")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError, OpError
 from ..ops.registry import get_opdef
+from .devices import to_namespace
 
 __all__ = ["OpNode", "Schedule", "schedule", "execute", "RunStats"]
 
@@ -38,6 +39,7 @@ class OpNode:
     inputs: tuple[str, ...]  # tensor names "op:i"
     control_inputs: tuple[str, ...]  # op names
     num_outputs: int
+    device_type: str = "CPU"  # where it computes, after soft placement: "CPU" or "GPU"
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Schedule:
     dependents: dict[str, list[str]]  # op -> ops waiting for it
     refcount: dict[str, int]  # tensor -> consumers (+1 when fetched, so it survives)
     fetches: tuple[str, ...]
+    mixed_devices: bool = False  # some ops on a GPU: inputs may need a host/device copy
 
 
 @dataclass
@@ -75,12 +78,16 @@ def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule
             refcount[t] = refcount.get(t, 0) + 1
     for t in fetches:
         refcount[t] = refcount.get(t, 0) + 1
-    return Schedule(by_name, waiting, dependents, refcount, tuple(fetches))
+    mixed = len({n.device_type for n in nodes}) > 1
+    return Schedule(by_name, waiting, dependents, refcount, tuple(fetches), mixed)
 
 
-def execute(plan: Schedule, feeds: dict, state, xp, num_threads: int = 1,
+def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: int = 1,
             stats: RunStats | None = None) -> dict:
-    """Run every op of ``plan``; return the values of ``plan.fetches`` by tensor name."""
+    """Run every op of ``plan``; return the values of ``plan.fetches`` by tensor name.
+
+    ``namespaces`` maps a device type ("CPU", "GPU") to its array namespace.
+    """
     waiting = dict(plan.waiting)
     refcount = dict(plan.refcount)
     values = dict(feeds)
@@ -107,12 +114,14 @@ def execute(plan: Schedule, feeds: dict, state, xp, num_threads: int = 1,
                 ready.append(dependent)
 
     def arguments(node):
+        if plan.mixed_devices:
+            return [to_namespace(values[t], namespaces[node.device_type]) for t in node.inputs]
         return [values[t] for t in node.inputs]
 
     if num_threads <= 1:
         while ready:
             node = plan.nodes[ready.pop()]
-            finish(node, run_op(node, arguments(node), state, xp))
+            finish(node, run_op(node, arguments(node), state, namespaces[node.device_type]))
     else:
         done: queue.SimpleQueue = queue.SimpleQueue()
         in_flight = 0
@@ -121,7 +130,7 @@ def execute(plan: Schedule, feeds: dict, state, xp, num_threads: int = 1,
                 while ready:
                     node = plan.nodes[ready.pop()]
                     args = arguments(node)
-                    pool.submit(_run_into, done, node, args, state, xp)
+                    pool.submit(_run_into, done, node, args, state, namespaces[node.device_type])
                     in_flight += 1
                 node, outputs, error = done.get()
                 in_flight -= 1

@@ -20,12 +20,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import array_api_compat.numpy as numpy_namespace
 import numpy
 
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
 from ..placement import DeviceSpec
+from .devices import gpu_namespace, numpy_namespace
 from .executor import OpNode, RunStats, Schedule, execute, schedule
 from .state import SessionState
 
@@ -89,6 +89,9 @@ class Session:
         self._closed = False
         self._contexts: list = []
         self._warned_devices: set[str] = set()
+        self._namespaces = {"CPU": numpy_namespace}
+        if gpu_namespace() is not None:
+            self._namespaces["GPU"] = gpu_namespace()
 
     # ---- context management -----------------------------------------------
     def __enter__(self) -> Session:
@@ -135,7 +138,7 @@ class Session:
         if plan is None:
             plan = self._plans[key] = self._make_plan(flat, feeds)
         stats = RunStats()
-        values = execute(plan, feeds, self.state, numpy_namespace, self.num_threads, stats)
+        values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)
         self.last_run_stats = stats
         results = [_to_host(values[f.name]) if isinstance(f, Tensor) else None for f in flat]
         return rebuild(results)
@@ -148,24 +151,27 @@ class Session:
     # ---- planning ------------------------------------------------------------------
     def _make_plan(self, fetches: list, feeds: dict) -> Schedule:
         ops = prune(self.graph, fetches, set(feeds))
-        self._soft_place(ops)
         for op in ops:
             if op.type == "Placeholder" and op.outputs[0].name not in feeds:
                 t = op.outputs[0]
                 raise InvalidArgumentError(
                     f"You must feed a value for placeholder tensor '{op.name}' with dtype "
                     f"{t.dtype.name} and shape {t.shape}", op=op.name)
-        nodes = [to_node(op) for op in ops]
+        nodes = [to_node(op, self._device_type(op)) for op in ops]
         fetch_names = [f.name for f in fetches if isinstance(f, Tensor)]
         return schedule(nodes, set(feeds), fetch_names)
 
-    def _soft_place(self, ops: list[Operation]) -> None:
-        # This session computes on the host; an op asking for a GPU falls back (logged once).
-        for op in ops:
-            spec = DeviceSpec.from_string(op.device)
-            if spec.device_type == "GPU" and op.device not in self._warned_devices:
-                self._warned_devices.add(op.device)
-                log.warning("soft placement: ops on %s run on the CPU of this process", op.device)
+    def _device_type(self, op: Operation) -> str:
+        """GPU for ops placed on a GPU when CuPy sees one; otherwise CPU (soft placement, logged)."""
+        if DeviceSpec.from_string(op.device).device_type != "GPU":
+            return "CPU"
+        if "GPU" in self._namespaces:
+            return "GPU"
+        if op.device not in self._warned_devices:
+            self._warned_devices.add(op.device)
+            log.warning("soft placement: no GPU (or no CuPy) here, so ops on %s run on the CPU",
+                        op.device)
+        return "CPU"
 
     def _convert_feeds(self, feed_dict: dict) -> dict:
         feeds = {}
@@ -214,9 +220,9 @@ def prune(graph: Graph, fetches: list, fed: set[str]) -> list[Operation]:
     return sorted(needed, key=lambda op: op._id)
 
 
-def to_node(op: Operation) -> OpNode:
+def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
     return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs),
-                  tuple(c.name for c in op.control_inputs), len(op.outputs))
+                  tuple(c.name for c in op.control_inputs), len(op.outputs), device_type)
 
 
 def _to_host(value):

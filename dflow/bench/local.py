@@ -1,0 +1,231 @@
+"""``dflow bench --local``: single-process training throughput on the CPU.
+
+Measures the CIFAR-10 tutorial CNN (24x24x3, SGD) at the first seed's batch
+sizes (1, 10, 50, 100, 200, 400): warm-up steps, then the mean images/sec of
+the timed steps. Reported side by side in the same run:
+
+- the engine's overhead: ``Session.run`` against calling the same kernels by
+  hand, in the same order, with a plain dict (no scheduling, no freeing);
+- PyTorch on the CPU with the same model and batch, when torch is installed;
+- peak memory of a training step (resident-set growth in a fresh process, and
+  the executor's peak of live tensor bytes) at the largest batch.
+
+Every measurement runs in a fresh process, so one does not inherit another's
+memory or threads.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import time
+
+import numpy
+
+__all__ = ["run", "BATCH_SIZES"]
+
+BATCH_SIZES = (1, 10, 50, 100, 200, 400)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _synthetic_batch(batch_size: int, seed: int = 0):
+    rng = numpy.random.default_rng(seed)
+    images = rng.standard_normal((batch_size, 24, 24, 3)).astype(numpy.float32)
+    labels = rng.integers(0, 10, batch_size).astype(numpy.int32)
+    return images, labels
+
+
+def _build_dflow_step(batch_size: int, data_format: str):
+    import dflow as tf
+    from dflow.models import cifar10
+
+    graph = tf.Graph()
+    with graph.as_default():
+        images = tf.placeholder(tf.float32, [batch_size, 24, 24, 3], name="images")
+        labels = tf.placeholder(tf.int32, [batch_size], name="labels")
+        loss = cifar10.loss(cifar10.inference(images, data_format=data_format), labels)
+        train_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = tf.global_variables_initializer()
+    sess = tf.Session(graph=graph)
+    sess.run(init)
+    return sess, train_op, images, labels
+
+
+def _time_steps(step, warmup: int, steps: int) -> list[float]:
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def measure_dflow(batch_size: int, warmup: int, steps: int, data_format: str = "NHWC",
+                  by_hand: bool = False) -> dict:
+    """images/sec of dflow's training step (or of its kernels called by hand)."""
+    sess, train_op, images, labels = _build_dflow_step(batch_size, data_format)
+    x, y = _synthetic_batch(batch_size)
+    feeds = {images: x, labels: y}
+    rss_before = _rss_bytes()  # before the first step: freed memory often stays resident
+    if by_hand:
+        step = _kernels_by_hand(sess, train_op, feeds)
+    else:
+        step = lambda: sess.run(train_op, feeds)  # noqa: E731
+    times = _time_steps(step, warmup, steps)
+    result = _summary("dflow-by-hand" if by_hand else "dflow", batch_size, times)
+    result["step_memory_bytes"] = max(0, _peak_rss_bytes() - rss_before)
+    if not by_hand:
+        result["live_tensor_peak_bytes"] = sess.last_run_stats.peak_bytes
+    return result
+
+
+def _kernels_by_hand(sess, train_op, feeds):
+    """The session's own plan, run as a flat loop: every kernel, same order, nothing else."""
+    import array_api_compat.numpy as xp
+
+    from dflow.runtime.executor import run_op
+
+    sess.run(train_op, feeds)
+    plan = next(iter(sess._plans.values()))
+    nodes = [plan.nodes[name] for name in sess.last_run_stats.order]
+    fed = {t.name: numpy.asarray(v) for t, v in feeds.items()}
+
+    def step():
+        values = dict(fed)
+        for node in nodes:
+            outputs = run_op(node, [values[t] for t in node.inputs], sess.state, xp)
+            for i, value in enumerate(outputs):
+                values[f"{node.name}:{i}"] = value
+
+    return step
+
+
+def measure_torch(batch_size: int, warmup: int, steps: int) -> dict:
+    """images/sec of the same model and SGD step in PyTorch on the CPU."""
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1),
+        # torch's LRN divides alpha by the window size; TF's does not
+        nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
+        nn.Conv2d(64, 64, 5, padding=2), nn.ReLU(),
+        nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0), nn.MaxPool2d(3, 2, padding=1),
+        nn.Flatten(), nn.Linear(6 * 6 * 64, 384), nn.ReLU(), nn.Linear(384, 192), nn.ReLU(),
+        nn.Linear(192, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _synthetic_batch(batch_size)
+    images = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    labels = torch.from_numpy(y).long()
+
+    def step():
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    rss_before = _rss_bytes()
+    times = _time_steps(step, warmup, steps)
+    result = _summary("pytorch", batch_size, times)
+    result["step_memory_bytes"] = max(0, _peak_rss_bytes() - rss_before)
+    result["torch_version"] = torch.__version__
+    return result
+
+
+def _summary(name: str, batch_size: int, times: list[float]) -> dict:
+    mean = sum(times) / len(times)
+    return {"framework": name, "batch_size": batch_size, "steps": len(times),
+            "step_seconds": times, "mean_step_seconds": mean, "images_per_sec": batch_size / mean}
+
+
+def _in_fresh_process(function, *args, **kwargs) -> dict:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(function, args, kwargs)
+
+
+def _torch_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def _steps_for(batch_size: int, steps: int) -> int:
+    # small batches are fast: time more steps so the mean is not noise
+    return max(steps, min(100, 2000 // batch_size))
+
+
+def run(batch_sizes=BATCH_SIZES, warmup: int = 10, steps: int = 20, compare_batch: int = 100,
+        memory_batch: int = 400, output: str | None = None, torch: bool | None = None,
+        echo=print) -> dict:
+    """Run the whole local benchmark; print a table and return (and write) the results."""
+    torch = _torch_available() if torch is None else torch
+    results = {"machine": machine_info(), "warmup_steps": warmup, "sweep": [], "compare": {}}
+    echo(f"CIFAR-10 tutorial CNN, SGD, synthetic data, NHWC; {warmup} warm-up steps, then timed")
+    echo(f"{'batch':>6} {'dflow img/s':>12} {'torch img/s':>12} {'ratio':>6}")
+    for batch in batch_sizes:
+        n = _steps_for(batch, steps)
+        ours = _in_fresh_process(measure_dflow, batch, warmup, n)
+        theirs = _in_fresh_process(measure_torch, batch, warmup, n) if torch else None
+        results["sweep"].append({"dflow": ours, "pytorch": theirs})
+        ratio = f"{ours['images_per_sec'] / theirs['images_per_sec']:.2f}" if theirs else "-"
+        torch_ips = f"{theirs['images_per_sec']:.1f}" if theirs else "n/a"
+        echo(f"{batch:>6} {ours['images_per_sec']:>12.1f} {torch_ips:>12} {ratio:>6}")
+    results["compare"] = _engine_overhead(compare_batch, warmup, _steps_for(compare_batch, steps), echo)
+    results["memory"] = _memory(memory_batch, warmup=2, steps=3, torch=torch, echo=echo)
+    if output:
+        with open(output, "w") as f:
+            json.dump(results, f, indent=1)
+        echo(f"results written to {output}")
+    return results
+
+
+def _engine_overhead(batch: int, warmup: int, steps: int, echo) -> dict:
+    # interleave the two so machine noise hits both alike
+    session, by_hand = [], []
+    for _ in range(2):
+        session.append(_in_fresh_process(measure_dflow, batch, warmup, steps))
+        by_hand.append(_in_fresh_process(measure_dflow, batch, warmup, steps, by_hand=True))
+    session_ips = max(r["images_per_sec"] for r in session)
+    hand_ips = max(r["images_per_sec"] for r in by_hand)
+    overhead = hand_ips / session_ips
+    echo(f"engine overhead at batch {batch}: Session.run {session_ips:.1f} img/s, "
+         f"kernels by hand {hand_ips:.1f} img/s -> {overhead:.3f}x (target <= 1.05x)")
+    return {"batch_size": batch, "session_images_per_sec": session_ips,
+            "by_hand_images_per_sec": hand_ips, "overhead": overhead}
+
+
+def _memory(batch: int, warmup: int, steps: int, torch: bool, echo) -> dict:
+    ours = _in_fresh_process(measure_dflow, batch, warmup, steps)
+    theirs = _in_fresh_process(measure_torch, batch, warmup, steps) if torch else None
+    mb = 1 / 2**20
+    line = (f"peak memory of a training step at batch {batch}: dflow "
+            f"{ours['step_memory_bytes'] * mb:.0f} MB (live tensors {ours['live_tensor_peak_bytes'] * mb:.0f} MB)")
+    if theirs:
+        line += f", PyTorch {theirs['step_memory_bytes'] * mb:.0f} MB"
+    echo(line)
+    return {"batch_size": batch, "dflow": ours, "pytorch": theirs}
+
+
+def machine_info() -> dict:
+    import dask
+    import numpy as np
+
+    import dflow
+
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "numpy": np.__version__, "dask": dask.__version__,
+            "dflow": dflow.__version__}
