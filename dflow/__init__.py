@@ -12,42 +12,137 @@
 
 __version__ = "0.1.0"
 
-from . import dtypes, errors
+from . import (
+    dtypes,
+    errors,
+    nn,  # noqa: E402,I001 - after the core ops it builds on
+    train,  # noqa: E402,I001
+)
 from .autodiff import gradients
 from .dtypes import (
-    DType, as_dtype, bool, float16, float32, float64, int8, int16, int32, int64, uint8,
+    DType,
+    as_dtype,
+    bool,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
 )
 from .graph import (
-    Graph, GraphKeys, Operation, Tensor, TensorShape, add_to_collection, control_dependencies,
-    convert_to_tensor, device, get_collection, get_default_graph, name_scope, reset_default_graph,
+    Graph,
+    GraphKeys,
+    Operation,
+    Tensor,
+    TensorShape,
+    add_to_collection,
+    control_dependencies,
+    convert_to_tensor,
+    device,
+    get_collection,
+    get_default_graph,
+    name_scope,
+    reset_default_graph,
 )
+from .graph_io import import_graph_def
 from .ops.array_ops import (
-    broadcast_to, concat, constant, expand_dims, fill, identity, no_op, one_hot, ones, ones_like,
-    pad, placeholder, rank, reshape, shape, size, split, squeeze, stack, stop_gradient,
-    strided_slice, tile, transpose, unstack, zeros, zeros_like,
+    broadcast_to,
+    concat,
+    constant,
+    expand_dims,
+    fill,
+    identity,
+    no_op,
+    one_hot,
+    ones,
+    ones_like,
+    pad,
+    placeholder,
+    rank,
+    reshape,
+    shape,
+    size,
+    split,
+    squeeze,
+    stack,
+    stop_gradient,
+    strided_slice,
+    tile,
+    transpose,
+    unstack,
+    zeros,
+    zeros_like,
 )
 from .ops.array_ops import range_ as range
 from .ops.math_ops import (
-    abs, add, add_n, argmax, argmin, cast, divide, equal, exp, greater, greater_equal, less,
-    less_equal, log, logical_and, logical_not, logical_or, matmul, maximum, minimum, multiply,
-    negative, not_equal, pow, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum, rsqrt,
-    sigmoid, sign, sqrt, square, subtract, tanh, truediv, where,
+    abs,
+    add,
+    add_n,
+    argmax,
+    argmin,
+    cast,
+    divide,
+    equal,
+    exp,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    pow,
+    reduce_max,
+    reduce_mean,
+    reduce_min,
+    reduce_prod,
+    reduce_sum,
+    rsqrt,
+    sigmoid,
+    sign,
+    sqrt,
+    square,
+    subtract,
+    tanh,
+    truediv,
+    where,
 )
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
-from .graph_io import import_graph_def
 from .placement import DeviceSpec
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
 from .variables import (
-    AUTO_REUSE, Variable, constant_initializer, get_variable, get_variable_scope,
-    global_variables, global_variables_initializer, glorot_uniform_initializer, group,
-    initialize_all_variables, local_variables, local_variables_initializer, ones_initializer,
-    random_normal_initializer, random_uniform_initializer, report_uninitialized_variables,
-    trainable_variables, truncated_normal_initializer, variable_scope, variables_initializer,
+    AUTO_REUSE,
+    Variable,
+    constant_initializer,
+    get_variable,
+    get_variable_scope,
+    global_variables,
+    global_variables_initializer,
+    glorot_uniform_initializer,
+    group,
+    initialize_all_variables,
+    local_variables,
+    local_variables_initializer,
+    ones_initializer,
+    random_normal_initializer,
+    random_uniform_initializer,
+    report_uninitialized_variables,
+    trainable_variables,
+    truncated_normal_initializer,
+    variable_scope,
+    variables_initializer,
     zeros_initializer,
 )
-
-from . import nn  # noqa: E402,I001 - after the core ops it builds on
-from . import train  # noqa: E402,I001
 
 sub = subtract
 mul = multiply

@@ -8,7 +8,7 @@ the gradients of tensors that fan out to several consumers.
 
 from __future__ import annotations
 
-from .graph import Tensor, convert_to_tensor, get_default_graph
+from .graph import Tensor, convert_to_tensor
 from .ops.array_ops import ones_like
 from .ops.math_ops import add_n
 

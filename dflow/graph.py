@@ -20,17 +20,20 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import networkx as nx
 
 from . import dtypes
 from .ops.registry import ShapeError, Spec, get_opdef
+from .ops.shape_rules import fmt
 from .placement import DeviceSpec
 
 __all__ = [
     "Graph", "Operation", "Tensor", "TensorShape", "GraphKeys", "get_default_graph",
-    "reset_default_graph", "get_collection", "add_to_collection", "name_scope", "control_dependencies", "device",
+    "reset_default_graph", "get_collection", "add_to_collection", "name_scope",
+    "control_dependencies", "device",
     "convert_to_tensor",
 ]
 
@@ -121,7 +124,7 @@ class TensorShape:
     def __repr__(self) -> str:
         if self.dims is None:
             return "TensorShape(None)"
-        return "(" + ", ".join("?" if d is None else str(d) for d in self.dims) + ("," if len(self.dims) == 1 else "") + ")"
+        return fmt(self.dims)
 
 
 def _math():

@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import dtypes
 from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph

@@ -3,9 +3,9 @@ symbolic gradient against float64 finite differences."""
 
 import numpy as np
 import pytest
+from gradcheck import check_gradients
 
 import dflow as tf
-from gradcheck import check_gradients
 
 rng = np.random.default_rng(42)
 

@@ -3,13 +3,13 @@
 import collections
 import threading
 
+import array_api_compat.numpy as xp
 import numpy as np
 import pytest
 
 import dflow as tf
 from dflow.runtime.executor import OpNode, execute, schedule
 from dflow.runtime.state import SessionState
-import array_api_compat.numpy as xp
 
 
 def test_listing1_linear_regression_runs_unchanged():
@@ -32,7 +32,7 @@ def test_listing1_linear_regression_runs_unchanged():
     N_EPOCHS = 5
     with tf.Session(graph=simple_graph) as sess:
         sess.run(tf.global_variables_initializer())
-        for i in range(N_EPOCHS):
+        for i in range(N_EPOCHS):  # noqa: B007 - the listing prints i after the loop
             total_loss = 0
             for x_, y_ in data:
                 _, l_value = sess.run([train, loss], feed_dict={x: x_, y: y_})

@@ -213,7 +213,8 @@ def _memory(batch: int, warmup: int, steps: int, torch: bool, echo) -> dict:
     theirs = _in_fresh_process(measure_torch, batch, warmup, steps) if torch else None
     mb = 1 / 2**20
     line = (f"peak memory of a training step at batch {batch}: dflow "
-            f"{ours['step_memory_bytes'] * mb:.0f} MB (live tensors {ours['live_tensor_peak_bytes'] * mb:.0f} MB)")
+            f"{ours['step_memory_bytes'] * mb:.0f} MB "
+            f"(live tensors {ours['live_tensor_peak_bytes'] * mb:.0f} MB)")
     if theirs:
         line += f", PyTorch {theirs['step_memory_bytes'] * mb:.0f} MB"
     echo(line)

@@ -23,7 +23,8 @@ Pixel values are float32 in [0, 1]; labels are int64 class indices.
 from __future__ import annotations
 
 import math
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -74,14 +75,16 @@ def resize_digits(images: np.ndarray, image_shape) -> np.ndarray:
     if len(image_shape) == 1:
         side = math.isqrt(image_shape[0])
         if side * side != image_shape[0]:
-            raise ValueError(f"a flat image shape must be a square number of pixels, got {image_shape}")
+            raise ValueError(f"a flat image shape must be a square number of pixels, "
+                             f"got {image_shape}")
         return resize_digits(images, (side, side, 1)).reshape(len(images), -1)
     if len(image_shape) != 3:
         raise ValueError(f"image_shape must be (H, W, C) or (H * W,), got {image_shape}")
     height, width, channels = image_shape
     factor = min(height, width) // _SOURCE_SIZE
     if factor < 1:
-        raise ValueError(f"images must be at least {_SOURCE_SIZE}x{_SOURCE_SIZE}, asked for {image_shape}")
+        raise ValueError(f"images must be at least {_SOURCE_SIZE}x{_SOURCE_SIZE}, "
+                         f"asked for {image_shape}")
     side = _SOURCE_SIZE * factor
     rows, cols = _bilinear_matrix(_SOURCE_SIZE, side), _bilinear_matrix(_SOURCE_SIZE, side)
     big = np.einsum("ih,nhw,jw->nij", rows, images, cols)
@@ -107,7 +110,7 @@ def _bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:
 def iterate_batches(images: np.ndarray, labels: np.ndarray, batch_size: int, seed: int = 0,
                     epochs: int | None = None, drop_remainder: bool = True
                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(images, labels)`` batches, reshuffled every epoch from ``seed``; forever if ``epochs`` is None.
+    """``(images, labels)`` batches, reshuffled each epoch from ``seed``; endless if no ``epochs``.
 
     With ``drop_remainder`` every batch has ``batch_size`` examples (the last,
     partial batch of an epoch is skipped), so a step always costs the same.

@@ -16,8 +16,8 @@ variable scopes, as the TF 1.x tutorials do; convolutional models take
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from . import cifar10, deep_mnist, linear_regression, mnist_dnn
 from .layout import DATA_FORMATS
@@ -58,22 +58,22 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in [
     ModelSpec("linear_regression", linear_regression.linear_regression, linear_regression.loss,
               input_shape=(), num_classes=None,
-              train_defaults={"optimizer": "sgd", "learning_rate": 0.01, "batch_size": 64,
-                              "steps": 300},
+              train_defaults=dict(dataset="line", optimizer="sgd", learning_rate=0.01,
+                                  batch_size=64, steps=300),
               description="y = x * w + b (the seed's Listing 1)"),
     ModelSpec("mnist_dnn", mnist_dnn.mnist_dnn, mnist_dnn.loss, input_shape=(784,), num_classes=10,
-              train_defaults={"optimizer": "adam", "learning_rate": 1e-3, "batch_size": 64,
-                              "steps": 600},
+              train_defaults=dict(dataset="digits", optimizer="adam", learning_rate=1e-3,
+                                  batch_size=64, steps=600),
               description="784-512-512-10 ReLU MLP (MPI-TensorFlow's MNIST-DNN)"),
     ModelSpec("deep_mnist", deep_mnist.deep_mnist, deep_mnist.loss, input_shape=(28, 28, 1),
               num_classes=10, convolutional=True, dropout=True,
-              train_defaults={"optimizer": "adam", "learning_rate": 1e-3, "batch_size": 50,
-                              "steps": 600, "keep_prob": 0.5},
+              train_defaults=dict(dataset="digits", optimizer="adam", learning_rate=1e-3,
+                                  batch_size=50, steps=600, keep_prob=0.5),
               description="TF's Deep MNIST for Experts CNN"),
     ModelSpec("cifar10", cifar10.inference, cifar10.loss, input_shape=(24, 24, 3), num_classes=10,
               convolutional=True,
-              train_defaults={"optimizer": "adam", "learning_rate": 1e-3, "batch_size": 64,
-                              "steps": 600},
+              train_defaults=dict(dataset="digits", optimizer="adam", learning_rate=1e-3,
+                                  batch_size=64, steps=600),
               description="TF's CIFAR-10 tutorial CNN"),
 ]}
 

@@ -52,7 +52,8 @@ def inference(images, data_format: str = "NHWC", num_classes: int = NUM_CLASSES)
         biases = tf.get_variable("biases", [192], initializer=tf.constant_initializer(0.1))
         local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
     with tf.variable_scope("softmax_linear") as scope:
-        weights = _variable_with_weight_decay("weights", [192, num_classes], stddev=1 / 192.0, wd=None)
+        weights = _variable_with_weight_decay("weights", [192, num_classes], stddev=1 / 192.0,
+                                              wd=None)
         biases = tf.get_variable("biases", [num_classes], initializer=tf.constant_initializer(0.0))
         return tf.add(tf.matmul(local4, weights), biases, name=scope.name)
 

@@ -29,7 +29,7 @@ NUM_CLASSES = 10
 
 
 def deep_mnist(images, keep_prob=None, data_format: str = "NHWC", num_classes: int = NUM_CLASSES):
-    """Logits ``[batch, num_classes]`` of NHWC images ``[batch, 28, 28, 1]`` (or flat ``[batch, 784]``).
+    """Logits ``[batch, num_classes]`` of NHWC images ``[batch, 28, 28, 1]`` (or ``[batch, 784]``).
 
     ``keep_prob`` (a float or a scalar placeholder, fed 0.5 to train and 1.0 to
     test) turns on dropout after the 1024-unit layer; None leaves it out.
@@ -56,7 +56,8 @@ def deep_mnist(images, keep_prob=None, data_format: str = "NHWC", num_classes: i
 
 
 def _weight(shape):
-    return tf.get_variable("weights", shape, initializer=tf.truncated_normal_initializer(stddev=0.1))
+    init = tf.truncated_normal_initializer(stddev=0.1)
+    return tf.get_variable("weights", shape, initializer=init)
 
 
 def _bias(shape):

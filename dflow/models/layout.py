@@ -17,7 +17,8 @@ DATA_FORMATS = ("NHWC", "NCHW")
 
 def check_data_format(data_format: str) -> str:
     if data_format not in DATA_FORMATS:
-        raise ValueError(f"data_format must be one of {', '.join(DATA_FORMATS)}, got {data_format!r}")
+        raise ValueError(f"data_format must be one of {', '.join(DATA_FORMATS)}, "
+                         f"got {data_format!r}")
     return data_format
 
 

@@ -267,7 +267,8 @@ def split(value, num_or_size_splits, axis=0, name="split") -> list[Tensor]:
     if isinstance(num_or_size_splits, int):
         dim = value.shape[axis]
         if dim is None or dim % num_or_size_splits:
-            raise ValueError(f"cannot split dim {axis} of {value.shape} into {num_or_size_splits} equal pieces")
+            raise ValueError(
+                f"cannot split dim {axis} of {value.shape} into {num_or_size_splits} equal pieces")
         sizes = [dim // num_or_size_splits] * num_or_size_splits
     else:
         sizes = [int(n) for n in num_or_size_splits]

@@ -362,7 +362,8 @@ def _arg(op_type, xp_name):
 
     def build(input, axis=None, name=None, dimension=None, output_type=dtypes.int64) -> Tensor:
         axis = dimension if axis is None else axis
-        return _out(op_type, [input], {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)}, name)
+        attrs = {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)}
+        return _out(op_type, [input], attrs, name)
 
     return build
 

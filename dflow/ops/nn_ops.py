@@ -19,8 +19,8 @@ from __future__ import annotations
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import conv_lowering as lowering
-from .array_ops import expand_dims, shape, shape_value, squeeze, stop_gradient
 from . import math_ops
+from .array_ops import expand_dims, shape, shape_value, squeeze, stop_gradient
 from .math_ops import exp, reduce_mean, reduce_sum, square
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, same_as_input

@@ -16,8 +16,9 @@ An op declares four things and nothing else knows about it:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["OpDef", "Spec", "ShapeError", "defop", "OP_DEFS", "get_opdef"]
 

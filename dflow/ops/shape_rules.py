@@ -9,7 +9,8 @@ from .registry import ShapeError, Spec
 def fmt(shape) -> str:
     if shape is None:
         return "<unknown>"
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    dims = ", ".join("?" if d is None else str(d) for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"
 
 
 def broadcast(a, b):

@@ -25,7 +25,7 @@ import numpy
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
 from ..placement import DeviceSpec
-from .devices import gpu_namespace, numpy_namespace
+from .devices import gpu_namespace, numpy_namespace, to_namespace
 from .executor import OpNode, RunStats, Schedule, execute, schedule
 from .state import SessionState
 
@@ -183,7 +183,8 @@ class Session:
                 array = numpy.asarray(value, dtype=tensor.dtype.as_numpy_dtype)
             except (TypeError, ValueError) as e:
                 raise InvalidArgumentError(
-                    f"cannot feed {type(value).__name__} to {tensor.name} ({tensor.dtype.name}): {e}") from None
+                    f"cannot feed {type(value).__name__} to {tensor.name} ({tensor.dtype.name}): {e}"
+                ) from None
             if not tensor.shape.is_compatible_with(array.shape):
                 raise InvalidArgumentError(
                     f"Cannot feed value of shape {array.shape} for tensor '{tensor.name}', "
@@ -226,7 +227,7 @@ def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
 
 
 def _to_host(value):
-    array = numpy.asarray(value.get() if hasattr(value, "get") and not isinstance(value, numpy.ndarray) else value)
+    array = numpy.asarray(to_namespace(value, numpy_namespace))
     return array[()] if array.ndim == 0 else array
 
 

@@ -34,17 +34,21 @@ __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOp
 
 
 # ---- update ops ----------------------------------------------------------------------
-def _apply_infer(inputs, **_):
-    """Output: the variable's new value. The gradient (last input) must fit the variable."""
-    var, grad = inputs[0], inputs[-1]
-    if var.shape is not None and grad.shape is not None and not (
-            len(var.shape) == len(grad.shape) and all(
-                a is None or b is None or a == b for a, b in zip(var.shape, grad.shape))):
-        raise ShapeError(f"gradient of shape {fmt(grad.shape)} does not fit "
-                         f"variable of shape {fmt(var.shape)}")
-    if grad.dtype != var.dtype:
-        raise ShapeError(f"gradient is {grad.dtype.name} but the variable is {var.dtype.name}")
-    return [Spec(var.shape, var.dtype)]
+def _apply_infer(grad_index):
+    """Output: the variable's new value. The gradient must fit the variable (input 0)."""
+
+    def infer(inputs, **_):
+        var, grad = inputs[0], inputs[grad_index]
+        if var.shape is not None and grad.shape is not None and not (
+                len(var.shape) == len(grad.shape) and all(
+                    a is None or b is None or a == b for a, b in zip(var.shape, grad.shape))):
+            raise ShapeError(f"gradient of shape {fmt(grad.shape)} does not fit "
+                             f"variable of shape {fmt(var.shape)}")
+        if grad.dtype != var.dtype:
+            raise ShapeError(f"gradient is {grad.dtype.name}, the variable {var.dtype.name}")
+        return [Spec(var.shape, var.dtype)]
+
+    return infer
 
 
 def _store(state, xp, ref, old, new):
@@ -77,9 +81,9 @@ def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
 
 
 # inputs in TF's order; the leading ones are references (shared names), the rest values
-defop("ApplyGradientDescent", _apply_infer, _gradient_descent, stateful=True)
-defop("ApplyMomentum", _apply_infer, _momentum, stateful=True)
-defop("ApplyAdam", _apply_infer, _adam, stateful=True)
+defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True)
+defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True)
+defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
 
 
 def _apply(op_type, inputs, attrs=None) -> Tensor:
