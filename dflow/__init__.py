@@ -87,6 +87,7 @@ from .ops.math_ops import (
     divide,
     equal,
     exp,
+    floor,
     greater,
     greater_equal,
     less,

@@ -206,3 +206,15 @@ def test_session_runs_from_another_thread():
     t.start()
     t.join()
     assert box == [8.0]
+
+
+def test_fetched_and_fed_arrays_do_not_alias_variables():
+    v = tf.Variable(np.zeros(3, np.float32))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        fetched = sess.run(v)
+        fetched += 1.0
+        fed = np.full(3, 5.0, np.float32)
+        v.load(fed, sess)
+        fed[:] = 0.0
+        np.testing.assert_array_equal(sess.run(v), [5.0, 5.0, 5.0])

@@ -17,7 +17,7 @@ __all__ = [
     "square", "sqrt", "rsqrt", "exp", "log", "abs", "sign", "sigmoid", "tanh", "matmul",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
     "cast", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "add_n",
-    "sum_to_shape", "logical_and", "logical_or", "logical_not", "where",
+    "sum_to_shape", "logical_and", "logical_or", "logical_not", "where", "floor",
 ]
 
 
@@ -172,6 +172,7 @@ sigmoid = _unary("Sigmoid", lambda xp, x: 1.0 / (1.0 + xp.exp(-x)),
 tanh = _unary("Tanh", lambda xp, x: xp.tanh(x),
               lambda op, g: [g * (1.0 - square(op.outputs[0]))], _float_infer)
 logical_not = _unary("LogicalNot", lambda xp, x: xp.logical_not(x))
+floor = _unary("Floor", lambda xp, x: xp.floor(x), lambda op, g: [None])
 
 
 # ---- where / cast / add_n ------------------------------------------------------

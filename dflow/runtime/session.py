@@ -180,7 +180,8 @@ class Session:
             if isinstance(tensor, Operation):
                 raise TypeError(f"cannot feed operation {tensor.name}; feed one of its output tensors")
             try:
-                array = numpy.asarray(value, dtype=tensor.dtype.as_numpy_dtype)
+                # a copy, so that an assign from a feed does not alias the caller's array
+                array = numpy.array(value, dtype=tensor.dtype.as_numpy_dtype, copy=True)
             except (TypeError, ValueError) as e:
                 raise InvalidArgumentError(
                     f"cannot feed {type(value).__name__} to {tensor.name} ({tensor.dtype.name}): {e}"
@@ -227,7 +228,8 @@ def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
 
 
 def _to_host(value):
-    array = numpy.asarray(to_namespace(value, numpy_namespace))
+    # a copy: the caller may change what it fetched, and a variable's value must not follow
+    array = numpy.array(to_namespace(value, numpy_namespace), copy=True)
     return array[()] if array.ndim == 0 else array
 
 

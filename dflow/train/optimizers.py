@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import dtypes
 from ..autodiff import gradients
 from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph, name_scope
 from ..ops import array_ops, math_ops, state_ops
@@ -376,12 +375,7 @@ def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, stair
         exponent = math_ops.divide(math_ops.cast(global_step, lr.dtype),
                                    math_ops.cast(decay_steps, lr.dtype))
         if staircase:
-            exponent = _floor(exponent)
+            exponent = math_ops.floor(exponent)
         return math_ops.multiply(lr, math_ops.pow(math_ops.cast(decay_rate, lr.dtype), exponent),
                                  name=scope)
 
-
-def _floor(x: Tensor) -> Tensor:
-    # math_ops has no Floor op yet: truncate through int64, then step down where x < trunc(x)
-    truncated = math_ops.cast(math_ops.cast(x, dtypes.int64), x.dtype)
-    return truncated - math_ops.cast(math_ops.greater(truncated, x), x.dtype)
