@@ -179,10 +179,16 @@ def test_float32_stays_float32(op_type, attrs, inputs, layout, expected):
         np.testing.assert_allclose(o, e, rtol=1e-4, atol=1e-5)
 
 
-def test_batch_pieces_give_the_same_result(monkeypatch):
-    x, w, dy = rng_inputs((5, 6, 6, 3), (3, 3, 3, 4), (5, 6, 6, 4))
-    conv = dict(strides=[1, 1, 1, 1], padding="SAME", data_format="NHWC", dilations=[1, 1, 1, 1])
-    pool = dict(ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME", data_format="NHWC")
+@pytest.mark.parametrize("setting, value", [
+    ("BATCH_PIECE", 2), ("CHANNEL_MAJOR_BELOW", 0), ("CHANNEL_MAJOR_BELOW", 100)])
+@pytest.mark.parametrize("channels, stride, padding", [(3, 1, "SAME"), (9, 2, "VALID")])
+def test_lowering_variants_give_the_same_result(monkeypatch, setting, value, channels, stride, padding):
+    """Batch pieces and both patch orders ((i, j, c) and channel-major) agree."""
+    x, w = rng_inputs((5, 7, 6, channels), (3, 2, channels, 4))
+    four = [1, stride, stride, 1]
+    conv = dict(strides=four, padding=padding, data_format="NHWC", dilations=[1, 1, 1, 1])
+    pool = dict(ksize=[1, 3, 3, 1], strides=four, padding=padding, data_format="NHWC")
+    dy = rng_inputs(run_kernel(xp_numpy, "Conv2D", x, w, **conv).shape)[0]
 
     def everything():
         y = run_kernel(xp_numpy, "MaxPool", x, **pool)
@@ -190,11 +196,12 @@ def test_batch_pieces_give_the_same_result(monkeypatch):
                 run_kernel(xp_numpy, "Conv2DBackpropInput", np.array(x.shape), w, dy, **conv),
                 run_kernel(xp_numpy, "Conv2DBackpropFilter", x, np.array(w.shape), dy, **conv),
                 y, run_kernel(xp_numpy, "MaxPoolGrad", x, y, y * 2, **pool),
+                run_kernel(xp_numpy, "AvgPoolGrad", np.array(x.shape), y, **pool),
                 run_kernel(xp_numpy, "AvgPool", x, **pool)]
 
-    whole = everything()
-    monkeypatch.setattr(conv_lowering, "BATCH_PIECE", 2)
-    for a, b in zip(whole, everything()):
+    default = everything()
+    monkeypatch.setattr(conv_lowering, setting, value)
+    for a, b in zip(default, everything()):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -326,7 +333,8 @@ def test_conv2d_static_shape(data_format, padding, stride, expected):
         shape = [None, 24, 24, 3] if data_format == "NHWC" else [None, 3, 24, 24]
         x = tf.placeholder(tf.float32, shape)
         strides = [1, stride, stride, 1] if data_format == "NHWC" else [1, 1, stride, stride]
-        y = tf.nn.conv2d(x, tf.constant(np.zeros((5, 5, 3, 8)), tf.float32), strides, padding, data_format=data_format)
+        w = tf.constant(np.zeros((5, 5, 3, 8)), tf.float32)
+        y = tf.nn.conv2d(x, w, strides, padding, data_format=data_format)
         assert y.shape.dims == expected
 
 
