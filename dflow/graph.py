@@ -239,6 +239,16 @@ class Tensor(_Operators):
     def get_shape(self) -> TensorShape:
         return self.shape
 
+    def set_shape(self, shape) -> None:
+        """Refine the static shape with what the caller knows (it must agree with what is known)."""
+        new = TensorShape(shape)
+        if not self.shape.is_compatible_with(new):
+            raise ValueError(f"{self.name} has shape {self.shape}, which cannot be set to {new}")
+        if self._shape is None:
+            self._shape = new.dims
+        elif new.dims is not None:
+            self._shape = tuple(a if a is not None else b for a, b in zip(self._shape, new.dims))
+
     @property
     def spec(self) -> Spec:
         return Spec(self._shape, self.dtype, self._const_value)

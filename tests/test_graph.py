@@ -177,3 +177,11 @@ def test_dot_export_lists_ops_and_edges():
     tf.identity(a, name="b")
     dot = tf.get_default_graph().to_dot()
     assert dot.startswith("digraph dflow {") and '"a" -> "b"' in dot
+
+
+def test_set_shape_refines_and_refuses_contradictions():
+    x = tf.placeholder(tf.float32, [None, 3])
+    x.set_shape([8, None])
+    assert x.shape == (8, 3)
+    with pytest.raises(ValueError, match=r"cannot be set"):
+        x.set_shape([8, 4])
