@@ -99,7 +99,7 @@ def _kernels_by_hand(sess, train_op, feeds):
     from dflow.runtime.executor import run_op
 
     sess.run(train_op, feeds)
-    plan = next(iter(sess._plans.values()))
+    plan = list(sess._plans.values())[-1]  # the train step, planned by the run just above
     nodes = [plan.nodes[name] for name in sess.last_run_stats.order]
     fed = {t.name: numpy.asarray(v) for t, v in feeds.items()}
 
