@@ -71,9 +71,8 @@ def loss(logits, labels):
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=labels, logits=logits, name="cross_entropy_per_example")
     cross_entropy_mean = tf.reduce_mean(cross_entropy, name="cross_entropy")
-    graph = tf.get_default_graph()
-    graph.add_to_collection(LOSSES, cross_entropy_mean)
-    return tf.add_n(graph.get_collection(LOSSES), name="total_loss")
+    tf.add_to_collection(LOSSES, cross_entropy_mean)
+    return tf.add_n(tf.get_collection(LOSSES), name="total_loss")
 
 
 def _variable_with_weight_decay(name, shape, stddev, wd):
@@ -81,7 +80,7 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
     var = tf.get_variable(name, shape, initializer=tf.truncated_normal_initializer(stddev=stddev))
     if wd is not None:
         weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name="weight_loss")
-        tf.get_default_graph().add_to_collection(LOSSES, weight_decay)
+        tf.add_to_collection(LOSSES, weight_decay)
     return var
 
 

@@ -1,0 +1,300 @@
+"""The ``dflow`` command line: ``dflow train`` (``dflow bench`` and ``dflow data`` come later).
+
+Each subcommand is one entry of :data:`COMMANDS`: a function adding its
+arguments to an ``argparse`` parser, and a function running it.
+
+    $ dflow train --model deep_mnist --dataset digits
+    training deep_mnist on digits: 1437 train / 360 test images of 28x28x1, ...
+    step 20/600  loss 1.9071  images/sec 231.2  (eta 0:02:05)
+    ...
+    test accuracy: 0.9861 (360 images)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["main", "COMMANDS", "OPTIMIZERS", "DATASETS"]
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+DATASETS = {"digits": "scikit-learn's 1,797 handwritten 8x8 digits, resized to the model's input",
+            "line": "y = 3x + N(0, 1), the data of the seed's Listing 1 (linear_regression only)"}
+_LATER_DATASETS = ("cifar10", "mnist", "imagenet")
+_LINE_EXAMPLES, _LINE_TEST = 1000, 200
+_EVAL_BATCH = 500
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``dflow`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return COMMANDS[args.command].run(args, parser) or 0
+
+
+class Command(NamedTuple):
+    help: str
+    add_arguments: Callable
+    run: Callable
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dflow", description="dflow: TF 1.x-style graphs on Dask")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        command.add_arguments(subparsers.add_parser(name, help=command.help,
+                                                    description=command.help))
+    return parser
+
+
+# ---- dflow train -------------------------------------------------------------------------------
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    from .models import DATA_FORMATS, MODELS
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "models (and their defaults):\n" + "\n".join(
+        f"  {spec.name:<18} {spec.description}\n  {'':<18} "
+        + ", ".join(f"{k} {v}" for k, v in spec.train_defaults.items())
+        for spec in MODELS.values())
+    p.add_argument("--model", required=True, choices=list(MODELS))
+    p.add_argument("--dataset", default=None,
+                   help="digits (default; linear_regression uses 'line', synthetic y = 3x + noise)")
+    p.add_argument("--batch_size", type=int, help="examples per step (default: per model)")
+    steps = p.add_mutually_exclusive_group()
+    steps.add_argument("--steps", type=int, help="training steps (default: per model)")
+    steps.add_argument("--epochs", type=float, help="passes over the training set, instead of --steps")
+    p.add_argument("--learning_rate", type=float, help="default: per model (adam 1e-3)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, help="default: per model")
+    p.add_argument("--momentum", type=float, default=0.9, help="for --optimizer momentum")
+    p.add_argument("--keep_prob", type=float, help="dropout keep probability (deep_mnist: 0.5)")
+    p.add_argument("--data_format", choices=DATA_FORMATS, default="NHWC",
+                   help="layout the convolutions compute in (NCHW suits GPUs)")
+    p.add_argument("--seed", type=int, default=0, help="seeds initial weights, shuffling, dropout")
+    p.add_argument("--log_every", type=int, default=20, help="steps between progress lines")
+    p.add_argument("--checkpoint_dir", help="save checkpoints here; resume from the latest one")
+    p.add_argument("--checkpoint_every", type=int, default=100,
+                   help="steps between checkpoints (with --checkpoint_dir)")
+
+
+class TrainingData(NamedTuple):
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+
+
+def _settings(args, parser, spec) -> dict:
+    """The run's settings: the command line where given, else the model's defaults."""
+    settings = dict(spec.train_defaults)
+    for key in ("dataset", "batch_size", "learning_rate", "optimizer", "keep_prob"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    dataset = settings["dataset"]
+    if dataset not in DATASETS:
+        later = (f"; prepared Zarr datasets ({', '.join(_LATER_DATASETS)}) will come with "
+                 "`dflow data prepare` in a later version")
+        parser.error(f"dataset {dataset!r} is not available in this version: only 'digits' is "
+                     f"(and 'line', the synthetic data of linear_regression){later}")
+    if dataset != spec.train_defaults["dataset"]:
+        parser.error(f"model {spec.name} trains on the {spec.train_defaults['dataset']!r} "
+                     f"dataset, not {dataset!r}")
+    _check_numbers(args, parser, settings)
+    return settings
+
+
+def _check_numbers(args, parser, settings) -> None:
+    for key in ("batch_size", "log_every", "checkpoint_every"):
+        value = settings[key] if key in settings else getattr(args, key)
+        if value < 1:
+            parser.error(f"--{key} must be at least 1, got {value}")
+    if settings["learning_rate"] <= 0:
+        parser.error(f"--learning_rate must be positive, got {settings['learning_rate']}")
+    if "keep_prob" in settings and not 0 < settings["keep_prob"] <= 1:
+        parser.error(f"--keep_prob must be in (0, 1], got {settings['keep_prob']}")
+
+
+def _load(dataset: str, spec) -> TrainingData:
+    """The dataset, with the test split fixed (seed 0) whatever the training seed."""
+    if dataset == "line":
+        from .models.linear_regression import make_line_data
+
+        x, y = make_line_data(_LINE_EXAMPLES, seed=0)
+        return TrainingData(x[_LINE_TEST:], y[_LINE_TEST:], x[:_LINE_TEST], y[:_LINE_TEST])
+    from .data import load_digits
+
+    return TrainingData(*load_digits(spec.input_shape, seed=0))
+
+
+def _steps(args, parser, settings, n_train: int) -> int:
+    if settings["batch_size"] > n_train:
+        parser.error(f"--batch_size {settings['batch_size']} is larger than the {n_train} "
+                     "training examples")
+    if args.epochs is not None:
+        if args.epochs <= 0:
+            parser.error(f"--epochs must be positive, got {args.epochs}")
+        return max(1, math.ceil(args.epochs * (n_train // settings["batch_size"])))
+    steps = args.steps if args.steps is not None else settings["steps"]
+    if steps < 1:
+        parser.error(f"--steps must be at least 1, got {steps}")
+    return steps
+
+
+def _optimizer(tf, name: str, learning_rate: float, momentum: float):
+    if name == "sgd":
+        return tf.train.GradientDescentOptimizer(learning_rate)
+    if name == "momentum":
+        return tf.train.MomentumOptimizer(learning_rate, momentum)
+    return tf.train.AdamOptimizer(learning_rate)
+
+
+class TrainingGraph(NamedTuple):
+    inputs: object
+    targets: object
+    keep_prob: object
+    outputs: object
+    loss: object
+    train_op: object
+    global_step: object
+    metric: object  # per batch: correct predictions (classifiers) or summed squared error
+
+
+def _build(tf, spec, settings, args) -> TrainingGraph:
+    classifier = spec.num_classes is not None
+    inputs = tf.placeholder(tf.float32, [None, *spec.input_shape], name="inputs")
+    targets = tf.placeholder(tf.int64 if classifier else tf.float32, [None], name="targets")
+    keep_prob = tf.placeholder(tf.float32, [], name="keep_prob") if spec.dropout else None
+    outputs = spec(inputs, data_format=args.data_format, keep_prob=keep_prob)
+    loss = spec.loss(outputs, targets)
+    global_step = tf.train.get_or_create_global_step()
+    optimizer = _optimizer(tf, settings["optimizer"], settings["learning_rate"], args.momentum)
+    train_op = optimizer.minimize(loss, global_step=global_step)
+    if classifier:
+        metric = tf.reduce_sum(tf.cast(tf.nn.in_top_k(outputs, targets, 1), tf.int32))
+    else:
+        metric = tf.reduce_sum(tf.square(outputs - targets))
+    return TrainingGraph(inputs, targets, keep_prob, outputs, loss, train_op, global_step, metric)
+
+
+def run_train(args, parser) -> int:
+    """``dflow train``: train a model, printing progress, then evaluate it on the test split."""
+    import dflow as tf
+
+    from .data import iterate_batches
+    from .models import get_model
+
+    spec = get_model(args.model)
+    settings = _settings(args, parser, spec)
+    data = _load(settings["dataset"], spec)
+    steps = _steps(args, parser, settings, len(data.train_x))
+    _describe(spec, settings, data, steps, args)
+    graph = tf.Graph()
+    with graph.as_default():
+        graph.seed = args.seed  # TF 1.x: tf.set_random_seed(seed)
+        g = _build(tf, spec, settings, args)
+        saver = tf.train.Saver() if args.checkpoint_dir else None
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            start = _restore(tf, saver, sess, args.checkpoint_dir, g.global_step)
+            batches = iterate_batches(data.train_x, data.train_y, settings["batch_size"],
+                                      seed=args.seed + start)
+            try:
+                _train_loop(sess, g, batches, start, steps, settings, args, saver)
+            except FloatingPointError as e:
+                print(f"dflow train: error: {e}", file=sys.stderr)
+                return 1
+            _report(sess, g, spec, data)
+    return 0
+
+
+def _describe(spec, settings, data, steps, args) -> None:
+    shape = "x".join(str(d) for d in spec.input_shape) or "scalar"
+    layout = f", {args.data_format}" if spec.convolutional else ""
+    print(f"training {spec.name} on {settings['dataset']}: {len(data.train_x)} train / "
+          f"{len(data.test_x)} test examples of {shape}; {settings['optimizer']} "
+          f"lr {settings['learning_rate']:g}, batch {settings['batch_size']}, {steps} steps{layout}",
+          flush=True)
+
+
+def _restore(tf, saver, sess, checkpoint_dir, global_step) -> int:
+    """The step to start from: the latest checkpoint's, or 0."""
+    if saver is None:
+        return 0
+    latest = tf.train.latest_checkpoint(checkpoint_dir)
+    if latest is None:
+        return 0
+    saver.restore(sess, latest)
+    step = int(sess.run(global_step))
+    print(f"restored {latest} (step {step})", flush=True)
+    return step
+
+
+def _train_loop(sess, g, batches, start, steps, settings, args, saver) -> None:
+    batch_size = settings["batch_size"]
+    begin = last = time.perf_counter()
+    losses = []
+    for step in range(start + 1, steps + 1):
+        x, y = next(batches)
+        feed = {g.inputs: x, g.targets: y}
+        if g.keep_prob is not None:
+            feed[g.keep_prob] = settings["keep_prob"]
+        _, loss = sess.run([g.train_op, g.loss], feed)
+        losses.append(float(loss))
+        if not math.isfinite(losses[-1]):
+            raise FloatingPointError(f"the loss is {losses[-1]} at step {step}; "
+                                     "try a lower --learning_rate")
+        if step % args.log_every == 0 or step == steps:
+            now = time.perf_counter()
+            rate = len(losses) * batch_size / (now - last)
+            eta = (now - begin) / (step - start) * (steps - step)
+            print(f"step {step}/{steps}  loss {np.mean(losses):.4f}  images/sec {rate:.1f}  "
+                  f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
+            last, losses = now, []
+        if saver is not None and (step % args.checkpoint_every == 0 or step == steps):
+            _save(saver, sess, args.checkpoint_dir, step)
+    elapsed = time.perf_counter() - begin
+    if steps > start:
+        print(f"trained {steps - start} steps in {datetime.timedelta(seconds=round(elapsed))} "
+              f"({(steps - start) * batch_size / elapsed:.1f} images/sec)", flush=True)
+
+
+def _save(saver, sess, checkpoint_dir: str, step: int) -> None:
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    saver.save(sess, os.path.join(checkpoint_dir, "model.ckpt"), global_step=step)
+
+
+def _report(sess, g, spec, data) -> None:
+    total = 0.0
+    for begin in range(0, len(data.test_x), _EVAL_BATCH):
+        feed = {g.inputs: data.test_x[begin:begin + _EVAL_BATCH],
+                g.targets: data.test_y[begin:begin + _EVAL_BATCH]}
+        if g.keep_prob is not None:
+            feed[g.keep_prob] = 1.0
+        total += float(sess.run(g.metric, feed))
+    n = len(data.test_x)
+    if spec.num_classes is not None:
+        print(f"test accuracy: {total / n:.4f} ({n} images)", flush=True)
+        return
+    weight, bias = (float(sess.run(v)) for v in sess.graph.get_collection("trainable_variables"))
+    print(f"learned weight {weight:.4f}  bias {bias:.4f}  (data: y = 3x + N(0, 1))")
+    print(f"test mse: {total / n:.4f} ({n} examples)", flush=True)
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command("train a model on a dataset, then report its test accuracy",
+                     _add_train_arguments, run_train),
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The ``dflow`` command line: ``dflow train`` as a user runs it, and its errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from dflow.cli import main
+from dflow.models import MODELS
+
+PROGRESS = re.compile(r"^step (\d+)/(\d+)  loss \d+\.\d{4}  images/sec \d+\.\d  "
+                      r"\(eta \d+:\d\d:\d\d\)$")
+ACCURACY = re.compile(r"^test accuracy: (\d\.\d{4}) \((\d+) images\)$")
+
+
+def dflow(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dflow", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_train_prints_progress_and_test_accuracy():
+    result = dflow("train", "--model", "mnist_dnn", "--dataset", "digits", "--steps", "30",
+                   "--log_every", "10", "--batch_size", "32")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("training mnist_dnn on digits: 1437 train / 360 test")
+    progress = [PROGRESS.match(line) for line in lines if line.startswith("step ")]
+    assert [(m.group(1), m.group(2)) for m in progress] == [("10", "30"), ("20", "30"),
+                                                            ("30", "30")]
+    accuracy = ACCURACY.match(lines[-1])
+    assert accuracy, lines[-1]
+    assert accuracy.group(2) == "360" and float(accuracy.group(1)) > 0.3  # chance is 0.1
+
+
+def test_unknown_model_exits_2_and_lists_the_choices():
+    result = dflow("train", "--model", "resnet9000")
+    assert result.returncode == 2
+    assert "invalid choice: 'resnet9000'" in result.stderr
+    for name in MODELS:
+        assert name in result.stderr
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "imagenet", "mnist"])
+def test_datasets_other_than_digits_point_to_data_prepare(dataset, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--model", "deep_mnist", "--dataset", dataset])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"dataset {dataset!r} is not available in this version: only 'digits'" in err
+    assert "dflow data prepare" in err
+
+
+def test_bad_numbers_are_refused(capsys):
+    for args, what in [(["--steps", "0"], "--steps"), (["--batch_size", "0"], "--batch_size"),
+                       (["--learning_rate", "-1"], "--learning_rate"),
+                       (["--batch_size", "5000"], "--batch_size")]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["train", "--model", "mnist_dnn", *args])
+        assert exit_.value.code == 2, args
+        assert what in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "train" in capsys.readouterr().out
+
+
+def test_linear_regression_learns_the_weight(capsys):
+    assert main(["train", "--model", "linear_regression", "--log_every", "100"]) == 0
+    out = capsys.readouterr().out
+    weight = float(re.search(r"learned weight (-?\d+\.\d+)", out).group(1))
+    assert weight == pytest.approx(3.0, abs=0.1)
+    assert re.search(r"^test mse: \d+\.\d{4} \(200 examples\)$", out, re.M)
+
+
+def test_epochs_set_the_number_of_steps(capsys):
+    assert main(["train", "--model", "mnist_dnn", "--epochs", "0.5", "--batch_size", "100",
+                 "--log_every", "1000"]) == 0
+    out = capsys.readouterr().out
+    # 1437 // 100 = 14 full batches per epoch; half an epoch is 7 steps
+    assert "step 7/7 " in out and "trained 7 steps" in out
+
+
+def test_training_resumes_from_the_latest_checkpoint(tmp_path, capsys):
+    args = ["train", "--model", "mnist_dnn", "--checkpoint_dir", str(tmp_path), "--log_every", "5",
+            "--checkpoint_every", "5", "--batch_size", "16"]
+    assert main([*args, "--steps", "10"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--steps", "15"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^restored .*model\.ckpt-10 \(step 10\)$", out, re.M)
+    assert "step 5/15" not in out and "step 15/15" in out and "trained 5 steps" in out
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_each_optimizer_trains_in_nchw(optimizer, capsys):
+    assert main(["train", "--model", "deep_mnist", "--optimizer", optimizer, "--steps", "2",
+                 "--batch_size", "8", "--data_format", "NCHW", "--learning_rate", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert f"{optimizer} lr 0.01, batch 8, 2 steps, NCHW" in out
+    assert ACCURACY.search(out.splitlines()[-1])
