@@ -1,4 +1,4 @@
-"""The ``dflow`` command line: ``dflow train`` (``dflow bench`` and ``dflow data`` come later).
+"""The ``dflow`` command line: ``dflow train``, ``dflow bench --local`` (``dflow data`` comes later).
 
 Each subcommand is one entry of :data:`COMMANDS`: a function adding its
 arguments to an ``argparse`` parser, and a function running it.
@@ -290,9 +290,33 @@ def _report(sess, g, spec, data) -> None:
     print(f"test mse: {total / n:.4f} ({n} examples)", flush=True)
 
 
+# ---- dflow bench ---------------------------------------------------------------------------------
+def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--local", action="store_true", required=True,
+                   help="the single-process CPU benchmark (the distributed harness comes later)")
+    p.add_argument("--batch_sizes", type=lambda s: [int(b) for b in s.split(",")],
+                   default=[1, 10, 50, 100, 200, 400], help="comma-separated (default: the seed's sweep)")
+    p.add_argument("--num_warmup_batches", type=int, default=10)
+    p.add_argument("--num_batches", type=int, default=20,
+                   help="timed steps per batch size (more for small batches)")
+    p.add_argument("--no_torch", action="store_true", help="skip the PyTorch comparison")
+    p.add_argument("--output", help="write the results as JSON here")
+
+
+def run_bench(args, parser) -> int:
+    from .bench import local
+
+    local.run(args.batch_sizes, warmup=args.num_warmup_batches, steps=args.num_batches,
+              output=args.output, torch=False if args.no_torch else None,
+              echo=lambda line: print(line, flush=True))
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "train": Command("train a model on a dataset, then report its test accuracy",
                      _add_train_arguments, run_train),
+    "bench": Command("measure training throughput (images/sec) against references",
+                     _add_bench_arguments, run_bench),
 }
 
 
