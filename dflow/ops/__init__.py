@@ -1,0 +1,1 @@
+"""Ops: the registry and one module per family (math, array, state, nn)."""

@@ -1,0 +1,1 @@
+"""Running graphs: session, plan, executor, per-session state, device namespaces."""
