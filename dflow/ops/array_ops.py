@@ -522,7 +522,9 @@ def _slice_grad_infer(inputs, spec):
 
 def _slice_grad_kernel(xp, in_shape, g, spec):
     out = xp.zeros(tuple(int(d) for d in in_shape), dtype=g.dtype)
-    out[_decode_key(spec)] = g
+    # the array API does not take newaxis in an assignment: drop it, and g's unit axes
+    key = tuple(k for k in _decode_key(spec) if k is not None)
+    out[key] = xp.reshape(g, out[key].shape)
     return out
 
 
