@@ -46,6 +46,7 @@ from .graph import (
     get_default_graph,
     name_scope,
     reset_default_graph,
+    set_random_seed,
 )
 from .graph_io import import_graph_def
 from .ops.array_ops import (
@@ -61,6 +62,7 @@ from .ops.array_ops import (
     ones_like,
     pad,
     placeholder,
+    placeholder_with_default,
     rank,
     reshape,
     shape,

@@ -32,7 +32,7 @@ from .placement import DeviceSpec
 
 __all__ = [
     "Graph", "Operation", "Tensor", "TensorShape", "GraphKeys", "get_default_graph",
-    "reset_default_graph", "get_collection", "add_to_collection", "name_scope",
+    "reset_default_graph", "set_random_seed", "get_collection", "add_to_collection", "name_scope",
     "control_dependencies", "device",
     "convert_to_tensor",
 ]
@@ -537,6 +537,11 @@ def reset_default_graph() -> None:
     if _default_graph_stack.stack:
         raise AssertionError("reset_default_graph() called inside a `with graph.as_default()` block")
     _global_default_graph = Graph()
+
+
+def set_random_seed(seed: int | None) -> None:
+    """The graph-level seed: with it, every random op of the default graph is reproducible."""
+    get_default_graph().seed = seed
 
 
 def get_collection(key: str, scope: str | None = None) -> list:

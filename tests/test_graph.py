@@ -185,3 +185,13 @@ def test_set_shape_refines_and_refuses_contradictions():
     assert x.shape == (8, 3)
     with pytest.raises(ValueError, match=r"cannot be set"):
         x.set_shape([8, 4])
+
+
+def test_placeholder_with_default_and_graph_seed():
+    keep = tf.placeholder_with_default(1.0, [], name="keep_prob")
+    doubled = keep * 2.0
+    tf.set_random_seed(3)
+    noise = tf.random_normal([4])
+    with tf.Session() as s1, tf.Session() as s2:
+        assert s1.run(doubled) == 2.0 and s1.run(doubled, {keep: 0.5}) == 1.0
+        np.testing.assert_array_equal(s1.run(noise), s2.run(noise))

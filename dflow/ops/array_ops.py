@@ -10,7 +10,7 @@ from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
 
 __all__ = [
-    "constant", "placeholder", "identity", "stop_gradient", "no_op", "shape", "size", "rank",
+    "constant", "placeholder", "placeholder_with_default", "identity", "stop_gradient", "no_op", "shape", "size", "rank",
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
     "ones_like", "fill", "range_",
@@ -72,6 +72,19 @@ def placeholder(dtype, shape=None, name=None) -> Tensor:
     """A tensor fed at run time: ``x = tf.placeholder(tf.float32, [None, 784])``."""
     shape = None if shape is None else tuple(None if d is None or d == -1 else int(d) for d in shape)
     return _out("Placeholder", [], {"dtype": dtypes.as_dtype(dtype), "shape": shape}, name)
+
+
+def _with_default_infer(inputs, shape):
+    return [Spec(inputs[0].shape if shape is None else shape, inputs[0].dtype)]
+
+
+defop("PlaceholderWithDefault", _with_default_infer, lambda xp, x, shape: x, lambda op, g: [g])
+
+
+def placeholder_with_default(input, shape, name=None) -> Tensor:
+    """``input`` unless fed: ``keep_prob = tf.placeholder_with_default(1.0, [])``."""
+    shape = None if shape is None else tuple(None if d is None or d == -1 else int(d) for d in shape)
+    return _out("PlaceholderWithDefault", [input], {"shape": shape}, name)
 
 
 # ---- identity, no_op, stop_gradient ------------------------------------------
