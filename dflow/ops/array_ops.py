@@ -10,7 +10,8 @@ from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
 
 __all__ = [
-    "constant", "placeholder", "placeholder_with_default", "identity", "stop_gradient", "no_op", "shape", "size", "rank",
+    "constant", "placeholder", "placeholder_with_default", "identity", "stop_gradient", "no_op",
+    "shape", "size", "rank",
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
     "ones_like", "fill", "range_",
