@@ -500,7 +500,8 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
 
 # ---- losses -----------------------------------------------------------------------------------
 defop("L2Loss", lambda inputs: [Spec((), inputs[0].dtype)],
-      lambda xp, x: xp.sum(x * x) / 2, lambda op, g: [op.inputs[0] * g])
+      # halve before summing: 0-d float32 / 2 is float64 under NumPy 1.x's promotion rules
+      lambda xp, x: xp.sum(x * x * 0.5), lambda op, g: [op.inputs[0] * g])
 
 
 def l2_loss(t, name=None) -> Tensor:
