@@ -205,3 +205,22 @@ def test_fetched_and_fed_arrays_do_not_alias_variables():
         v.load(fed, sess)
         fed[:] = 0.0
         np.testing.assert_array_equal(sess.run(v), [5.0, 5.0, 5.0])
+
+
+def test_config_soft_placement_off_and_blas_threads():
+    with tf.device("/gpu:0"):
+        y = tf.constant(1.0) * 2.0
+    strict = tf.ConfigProto(allow_soft_placement=False)
+    from dflow.runtime.devices import gpu_namespace
+
+    if gpu_namespace() is None:
+        with tf.Session(config=strict) as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="no GPU"):
+                sess.run(y)
+    from threadpoolctl import threadpool_info
+
+    before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    with tf.Session(config=tf.ConfigProto(intra_op_parallelism_threads=1)) as sess:
+        assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
+        assert sess.run(y) == 2.0
+    assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy
+from threadpoolctl import threadpool_limits
 
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
@@ -35,12 +36,13 @@ log = logging.getLogger("dflow")
 
 @dataclass
 class ConfigProto:
-    """Session options; the TF 1.x names that mean something here."""
+    """Session options under TF 1.x's names. ``gpu_options`` and ``device_count`` are
+    accepted, so TF scripts run, and have no effect."""
 
     # 0: one thread. Measured on 2 cores (CIFAR-10 CNN, batch 100): 2 inter-op threads
     # beside 2 BLAS threads ran 15% slower than ops one at a time.
     inter_op_parallelism_threads: int = 0
-    intra_op_parallelism_threads: int = 0  # BLAS threads; 0 leaves BLAS alone
+    intra_op_parallelism_threads: int = 0  # BLAS threads (process-wide); 0 leaves BLAS alone
     allow_soft_placement: bool = True
     log_device_placement: bool = False
     gpu_options: Any = None
@@ -93,6 +95,9 @@ class Session:
         self._namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
             self._namespaces["GPU"] = gpu_namespace()
+        self._blas_limit = None
+        if self.config.intra_op_parallelism_threads > 0:
+            self._blas_limit = threadpool_limits(self.config.intra_op_parallelism_threads, "blas")
 
     # ---- context management -----------------------------------------------
     def __enter__(self) -> Session:
@@ -119,6 +124,8 @@ class Session:
         return scope()
 
     def close(self) -> None:
+        if self._blas_limit is not None and not self._closed:
+            self._blas_limit.restore_original_limits()
         self._closed = True
         self.state = SessionState()
         self._plans.clear()
@@ -159,6 +166,9 @@ class Session:
                     f"You must feed a value for placeholder tensor '{op.name}' with dtype "
                     f"{t.dtype.name} and shape {t.shape}", op=op.name)
         nodes = [to_node(op, self._device_type(op)) for op in ops]
+        if self.config.log_device_placement:
+            for node in nodes:
+                log.info("%s (%s): %s", node.name, node.type, node.device_type)
         fetch_names = [f.name for f in fetches if isinstance(f, Tensor)]
         return schedule(nodes, set(feeds), fetch_names)
 
@@ -168,6 +178,10 @@ class Session:
             return "CPU"
         if "GPU" in self._namespaces:
             return "GPU"
+        if not self.config.allow_soft_placement:
+            raise InvalidArgumentError(
+                f"op '{op.name}' is placed on {op.device}, but this process has no GPU (or no "
+                "CuPy); allow_soft_placement=True runs it on the CPU", op=op.name)
         if op.device not in self._warned_devices:
             self._warned_devices.add(op.device)
             log.warning("soft placement: no GPU (or no CuPy) here, so ops on %s run on the CPU",
