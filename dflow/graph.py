@@ -278,7 +278,6 @@ class Operation:
         self.control_inputs = list(control_inputs)
         self.device = ""
         self.outputs = [Tensor(self, i, spec) for i, spec in enumerate(output_specs)]
-        self._colocation_group = None
 
     @property
     def opdef(self):

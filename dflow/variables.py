@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from . import dtypes
 from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph
 from .ops import array_ops, state_ops
+from .ops.registry import Spec, defop
 from .ops.state_ops import glorot_limit
 
 __all__ = [
@@ -170,14 +171,12 @@ def local_variables_initializer() -> Operation:
 initialize_all_variables = global_variables_initializer
 
 
-def _is_initialized_kernel(state, xp, *, names):
+def _uninitialized_kernel(state, xp, *, names):
     return xp.asarray([not state.is_initialized(n) for n in names])
 
 
-from .ops.registry import Spec, defop  # noqa: E402 - the op lives beside its only user
-
 defop("ReportUninitializedVariables", lambda inputs, names: [Spec((len(names),), dtypes.bool)],
-      _is_initialized_kernel, stateful=True)
+      _uninitialized_kernel, stateful=True)
 
 
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:

@@ -195,3 +195,13 @@ def test_placeholder_with_default_and_graph_seed():
     with tf.Session() as s1, tf.Session() as s2:
         assert s1.run(doubled) == 2.0 and s1.run(doubled, {keep: 0.5}) == 1.0
         np.testing.assert_array_equal(s1.run(noise), s2.run(noise))
+
+
+def test_report_uninitialized_variables():
+    a, b = tf.Variable(1.0, name="a"), tf.Variable(2.0, name="b")
+    report = tf.report_uninitialized_variables()
+    with tf.Session() as sess:
+        assert sess.run(report).tolist() == [True, True]
+        sess.run(a.initializer)
+        assert sess.run(report).tolist() == [False, True]
+    del b
