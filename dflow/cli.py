@@ -40,7 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return COMMANDS[args.command].run(args, parser) or 0
+    try:
+        return COMMANDS[args.command].run(args, parser) or 0
+    except KeyboardInterrupt:
+        # checkpoints are renamed into place whole, so an interrupt loses at most the steps
+        # since the last one; say so instead of printing a traceback
+        print(f"\ndflow {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 class Command(NamedTuple):
@@ -200,7 +206,7 @@ def run_train(args, parser) -> int:
     _describe(spec, settings, data, steps, args)
     graph = tf.Graph()
     with graph.as_default():
-        graph.seed = args.seed  # TF 1.x: tf.set_random_seed(seed)
+        tf.set_random_seed(args.seed)
         g = _build(tf, spec, settings, args)
         saver = tf.train.Saver() if args.checkpoint_dir else None
         with tf.Session() as sess:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,3 +104,17 @@ def test_each_optimizer_trains_in_nchw(optimizer, capsys):
     out = capsys.readouterr().out
     assert f"{optimizer} lr 0.01, batch 8, 2 steps, NCHW" in out
     assert ACCURACY.search(out.splitlines()[-1])
+
+
+def test_ctrl_c_stops_training_cleanly(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dflow", "train", "--model", "mnist_dnn", "--dataset", "digits",
+         "--steps", "100000", "--log_every", "1", "--checkpoint_dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("training mnist_dnn")
+    assert proc.stdout.readline().startswith("step 1/")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
