@@ -88,27 +88,34 @@ def rng_inputs(*shapes, seed=0):
     return [rng.standard_normal(s) for s in shapes]
 
 
+def window_configs():
+    """Both layouts x both paddings x (stride, dilation) in (1, 1), (2, 1), (1, 2), with the
+    4-lists TF takes: ``(data_format, padding, s, d, strides, dilations, ksize 3x3, tag)``."""
+    for data_format in ("NHWC", "NCHW"):
+        def four(v, data_format=data_format):
+            return [1, v, v, 1] if data_format == "NHWC" else [1, 1, v, v]
+
+        for padding in ("SAME", "VALID"):
+            for s, d in ((1, 1), (2, 1), (1, 2)):
+                yield (data_format, padding, s, d, four(s), four(d), four(3),
+                       f"{data_format}-{padding}-s{s}-d{d}")
+
+
 def windowed_rows():
     """Conv/pool rows over both layouts, both paddings, strides 1 and 2 (odd sizes: uneven pads)."""
     rows = []
+    for data_format, padding, s, d, four, dil, ksize, tag in window_configs():
+        x, w = rng_inputs((2, 7, 6, 3), (3, 2, 3, 4))
+        rows.append(pytest.param(
+            "Conv2D", dict(strides=four, padding=padding, data_format=data_format, dilations=dil),
+            [x, w], [True, False], ref_conv2d(x, w, s, d, padding), id=f"conv2d-{tag}"))
+        if d != 1:
+            continue
+        attrs = dict(ksize=ksize, strides=four, padding=padding, data_format=data_format)
+        for kind, op_type in (("max", "MaxPool"), ("avg", "AvgPool")):
+            rows.append(pytest.param(op_type, attrs, [x], [True],
+                                     ref_pool(x, 3, s, padding, kind), id=f"{kind}pool-{tag}"))
     for data_format in ("NHWC", "NCHW"):
-        for padding in ("SAME", "VALID"):
-            for s, d in ((1, 1), (2, 1), (1, 2)):
-                four = [1, s, s, 1] if data_format == "NHWC" else [1, 1, s, s]
-                dil = [1, d, d, 1] if data_format == "NHWC" else [1, 1, d, d]
-                tag = f"{data_format}-{padding}-s{s}-d{d}"
-                x, w = rng_inputs((2, 7, 6, 3), (3, 2, 3, 4))
-                rows.append(pytest.param(
-                    "Conv2D", dict(strides=four, padding=padding, data_format=data_format,
-                                   dilations=dil),
-                    [x, w], [True, False], ref_conv2d(x, w, s, d, padding), id=f"conv2d-{tag}"))
-                if d != 1:
-                    continue
-                ksize = [1, 3, 3, 1] if data_format == "NHWC" else [1, 1, 3, 3]
-                attrs = dict(ksize=ksize, strides=four, padding=padding, data_format=data_format)
-                for kind, op_type in (("max", "MaxPool"), ("avg", "AvgPool")):
-                    rows.append(pytest.param(op_type, attrs, [x], [True],
-                                             ref_pool(x, 3, s, padding, kind), id=f"{kind}pool-{tag}"))
         bias = rng_inputs((3,), seed=1)[0]
         x = rng_inputs((2, 4, 5, 3))[0]
         rows.append(pytest.param("BiasAdd", dict(data_format=data_format), [x, bias], [True, False],
@@ -245,27 +252,22 @@ def numeric_vjp(f, args, index, dy, eps=1e-6):
 def grad_rows():
     """(forward op, attrs, NHWC inputs, which input, analytic vjp(xp, inputs, y, dy))."""
     rows = []
+    for data_format, padding, _, d, four, dil, ksize, tag in window_configs():
+        conv = dict(strides=four, padding=padding, data_format=data_format, dilations=dil)
+        x, w = rng_inputs((2, 6, 5, 2), (3, 2, 2, 3))
+        x = to_format(x, data_format)
+        rows.append(pytest.param("Conv2D", conv, [x, w], 0, lambda xp, a, y, dy, c=conv: run_kernel(
+            xp, "Conv2DBackpropInput", np.array(a[0].shape), a[1], dy, **c), id=f"conv-dx-{tag}"))
+        rows.append(pytest.param("Conv2D", conv, [x, w], 1, lambda xp, a, y, dy, c=conv: run_kernel(
+            xp, "Conv2DBackpropFilter", a[0], np.array(a[1].shape), dy, **c), id=f"conv-dw-{tag}"))
+        if d != 1:
+            continue
+        pool = dict(ksize=ksize, strides=four, padding=padding, data_format=data_format)
+        rows.append(pytest.param("MaxPool", pool, [x], 0, lambda xp, a, y, dy, p=pool: run_kernel(
+            xp, "MaxPoolGrad", a[0], y, dy, **p), id=f"maxpool-{tag}"))
+        rows.append(pytest.param("AvgPool", pool, [x], 0, lambda xp, a, y, dy, p=pool: run_kernel(
+            xp, "AvgPoolGrad", np.array(a[0].shape), dy, **p), id=f"avgpool-{tag}"))
     for data_format in ("NHWC", "NCHW"):
-        for padding in ("SAME", "VALID"):
-            for s, d in ((1, 1), (2, 1), (1, 2)):
-                four = [1, s, s, 1] if data_format == "NHWC" else [1, 1, s, s]
-                dil = [1, d, d, 1] if data_format == "NHWC" else [1, 1, d, d]
-                conv = dict(strides=four, padding=padding, data_format=data_format, dilations=dil)
-                tag = f"{data_format}-{padding}-s{s}-d{d}"
-                x, w = rng_inputs((2, 6, 5, 2), (3, 2, 2, 3))
-                x = to_format(x, data_format)
-                rows.append(pytest.param("Conv2D", conv, [x, w], 0, lambda xp, a, y, dy, c=conv: run_kernel(
-                    xp, "Conv2DBackpropInput", np.array(a[0].shape), a[1], dy, **c), id=f"conv-dx-{tag}"))
-                rows.append(pytest.param("Conv2D", conv, [x, w], 1, lambda xp, a, y, dy, c=conv: run_kernel(
-                    xp, "Conv2DBackpropFilter", a[0], np.array(a[1].shape), dy, **c), id=f"conv-dw-{tag}"))
-                if d != 1:
-                    continue
-                ksize = [1, 3, 3, 1] if data_format == "NHWC" else [1, 1, 3, 3]
-                pool = dict(ksize=ksize, strides=four, padding=padding, data_format=data_format)
-                rows.append(pytest.param("MaxPool", pool, [x], 0, lambda xp, a, y, dy, p=pool: run_kernel(
-                    xp, "MaxPoolGrad", a[0], y, dy, **p), id=f"maxpool-{tag}"))
-                rows.append(pytest.param("AvgPool", pool, [x], 0, lambda xp, a, y, dy, p=pool: run_kernel(
-                    xp, "AvgPoolGrad", np.array(a[0].shape), dy, **p), id=f"avgpool-{tag}"))
         x, b = rng_inputs((2, 3, 4, 3), (3,))
         fmt_ = dict(data_format=data_format)
         rows.append(pytest.param("BiasAdd", fmt_, [x, b], 1, lambda xp, a, y, dy, f=fmt_: run_kernel(
