@@ -187,13 +187,17 @@ def test_float32_stays_float32(op_type, attrs, inputs, layout, expected):
 
 
 @pytest.mark.parametrize("setting, value", [
-    ("BATCH_PIECE", 2), ("CHANNEL_MAJOR_BELOW", 0), ("CHANNEL_MAJOR_BELOW", 100)])
-@pytest.mark.parametrize("channels, stride, padding", [(3, 1, "SAME"), (9, 2, "VALID")])
-def test_lowering_variants_give_the_same_result(monkeypatch, setting, value, channels, stride, padding):
-    """Batch pieces and both patch orders ((i, j, c) and channel-major) agree."""
+    ("BATCH_PIECE", 2), ("ROWS_PIECE", 2), ("POOL_PIECE", 2), ("CHANNEL_MAJOR_BELOW", 0),
+    ("CHANNEL_MAJOR_BELOW", 100)])
+@pytest.mark.parametrize("channels, stride, dilation, padding", [
+    (3, 1, 1, "SAME"), (9, 2, 1, "VALID"), (9, 1, 2, "SAME")])
+def test_lowering_variants_give_the_same_result(monkeypatch, setting, value, channels, stride,
+                                                dilation, padding):
+    """Batch pieces, both patch orders ((i, j, c) and channel-major) and the row lowering agree."""
     x, w = rng_inputs((5, 7, 6, channels), (3, 2, channels, 4))
     four = [1, stride, stride, 1]
-    conv = dict(strides=four, padding=padding, data_format="NHWC", dilations=[1, 1, 1, 1])
+    conv = dict(strides=four, padding=padding, data_format="NHWC",
+                dilations=[1, dilation, dilation, 1])
     pool = dict(ksize=[1, 3, 3, 1], strides=four, padding=padding, data_format="NHWC")
     dy = rng_inputs(run_kernel(xp_numpy, "Conv2D", x, w, **conv).shape)[0]
 
