@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["OpError", "InvalidArgumentError", "FailedPreconditionError", "NotFoundError"]
+__all__ = ["OpError", "InvalidArgumentError", "FailedPreconditionError", "NotFoundError", "AbortedError",
+           "DeadlineExceededError", "UnavailableError"]
 
 
 class OpError(RuntimeError):
@@ -12,6 +13,9 @@ class OpError(RuntimeError):
         super().__init__(message)
         self.op = op
         self.message = message
+
+    def __reduce__(self):  # errors cross processes (a worker's op failed): keep ``op``
+        return type(self), (self.message, self.op)
 
 
 class InvalidArgumentError(OpError, ValueError):
@@ -24,3 +28,15 @@ class FailedPreconditionError(OpError):
 
 class NotFoundError(OpError, FileNotFoundError):
     """A checkpoint, file or store that was asked for does not exist."""
+
+
+class AbortedError(OpError):
+    """The step was stopped because another part of it failed (another task named in the message)."""
+
+
+class DeadlineExceededError(OpError):
+    """A wait ran past its deadline (``ConfigProto.operation_timeout_in_ms``)."""
+
+
+class UnavailableError(OpError):
+    """A task of the cluster cannot be reached: its worker left or died."""
