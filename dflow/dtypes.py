@@ -22,6 +22,9 @@ class DType:
     size: int
     kind: str  # "f" float, "i" signed int, "u" unsigned int, "b" bool
 
+    def __reduce__(self):  # unpickled on a worker as the same object, so `is` comparisons hold
+        return as_dtype, (self.name,)
+
     @property
     def is_floating(self) -> bool:
         return self.kind == "f"

@@ -56,11 +56,13 @@ class Schedule:
 
 @dataclass
 class RunStats:
-    """Measured by one run: ops executed and the peak bytes of live tensors."""
+    """Measured by one run: ops executed and the peak bytes of live tensors (in this
+    process), and on a cluster the bytes sent over each (from task, to task) link."""
 
     ops_run: int = 0
     peak_bytes: int = 0
     order: list[str] = field(default_factory=list)
+    bytes_sent: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule:

@@ -45,6 +45,8 @@ class ConfigProto:
     intra_op_parallelism_threads: int = 0  # BLAS threads (process-wide); 0 leaves BLAS alone
     allow_soft_placement: bool = True
     log_device_placement: bool = False
+    # on a cluster: how long a step waits for another task's value (0: ten minutes)
+    operation_timeout_in_ms: int = 0
     gpu_options: Any = None
     device_count: Any = None
 
@@ -69,7 +71,10 @@ class Session:
     Parameters
     ----------
     target : str, optional
-        Empty for this process (the default).
+        Empty for this process (the default), or a Dask scheduler address
+        (``cluster.target``) to run on that cluster's tasks: variables live on
+        the task they are placed on, ops without a job run on
+        ``/job:worker/task:0`` (or, inside a between-graph replica, on its own task).
     graph : Graph, optional
         Defaults to the default graph.
     config : ConfigProto, optional
@@ -77,13 +82,14 @@ class Session:
     """
 
     def __init__(self, target: str = "", graph: Graph | None = None, config: ConfigProto | None = None):
-        if target:
-            raise ValueError(
-                f"Session target {target!r}: this dflow runs graphs in-process only; "
-                "leave target empty"
-            )
         self.graph = graph or get_default_graph()
         self.config = config or ConfigProto()
+        self.target = target
+        self._cluster = None
+        if target:
+            from ..distributed.runner import ClusterRunner  # imports distributed: only when asked
+
+            self._cluster = ClusterRunner(target, self.config.operation_timeout_in_ms / 1000)
         threads = self.config.inter_op_parallelism_threads
         self.num_threads = threads if threads > 0 else 1
         self.state = SessionState()
@@ -129,6 +135,8 @@ class Session:
         self._closed = True
         self.state = SessionState()
         self._plans.clear()
+        if self._cluster is not None:
+            self._cluster.close()
 
     # ---- running ---------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
@@ -146,7 +154,11 @@ class Session:
         if plan is None:
             plan = self._plans[key] = self._make_plan(flat, feeds)
         stats = RunStats()
-        values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)
+        if self._cluster is not None:
+            values, stats.bytes_sent = self._cluster.run(plan, feeds)
+            values.update({name: feeds[name] for name in key[0] if name in feeds})
+        else:
+            values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)
         self.last_run_stats = stats
         results = [_to_host(values[f.name]) if isinstance(f, Tensor) else None for f in flat]
         return rebuild(results)
@@ -157,6 +169,29 @@ class Session:
         return lambda *values: self.run(fetches, dict(zip(feed_list, values)))
 
     # ---- planning ------------------------------------------------------------------
+    def describe_placement(self, fetches, feed_dict=None) -> str:
+        """Where each op of the step ``fetches`` runs, stage by stage, and (after one run of
+        it) how many bytes crossed each link between tasks.
+
+        >>> print(sess.describe_placement(train_op))  # doctest: +SKIP
+        /job:ps/task:0 stage 0: 9 ops (w, w/read, ...)
+        /job:worker/task:0 stage 1: 40 ops (...)
+        /job:ps/task:0 stage 2: 8 ops (GradientDescent/update_w/ApplyGradientDescent, ...)
+        bytes per step: /job:ps/task:0 -> /job:worker/task:0: 4,300,840 ...
+        """
+        if self._cluster is None:
+            return "this session runs in one process: every op on its CPU (or GPU)"
+        flat, _ = _flatten_fetches(fetches, self.graph)
+        feeds = self._convert_feeds(feed_dict or {})
+        key = (tuple(f.name for f in flat), tuple(sorted(feeds)))
+        plan = self._plans.get(key) or self._make_plan(flat, feeds)
+        lines = [plan.describe()]
+        traffic = self.last_run_stats.bytes_sent
+        if traffic:
+            lines.append("bytes per step (last run):")
+            lines += [f"  {src} -> {dst}: {count:,}" for (src, dst), count in sorted(traffic.items())]
+        return "\n".join(lines)
+
     def _make_plan(self, fetches: list, feeds: dict) -> Schedule:
         ops = prune(self.graph, fetches, set(feeds))
         for op in ops:
@@ -165,11 +200,16 @@ class Session:
                 raise InvalidArgumentError(
                     f"You must feed a value for placeholder tensor '{op.name}' with dtype "
                     f"{t.dtype.name} and shape {t.shape}", op=op.name)
+        fetch_names = [f.name for f in fetches if isinstance(f, Tensor)]
+        if self._cluster is not None:
+            plan = self._cluster.plan(ops, set(feeds), fetch_names, self.config.allow_soft_placement)
+            if self.config.log_device_placement:
+                log.info("placement:\n%s", plan.describe())
+            return plan
         nodes = [to_node(op, self._device_type(op)) for op in ops]
         if self.config.log_device_placement:
             for node in nodes:
                 log.info("%s (%s): %s", node.name, node.type, node.device_type)
-        fetch_names = [f.name for f in fetches if isinstance(f, Tensor)]
         return schedule(nodes, set(feeds), fetch_names)
 
     def _device_type(self, op: Operation) -> str:

@@ -1,0 +1,7 @@
+"""Running graphs on a Dask cluster: placement, stages, variables on their workers.
+
+``tf.Session(target)`` with a Dask scheduler address runs here; see
+:mod:`~dflow.distributed.partition` (what runs where, in which order),
+:mod:`~dflow.distributed.worker` (what each worker holds and does) and
+:mod:`~dflow.distributed.runner` (one step, from the client).
+"""

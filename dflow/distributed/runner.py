@@ -1,0 +1,208 @@
+"""The client side of a distributed step: plan on the cluster's tasks, then run.
+
+``tf.Session(target)`` with a Dask scheduler address hands its pruned ops to a
+:class:`ClusterRunner`. Planning places and partitions them
+(:mod:`~dflow.distributed.partition`) and registers each task's stages on its
+worker, once per (fetches, feeds) signature. A step is then one ``dflow_run``
+call per task, all sent at once, straight to the workers: the tasks pass
+values to each other directly, and only the fed values go out and the fetched
+ones come back. The scheduler is not on this path.
+
+The same runner drives between-graph replicas: inside a Dask worker (a
+program started by :func:`dflow.replicate`), its own task's stages run in
+its process without a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+import distributed
+from distributed.comm.core import CommClosedError
+from distributed.protocol.serialize import to_serialize
+from distributed.utils import sync
+
+from ..errors import UnavailableError
+from .partition import Partition, describe, partition, place
+from .worker import PLUGIN_NAME, DflowWorker, nbytes, serialized
+
+__all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
+
+log = logging.getLogger("dflow")
+DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
+
+
+def role_of(worker_name) -> str | None:
+    """``"ps/0"`` -> ``"/job:ps/task:0"``; None for a worker without a dflow role."""
+    job, _, task = str(worker_name).partition("/")
+    return f"/job:{job}/task:{int(task)}" if job and task.isdigit() else None
+
+
+def cluster_tasks(client: distributed.Client) -> dict[str, dict]:
+    """Each task of the cluster: its worker's address and GPU count, from worker names."""
+    tasks: dict[str, dict] = {}
+    for address, info in client.scheduler_info()["workers"].items():
+        task = role_of(info.get("name"))
+        if task is None:
+            continue
+        if task in tasks:
+            raise ValueError(f"two workers claim {task}: {tasks[task]['address']} and {address}; "
+                             "give every worker its own job/task name")
+        tasks[task] = {"address": address, "GPU": info.get("resources", {}).get("GPU", 0)}
+    if not tasks:
+        raise ValueError("this Dask cluster has no dflow roles: name its workers 'job/task' "
+                         "('ps/0', 'worker/0'), e.g. with dflow.cluster.local() or `dflow worker`")
+    return tasks
+
+
+def install(client: distributed.Client) -> None:
+    """Give every worker (present and future) the dflow runtime, once."""
+    client.register_plugin(DflowWorker(), name=PLUGIN_NAME)
+
+
+@dataclass
+class RemotePlan:
+    plan_id: str
+    partition: Partition
+    feeds: dict[str, tuple[str, ...]]  # task -> fed tensors its stages consume
+
+    def describe(self) -> str:
+        return describe(self.partition)
+
+
+class ClusterRunner:
+    """Plans and runs steps on the Dask cluster at ``target`` for one Session."""
+
+    def __init__(self, target: str, timeout_s: float | None = None):
+        self.timeout = timeout_s or DEFAULT_TIMEOUT_S
+        self.worker = _current_worker(target)
+        self._own_client = None
+        if self.worker is not None:  # a between-graph replica, running inside a worker
+            client = distributed.get_client()
+            self._rpc, self._loop = self.worker.rpc, self.worker.loop
+        else:
+            client = _client_for(target)
+            if client is None:
+                client = self._own_client = distributed.Client(target, set_as_default=False)
+            self._rpc, self._loop = client.rpc, client.loop
+        self.client = client
+        install(client)
+        self.tasks = cluster_tasks(client)
+        own = role_of(self.worker.name) if self.worker is not None else None
+        self.default_task = own or ("/job:worker/task:0" if "/job:worker/task:0" in self.tasks
+                                    else sorted(self.tasks)[0])
+
+    def close(self) -> None:
+        if self._own_client is not None:
+            self._own_client.close()
+
+    # ---- planning ----------------------------------------------------------------
+    def plan(self, ops, fed: set[str], fetches: list[str], allow_soft_placement: bool) -> RemotePlan:
+        placement = place(ops, self.default_task, self.tasks, allow_soft_placement)
+        part = partition(ops, placement, fed, fetches)
+        plan = RemotePlan(uuid.uuid4().hex, part, {
+            task: tuple(sorted({n for s in stages for n in s.from_client}))
+            for task, stages in part.stages.items()})
+        addresses = {task: info["address"] for task, info in self.tasks.items()}
+        sync(self._loop, self._register, plan, addresses)
+        return plan
+
+    async def _register(self, plan: RemotePlan, addresses: dict) -> None:
+        await asyncio.gather(*(
+            self._call(task, "dflow_register", plan_id=plan.plan_id, stages=to_serialize(stages),
+                       addresses=addresses)
+            for task, stages in plan.partition.stages.items()))
+
+    # ---- running -------------------------------------------------------------------
+    def run(self, plan: RemotePlan, feeds: dict) -> tuple[dict, dict]:
+        """One step: the fetched values by tensor name, and the bytes sent per (from, to) link."""
+        return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds)
+
+    async def _step(self, plan: RemotePlan, run_id: str, feeds: dict) -> tuple[dict, dict]:
+        here = self._here()
+        calls = {}
+        traffic: dict[tuple[str, str], int] = {}
+        for task in plan.partition.tasks:
+            task_feeds = {name: feeds[name] for name in plan.feeds[task]}
+            if task == here:
+                loop = asyncio.get_running_loop()
+                plugin = self.worker.plugins[PLUGIN_NAME]
+                call = loop.run_in_executor(plugin.pool, plugin.run_stages, plan.plan_id, run_id,
+                                            task_feeds, self.timeout, loop)
+            else:
+                call = self._call(task, "dflow_run", plan_id=plan.plan_id, run_id=run_id,
+                                  feeds=serialized(task_feeds), timeout=self.timeout)
+                if task_feeds:
+                    traffic[(here or "client", task)] = sum(nbytes(v) for v in task_feeds.values())
+            calls[asyncio.ensure_future(call)] = task
+        values: dict = {}
+        pending = set(calls)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            for future in done:
+                task = calls[future]
+                if future.exception() is not None:
+                    await self._abort(run_id, pending, calls, task)
+                    raise self._explain(task, future.exception())
+                reply = future.result()
+                values.update(reply["fetches"])
+                for dest, count in reply["sent"].items():
+                    traffic[(task, dest)] = count
+                if task != here and reply["fetches"]:
+                    traffic[(task, here or "client")] = sum(nbytes(v) for v in reply["fetches"].values())
+        return values, traffic
+
+    async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
+        """Wake the other tasks' stages of a failed step, so that none waits for it."""
+        reason = f"{failed} failed"
+        others = [calls[f] for f in pending]
+        # return_exceptions: a task that cannot be told is gone already
+        await asyncio.gather(*(self._call(t, "dflow_abort", run_id=run_id, reason=reason)
+                               for t in others), return_exceptions=True)
+        for future in pending:
+            future.cancel()
+
+    def _explain(self, task: str, error: BaseException) -> BaseException:
+        if isinstance(error, (OSError, CommClosedError)):
+            return UnavailableError(
+                f"task {task} at {self.tasks[task]['address']} cannot be reached ({error}): its worker "
+                f"left or died. The cluster's tasks were: {', '.join(sorted(self.tasks))}")
+        return error
+
+    async def _call(self, task: str, op: str, **message):
+        return await getattr(self._rpc(self.tasks[task]["address"]), op)(**message)
+
+    def _here(self) -> str | None:
+        return role_of(self.worker.name) if self.worker is not None else None
+
+    # ---- whole-cluster operations ----------------------------------------------------
+    def reset(self) -> None:
+        """Forget every variable and plan on every task (``tf.Session.reset``)."""
+        sync(self._loop, lambda: asyncio.gather(*(self._call(t, "dflow_reset") for t in self.tasks)))
+
+    def variables(self) -> dict[str, dict]:
+        """Per task: the variables its worker holds (name -> shape, dtype)."""
+        async def ask():
+            replies = await asyncio.gather(*(self._call(t, "dflow_variables") for t in self.tasks))
+            return dict(zip(self.tasks, replies))
+
+        return sync(self._loop, ask)
+
+
+def _current_worker(target: str):
+    try:
+        worker = distributed.get_worker()
+    except ValueError:
+        return None
+    return worker if worker.scheduler.address == target else None
+
+
+def _client_for(target: str) -> distributed.Client | None:
+    try:
+        client = distributed.default_client()
+    except ValueError:
+        return None
+    return client if client.scheduler.address == target else None
