@@ -151,3 +151,11 @@ sub = subtract
 mul = multiply
 div = divide
 newaxis = None
+
+
+def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:
+    """Between-graph replication: ``train_fn(task_index, *args, **kwargs)`` on every task of
+    ``job``, each as its own client in its worker's process (see :mod:`dflow.distributed.replicate`)."""
+    from .distributed.replicate import replicate as run  # imports distributed: only when asked
+
+    return run(train_fn, cluster, *args, job=job, **kwargs)

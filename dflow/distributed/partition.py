@@ -48,6 +48,7 @@ class Stage:
     sends: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> tensors/tokens
     keeps: tuple[str, ...] = ()  # values later stages of this task use
     fetches: tuple[str, ...] = ()  # values the client asked for
+    applies_updates: bool = False  # has training updates (Apply* ops): counted for staleness
 
 
 @dataclass
@@ -175,6 +176,7 @@ def partition(ops: list[Operation], placement: dict[str, str], fed: set[str],
             sends=outgoing,
             keeps=tuple(sorted(keeps.get(key, ()))),
             fetches=own_fetches,
+            applies_updates=any(node.type.startswith("Apply") for node in nodes),
         ))
     fetch_tasks = {name: producer[0] for name, producer in fetch_producer.items()}
     return Partition(dict(stages), placement, fetch_tasks)

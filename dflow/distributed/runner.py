@@ -26,6 +26,7 @@ from distributed.protocol.serialize import to_serialize
 from distributed.utils import sync
 
 from ..errors import UnavailableError
+from ..runtime.executor import RunStats
 from .partition import Partition, describe, partition, place
 from .worker import PLUGIN_NAME, DflowWorker, nbytes, serialized
 
@@ -117,14 +118,15 @@ class ClusterRunner:
             for task, stages in plan.partition.stages.items()))
 
     # ---- running -------------------------------------------------------------------
-    def run(self, plan: RemotePlan, feeds: dict) -> tuple[dict, dict]:
-        """One step: the fetched values by tensor name, and the bytes sent per (from, to) link."""
-        return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds)
+    def run(self, plan: RemotePlan, feeds: dict, stats: RunStats) -> dict:
+        """One step: the fetched values by tensor name; ``stats`` gets the bytes sent per
+        (from, to) link and the staleness of the step's updates."""
+        return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
 
-    async def _step(self, plan: RemotePlan, run_id: str, feeds: dict) -> tuple[dict, dict]:
+    async def _step(self, plan: RemotePlan, run_id: str, feeds: dict, stats: RunStats) -> dict:
         here = self._here()
         calls = {}
-        traffic: dict[tuple[str, str], int] = {}
+        traffic = stats.bytes_sent
         for task in plan.partition.tasks:
             task_feeds = {name: feeds[name] for name in plan.feeds[task]}
             if task == here:
@@ -149,11 +151,13 @@ class ClusterRunner:
                     raise self._explain(task, future.exception())
                 reply = future.result()
                 values.update(reply["fetches"])
+                if reply["staleness"] is not None:
+                    stats.staleness = max(stats.staleness or 0, reply["staleness"])
                 for dest, count in reply["sent"].items():
                     traffic[(task, dest)] = count
                 if task != here and reply["fetches"]:
                     traffic[(task, here or "client")] = sum(nbytes(v) for v in reply["fetches"].values())
-        return values, traffic
+        return values
 
     async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
         """Wake the other tasks' stages of a failed step, so that none waits for it."""

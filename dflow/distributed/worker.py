@@ -101,6 +101,8 @@ class DflowWorker(WorkerPlugin):
         self.state = SessionState()
         self.plans: dict[str, tuple[list, dict]] = {}
         self.mailbox = Mailbox()
+        self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
+        self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
@@ -122,7 +124,7 @@ class DflowWorker(WorkerPlugin):
         loop = asyncio.get_running_loop()
         reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds,
                                            timeout, loop)
-        return {"fetches": serialized(reply["fetches"]), "sent": reply["sent"]}
+        return {**reply, "fetches": serialized(reply["fetches"])}
 
     def deliver(self, run_id: str, values: dict) -> str:
         self.mailbox.put(run_id, values)
@@ -133,8 +135,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
-        self.state = SessionState()
-        self.plans.clear()
+        self.state = SessionState()  # plans stay: open sessions keep running, on fresh variables
         return "OK"
 
     def variables(self) -> dict:
@@ -152,6 +153,8 @@ class DflowWorker(WorkerPlugin):
                 "session planned this step; run the step again to re-plan") from None
         kept, fetched, sent = {}, {}, defaultdict(int)
         deliveries = []
+        staleness = None  # updates other steps applied here between this step's reads and its own
+        updates_at_start = self.updates_applied
         try:
             for stage in stages:
                 inputs = {name: feeds[name] for name in stage.from_client}
@@ -160,6 +163,10 @@ class DflowWorker(WorkerPlugin):
                     arrived = self.mailbox.take(run_id, list(stage.receives), timeout, stage.task,
                                                 stage.receives)
                     inputs.update({k: v for k, v in arrived.items() if not k.startswith("^")})
+                if stage.applies_updates:
+                    with self._updates_lock:
+                        staleness = self.updates_applied - updates_at_start
+                        self.updates_applied += 1
                 values = execute(stage.schedule, inputs, self.state, self.namespaces)
                 for dest, names in stage.sends.items():
                     payload = {n: None if n.startswith("^") else values[n] for n in names}
@@ -173,7 +180,7 @@ class DflowWorker(WorkerPlugin):
                 delivery.result(timeout)
         finally:
             self.mailbox.finish(run_id)
-        return {"fetches": fetched, "sent": dict(sent)}
+        return {"fetches": fetched, "sent": dict(sent), "staleness": staleness}
 
 
 def serialized(values: dict) -> dict:

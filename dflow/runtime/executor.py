@@ -63,6 +63,7 @@ class RunStats:
     peak_bytes: int = 0
     order: list[str] = field(default_factory=list)
     bytes_sent: dict[tuple[str, str], int] = field(default_factory=dict)
+    staleness: int | None = None  # updates other replicas applied between this step's reads and its own
 
 
 def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule:

@@ -138,6 +138,21 @@ class Session:
         if self._cluster is not None:
             self._cluster.close()
 
+    @staticmethod
+    def reset(target: str, containers=None, config: ConfigProto | None = None) -> None:
+        """Forget every variable held by the tasks of the cluster at ``target`` (TF 1.x's
+        ``tf.Session.reset``); sessions that are open there must re-initialize them.
+
+        >>> tf.Session.reset(cluster.target)  # doctest: +SKIP
+        """
+        from ..distributed.runner import ClusterRunner
+
+        runner = ClusterRunner(target)
+        try:
+            runner.reset()
+        finally:
+            runner.close()
+
     # ---- running ---------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Evaluate ``fetches`` (a tensor, op, name or nested list/tuple/dict of them).
@@ -155,7 +170,7 @@ class Session:
             plan = self._plans[key] = self._make_plan(flat, feeds)
         stats = RunStats()
         if self._cluster is not None:
-            values, stats.bytes_sent = self._cluster.run(plan, feeds)
+            values = self._cluster.run(plan, feeds, stats)
             values.update({name: feeds[name] for name in key[0] if name in feeds})
         else:
             values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)

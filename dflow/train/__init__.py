@@ -12,6 +12,15 @@
 1
 """
 
+from .monitored_session import (
+    CheckpointSaverHook,
+    MonitoredTrainingSession,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    StopAtStepHook,
+)
 from .optimizers import (
     AdamOptimizer,
     GradientDescentOptimizer,
@@ -26,5 +35,6 @@ __all__ = [
     "Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
     "exponential_decay", "get_global_step", "create_global_step", "get_or_create_global_step",
     "global_step", "Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
-    "CheckpointState",
+    "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
+    "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
 ]

@@ -1,0 +1,62 @@
+"""Between-graph replication: the same training program once per worker task.
+
+Each replica runs inside its worker's process as its own client: it builds its
+own graph (``replica_device_setter`` puts the variables on the PS tasks) and
+opens ``tf.Session(target)``; variables created with the same name on the same
+PS task are the same variable, so the replicas train one model. Their steps
+run their own ops in-process and talk to the PS tasks directly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import distributed
+
+from .runner import cluster_tasks, install
+
+__all__ = ["replicate"]
+
+
+def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker", **kwargs) -> list:
+    """Run ``train_fn(task_index, *args, **kwargs)`` on every task of ``job``, concurrently;
+    return the results by task index (the first error raised by a replica is raised here).
+
+    ``cluster`` is a :func:`dflow.cluster.local` (or any dflow cluster) object, or a
+    ``distributed.Client`` connected to one. Inside ``train_fn``, ``cluster.target`` is the
+    session target and the ops a replica leaves unplaced run on its own task.
+
+    >>> def train(task_index, target, spec):  # doctest: +SKIP
+    ...     worker = f"/job:worker/task:{task_index}"
+    ...     with tf.device(tf.train.replica_device_setter(worker_device=worker, cluster=spec)):
+    ...         loss, train_op = build_model()
+    ...     with tf.train.MonitoredTrainingSession(target, is_chief=task_index == 0) as sess:
+    ...         for _ in range(100):
+    ...             sess.run(train_op)
+    >>> tf.replicate(train, cluster, cluster.target, cluster.spec)  # doctest: +SKIP
+    """
+    client = cluster if isinstance(cluster, distributed.Client) else cluster.client
+    install(client)
+    tasks = cluster_tasks(client)
+    indices = sorted(int(t.rpartition(":")[2]) for t in tasks if t.startswith(f"/job:{job}/"))
+    if not indices:
+        raise ValueError(f"the cluster has no {job!r} tasks to replicate on; its tasks are: "
+                         f"{', '.join(sorted(tasks))}")
+    run = uuid.uuid4().hex[:8]
+    futures = [client.submit(_run_replica, train_fn, i, args, kwargs, pure=False,
+                             workers=[tasks[f"/job:{job}/task:{i}"]["address"]], allow_other_workers=False,
+                             key=f"dflow-replica-{job}-{i}-{run}")
+               for i in indices]
+    try:
+        return client.gather(futures)
+    finally:
+        client.cancel(futures)
+
+
+def _run_replica(train_fn, task_index: int, args, kwargs):
+    from ..graph import Graph
+
+    with Graph().as_default():  # each replica builds its own graph, as its own client would
+        return train_fn(task_index, *args, **kwargs)

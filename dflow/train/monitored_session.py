@@ -1,0 +1,242 @@
+"""``MonitoredTrainingSession`` and its hooks: who initializes, who waits, when to stop.
+
+As in TF 1.x: the chief (``is_chief=True``, task 0 by convention) restores the
+latest checkpoint of ``checkpoint_dir`` or runs the initializers; every other
+worker waits until the variables it uses are initialized (on the PS tasks they
+share), then trains. Hooks see each ``run`` and can stop the loop.
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     step = tf.train.get_or_create_global_step()
+...     train_op = tf.assign_add(step, 1)
+...     hooks = [tf.train.StopAtStepHook(last_step=3)]
+...     with tf.train.MonitoredTrainingSession(hooks=hooks) as sess:
+...         while not sess.should_stop():
+...             _ = sess.run(train_op)
+...     int(_)
+3
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, NamedTuple
+
+from ..errors import DeadlineExceededError
+from ..graph import get_default_graph
+from ..runtime.session import ConfigProto, Session
+from ..variables import global_variables_initializer, report_uninitialized_variables
+from .saver import Saver, latest_checkpoint
+from .training_util import get_global_step
+
+__all__ = ["MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs", "SessionRunContext",
+           "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook"]
+
+log = logging.getLogger("dflow")
+
+
+class SessionRunArgs(NamedTuple):
+    """What a hook adds to a ``run``: extra fetches (and feeds)."""
+
+    fetches: Any
+    feed_dict: dict | None = None
+
+
+class SessionRunValues(NamedTuple):
+    results: Any
+
+
+class SessionRunContext:
+    """What a hook sees of a ``run``; :meth:`request_stop` ends the training loop."""
+
+    def __init__(self, original_args: SessionRunArgs, session: Session):
+        self.original_args = original_args
+        self.session = session
+        self.stop_requested = False
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+
+class SessionRunHook:
+    """Base class: override what you need (all default to doing nothing)."""
+
+    def begin(self) -> None:
+        """Called once before the session exists: the graph may still grow here."""
+
+    def after_create_session(self, session: Session, coord) -> None:
+        """Called once the variables are ready."""
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
+        return None
+
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+        pass
+
+    def end(self, session: Session) -> None:
+        pass
+
+
+class StopAtStepHook(SessionRunHook):
+    """Stop once the global step reaches ``last_step`` (or ``num_steps`` past its start)."""
+
+    def __init__(self, num_steps: int | None = None, last_step: int | None = None):
+        if (num_steps is None) == (last_step is None):
+            raise ValueError("StopAtStepHook needs exactly one of num_steps and last_step")
+        self._num_steps, self._last_step = num_steps, last_step
+
+    def begin(self) -> None:
+        self._step = _global_step_or_fail("StopAtStepHook")
+
+    def after_create_session(self, session: Session, coord) -> None:
+        if self._last_step is None:
+            self._last_step = int(session.run(self._step)) + self._num_steps
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._step)
+
+    def after_run(self, run_context, run_values):
+        # the step fetched was read before this run's update, if it made one: look again (TF's way)
+        if int(run_values.results) + 1 >= self._last_step and \
+                int(run_context.session.run(self._step)) >= self._last_step:
+            run_context.request_stop()
+
+
+class CheckpointSaverHook(SessionRunHook):
+    """Save a checkpoint every ``save_steps`` global steps or ``save_secs`` seconds, and at the end."""
+
+    def __init__(self, checkpoint_dir: str, save_secs: float | None = None, save_steps: int | None = None,
+                 saver: Saver | None = None, checkpoint_basename: str = "model.ckpt"):
+        if (save_secs is None) == (save_steps is None):
+            raise ValueError("CheckpointSaverHook needs exactly one of save_secs and save_steps")
+        self._dir, self._secs, self._steps = checkpoint_dir, save_secs, save_steps
+        self._saver, self._basename = saver, checkpoint_basename
+
+    def begin(self) -> None:
+        self._step = _global_step_or_fail("CheckpointSaverHook")
+        self._saver = self._saver or Saver()
+        self._last_time, self._last_step = time.monotonic(), None
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._step)
+
+    def after_run(self, run_context, run_values):
+        step = int(run_values.results) + 1
+        due = (time.monotonic() - self._last_time >= self._secs if self._secs is not None
+               else self._last_step is None or step - self._last_step >= self._steps)
+        if due:
+            self._save(run_context.session, step)
+
+    def end(self, session: Session) -> None:
+        self._save(session, int(session.run(self._step)))
+
+    def _save(self, session: Session, step: int) -> None:
+        if step == self._last_step:
+            return
+        self._saver.save(session, f"{self._dir}/{self._basename}", global_step=step)
+        self._last_time, self._last_step = time.monotonic(), step
+
+
+def _global_step_or_fail(hook: str):
+    step = get_global_step()
+    if step is None:
+        raise RuntimeError(f"{hook} needs a global step: create one with "
+                           "tf.train.get_or_create_global_step() before the session")
+    return step
+
+
+class MonitoredTrainingSession:
+    """A session for training loops: initialization by the chief, waiting for it elsewhere,
+    hooks, and checkpoints.
+
+    Parameters
+    ----------
+    master : str
+        The session target: empty for this process, or ``cluster.target``.
+    is_chief : bool
+        The chief restores ``checkpoint_dir``'s latest checkpoint or runs the initializers;
+        the others wait (up to ``max_wait_secs``) until every variable is initialized.
+    checkpoint_dir : str, optional
+        Where the chief restores from and saves to (every ``save_checkpoint_steps`` steps, or
+        ``save_checkpoint_secs`` seconds, default 600, and at the end).
+    hooks, chief_only_hooks : list of SessionRunHook
+    """
+
+    def __init__(self, master: str = "", is_chief: bool = True, checkpoint_dir: str | None = None,
+                 scaffold=None, hooks=None, chief_only_hooks=None, save_checkpoint_secs: float | None = 600,
+                 save_checkpoint_steps: int | None = None, config: ConfigProto | None = None,
+                 max_wait_secs: float = 7200, **_ignored):
+        graph = get_default_graph()
+        self._hooks = list(hooks or []) + (list(chief_only_hooks or []) if is_chief else [])
+        saver = None
+        if checkpoint_dir:
+            saver = Saver()
+            if is_chief:
+                every = ({"save_steps": save_checkpoint_steps} if save_checkpoint_steps
+                         else {"save_secs": save_checkpoint_secs or 600})
+                self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=saver, **every))
+        for hook in self._hooks:
+            hook.begin()
+        init_op, not_ready = global_variables_initializer(), report_uninitialized_variables()
+        self._session = Session(master, graph, config)
+        if is_chief:
+            restore_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+            if restore_from:
+                saver.restore(self._session, restore_from)
+                log.info("restored %s", restore_from)
+            else:
+                self._session.run(init_op)
+        else:
+            self._wait_until_ready(not_ready, max_wait_secs)
+        for hook in self._hooks:
+            hook.after_create_session(self._session, None)
+        self._stop = False
+
+    def _wait_until_ready(self, not_ready, max_wait_secs: float) -> None:
+        deadline, pause = time.monotonic() + max_wait_secs, 0.05
+        while True:
+            missing = [m.decode() if isinstance(m, bytes) else str(m) for m in self._session.run(not_ready)]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise DeadlineExceededError(
+                    f"waited {max_wait_secs:g} s for the chief to initialize {', '.join(missing[:5])}: "
+                    "is the chief (is_chief=True, task 0) running?")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    @property
+    def graph(self):
+        return self._session.graph
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """``Session.run`` plus every hook's extra fetches; a hook may end the loop."""
+        context = SessionRunContext(SessionRunArgs(fetches, feed_dict), self._session)
+        requests = [hook.before_run(context) for hook in self._hooks]
+        feeds = dict(feed_dict or {})
+        for request in requests:
+            if request is not None and request.feed_dict:
+                feeds.update(request.feed_dict)
+        extra = [None if r is None else r.fetches for r in requests]
+        results, extra_results = self._session.run(
+            [fetches, [e for e in extra if e is not None]], feeds)
+        extra_iter = iter(extra_results)
+        for hook, request in zip(self._hooks, extra):
+            hook.after_run(context, SessionRunValues(None if request is None else next(extra_iter)))
+        self._stop = self._stop or context.stop_requested
+        return results
+
+    def should_stop(self) -> bool:
+        return self._stop
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.end(self._session)
+        self._session.close()
+
+    def __enter__(self) -> MonitoredTrainingSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
