@@ -39,6 +39,7 @@ from .graph import (
     Tensor,
     TensorShape,
     add_to_collection,
+    colocate_with,
     control_dependencies,
     convert_to_tensor,
     device,

@@ -33,7 +33,7 @@ from .placement import DeviceSpec
 __all__ = [
     "Graph", "Operation", "Tensor", "TensorShape", "GraphKeys", "get_default_graph",
     "reset_default_graph", "set_random_seed", "get_collection", "add_to_collection", "name_scope",
-    "control_dependencies", "device",
+    "control_dependencies", "device", "colocate_with",
     "convert_to_tensor",
 ]
 
@@ -440,6 +440,13 @@ class Graph:
         finally:
             self._device_stack.pop()
 
+    @contextlib.contextmanager
+    def colocate_with(self, op) -> Iterator[None]:
+        """Ops created inside go where ``op`` (an op, tensor or variable) is, whatever
+        device scopes and device functions are open (TF's ``colocate_with``)."""
+        with self.device(None), self.device(op.device):
+            yield
+
     # ---- lookup -------------------------------------------------------------
     def get_operations(self) -> list[Operation]:
         return list(self._ops.values())
@@ -566,6 +573,15 @@ def control_dependencies(control_inputs):
 def device(device_name_or_function):
     """Device scope: ``with tf.device('/job:ps/task:0'):`` or a device function."""
     return get_default_graph().device(device_name_or_function)
+
+
+def colocate_with(op):
+    """Place the ops created inside on ``op``'s device: ``with tf.colocate_with(var):``.
+
+    How the state ops of a variable (its initializer, its reads, an optimizer's
+    update) follow it to a parameter server under ``replica_device_setter``.
+    """
+    return get_default_graph().colocate_with(op)
 
 
 def _graph_of(values) -> Graph:

@@ -44,18 +44,25 @@ class Variable(_Operators):
             raise ValueError("tf.Variable needs an initial_value (a value, tensor or callable)")
         graph = get_default_graph()
         with graph.name_scope(name or "Variable") as scope, graph.control_dependencies(None):
+            initializer_ops: list[Operation] = []
             with graph.name_scope("Initializer"):
                 if callable(initial_value):
-                    initial_value = initial_value()
+                    # as TF: built outside every device scope, then moved beside the variable
+                    with graph.device(None), graph.device(_recorder(initializer_ops)):
+                        initial_value = initial_value()
                 initial = convert_to_tensor(initial_value, dtype=dtype, name="initial_value")
             if initial.dtype != (dtypes.as_dtype(dtype) if dtype else initial.dtype):
                 raise TypeError(f"initial value of {scope[:-1]} has dtype {initial.dtype.name}")
             shape = initial._shape if validate_shape else None
             attrs = {"shape": shape, "dtype": initial.dtype, "shared_name": scope[:-1]}
             self._variable = graph.create_op("VariableV2", [], attrs, name=scope).outputs[0]
-            self.initializer = state_ops.assign(
-                self._variable, initial, validate_shape=validate_shape, name="Assign").op
-            self._snapshot = graph.create_op("ReadVariable", [self._variable], name="read").outputs[0]
+            for op in initializer_ops:
+                op._set_device(self._variable.device)
+            # the state ops live with the variable: on its parameter server, not the worker
+            with graph.colocate_with(self._variable):
+                self.initializer = state_ops.assign(
+                    self._variable, initial, validate_shape=validate_shape, name="Assign").op
+                self._snapshot = graph.create_op("ReadVariable", [self._variable], name="read").outputs[0]
         self.initial_value = initial
         self.trainable = trainable
         if collections is None:
@@ -124,6 +131,16 @@ class Variable(_Operators):
 
     def __repr__(self) -> str:
         return f"<tf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _recorder(ops: list[Operation]) -> Callable[[Operation], str]:
+    """A device function that notes each op created under it and leaves its device alone."""
+
+    def record(op: Operation) -> str:
+        ops.append(op)
+        return op.device
+
+    return record
 
 
 # ---- collections and initialization -------------------------------------------------

@@ -12,6 +12,7 @@
 1
 """
 
+from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
 from .monitored_session import (
     CheckpointSaverHook,
     MonitoredTrainingSession,
@@ -37,4 +38,5 @@ __all__ = [
     "global_step", "Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
     "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
+    "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
 ]

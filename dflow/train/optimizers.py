@@ -19,10 +19,8 @@ their inputs, which other ops may share.
 
 from __future__ import annotations
 
-import contextlib
-
 from ..autodiff import gradients
-from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph, name_scope
+from ..graph import GraphKeys, Tensor, colocate_with, convert_to_tensor, get_default_graph, name_scope
 from ..ops import array_ops, math_ops, state_ops
 from ..ops.registry import ShapeError, Spec, defop
 from ..ops.shape_rules import fmt
@@ -87,14 +85,6 @@ defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
 
 def _apply(op_type, inputs, attrs=None) -> Tensor:
     return get_default_graph().create_op(op_type, inputs, attrs, name=op_type).outputs[0]
-
-
-@contextlib.contextmanager
-def _colocated(var):
-    """Place ops exactly where ``var`` lives (TF's ``colocate_with``), whatever scopes are open."""
-    graph = get_default_graph()
-    with graph.device(None), graph.device(var.device):
-        yield
 
 
 # ---- the base class ------------------------------------------------------------------
@@ -185,13 +175,13 @@ class Optimizer:
                 self._prepare()
                 update_ops = []
                 for grad, var in updates:
-                    with graph.name_scope("update_" + var.op.name), _colocated(var):
+                    with graph.name_scope("update_" + var.op.name), colocate_with(var):
                         update_ops.append(self._apply_dense(grad, var).op)
                 if global_step is None:
                     train_op = self._finish(update_ops, scope)
                 else:
                     with graph.control_dependencies([self._finish(update_ops, "update")]):
-                        with _colocated(global_step):
+                        with colocate_with(global_step):
                             train_op = state_ops.assign_add(global_step, 1, name=scope).op
         collection = graph.get_collection_ref(GraphKeys.TRAIN_OP)
         if train_op not in collection:
@@ -221,7 +211,7 @@ class Optimizer:
         key = (name, colocate_with.graph)
         if key not in self._non_slot:
             graph = colocate_with.graph
-            with graph.name_scope(None), _colocated(colocate_with):
+            with graph.name_scope(None), graph.colocate_with(colocate_with):
                 self._non_slot[key] = Variable(initial_value, trainable=False, name=name)
         return self._non_slot[key]
 
@@ -246,7 +236,7 @@ def _create_zeros_slot(var: Variable, op_name: str) -> Variable:
         initial = lambda: array_ops.zeros(var.shape.as_list(), var.dtype)  # noqa: E731
     else:
         initial = lambda: array_ops.zeros_like(var.initial_value)  # noqa: E731
-    with graph.name_scope(None), _colocated(var):
+    with graph.name_scope(None), colocate_with(var):
         return Variable(initial, trainable=False, name=f"{var.op.name}/{op_name}",
                         validate_shape=var.shape.is_fully_defined())
 
@@ -352,7 +342,7 @@ class AdamOptimizer(Optimizer):
     def _finish(self, update_ops, name_scope):
         graph = get_default_graph()
         beta1_power, beta2_power = self._beta_powers(graph)
-        with graph.control_dependencies(update_ops), _colocated(beta1_power):
+        with graph.control_dependencies(update_ops), colocate_with(beta1_power):
             update_beta1 = state_ops.assign(beta1_power, beta1_power * _as(self._beta1_t, beta1_power))
             update_beta2 = state_ops.assign(beta2_power, beta2_power * _as(self._beta2_t, beta2_power))
         return group(*update_ops, update_beta1, update_beta2, name=name_scope)
