@@ -151,6 +151,8 @@ class ClusterRunner:
                     raise self._explain(task, future.exception())
                 reply = future.result()
                 values.update(reply["fetches"])
+                stats.compute_s[task] = reply["compute_s"]
+                stats.waited_s[task] = reply["waited_s"]
                 if reply["staleness"] is not None:
                     stats.staleness = max(stats.staleness or 0, reply["staleness"])
                 for dest, count in reply["sent"].items():

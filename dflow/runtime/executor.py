@@ -64,6 +64,8 @@ class RunStats:
     order: list[str] = field(default_factory=list)
     bytes_sent: dict[tuple[str, str], int] = field(default_factory=dict)
     staleness: int | None = None  # updates other replicas applied between this step's reads and its own
+    compute_s: dict[str, float] = field(default_factory=dict)  # per task: running its ops
+    waited_s: dict[str, float] = field(default_factory=dict)  # per task: waiting for other tasks
 
 
 def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule:
