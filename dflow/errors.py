@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["OpError", "InvalidArgumentError", "FailedPreconditionError", "NotFoundError", "AbortedError",
-           "DeadlineExceededError", "UnavailableError"]
+           "DeadlineExceededError", "UnavailableError", "CancelledError"]
 
 
 class OpError(RuntimeError):
@@ -40,3 +40,7 @@ class DeadlineExceededError(OpError):
 
 class UnavailableError(OpError):
     """A task of the cluster cannot be reached: its worker left or died."""
+
+
+class CancelledError(OpError):
+    """A wait was cancelled, e.g. replicas blocked in a barrier after the chief stopped."""

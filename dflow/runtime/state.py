@@ -1,10 +1,13 @@
-"""What a session keeps between runs: variable values and random streams.
+"""What a session keeps between runs: variable values, random streams, shared resources.
 
 A plain class, so the local session holds it in-process and a parameter-server
 worker can hold one remotely (STYLE: remote state is an ordinary class).
 """
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Callable
 
 import numpy
 
@@ -14,7 +17,8 @@ __all__ = ["SessionState"]
 
 
 class SessionState:
-    """Variable values by shared name, plus per-seed random generators.
+    """Variable values by shared name, per-seed random generators, and named resources
+    (the gradient accumulators and the step barrier of ``SyncReplicasOptimizer``).
 
     >>> state = SessionState()
     >>> state.write_variable("w", 3.0); state.read_variable("w")
@@ -25,6 +29,8 @@ class SessionState:
         self.variables: dict[str, object] = {}
         self._generators: dict[object, numpy.random.Generator] = {}
         self._default_generator = numpy.random.default_rng(seed)
+        self.resources: dict[str, object] = {}
+        self._resources_lock = threading.Lock()  # replicas' steps may create one concurrently
 
     def read_variable(self, name: str):
         try:
@@ -49,3 +55,11 @@ class SessionState:
         if key not in self._generators:
             self._generators[key] = numpy.random.default_rng(key)
         return self._generators[key]
+
+    def resource(self, name: str, create: Callable[[], object]):
+        """The resource ``name``, made by ``create()`` on first use: every op (of any graph)
+        naming it shares one object, as TF ops share a resource by ``shared_name``."""
+        with self._resources_lock:
+            if name not in self.resources:
+                self.resources[name] = create()
+            return self.resources[name]

@@ -30,6 +30,7 @@ from .optimizers import (
     exponential_decay,
 )
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
+from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
+    "SyncReplicasOptimizer",
 ]
