@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import dflow as tf
+from dflow.runtime.state import SessionState
 
 FEATURES, BATCH, LR = 3, 4, 0.1
 W0 = np.array([[1.0], [-0.5], [0.25]], np.float32)
@@ -128,6 +129,46 @@ def test_sync_training_equals_one_process_on_the_concatenated_batch(optimizer):
     np.testing.assert_allclose(w, expected_w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b, expected_b, rtol=1e-5, atol=1e-6)
     assert model.opt.get_chief_queue_runner().exceptions_raised == []
+
+
+def test_between_graph_replicas_share_the_ps_state_by_name():
+    """Each replica builds its own graph and session, as a worker process does; their
+    variables, accumulators and barrier meet in one state, as on a PS task."""
+    replicas, steps = 2, 3
+    xs, ys = _data(replicas, steps)
+    shared = SessionState()
+    workers = []
+    for task in range(replicas):
+        with tf.Graph().as_default() as graph, tf.device(tf.train.replica_device_setter(
+                ps_tasks=1, worker_device=f"/job:worker/task:{task}")):
+            w = tf.Variable(W0, name="w")
+            b = tf.Variable(np.zeros(1, np.float32), name="b")
+            step = tf.train.get_or_create_global_step()
+            x = tf.placeholder(tf.float32, [None, FEATURES])
+            y = tf.placeholder(tf.float32, [None, 1])
+            opt = tf.train.SyncReplicasOptimizer(tf.train.GradientDescentOptimizer(LR), replicas)
+            train = opt.minimize(tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y)), global_step=step)
+            hook = opt.make_session_run_hook(is_chief=task == 0)
+            hook.begin()
+            sess = tf.Session(graph=graph)
+            sess.state = shared
+            if task == 0:
+                sess.run(tf.global_variables_initializer())
+            hook.after_create_session(sess, None)
+        workers.append((sess, hook, x, y, train))
+
+    def replica(r):
+        sess, _, x, y, train = workers[r]
+        return lambda: [sess.run(train, {x: xs[r, k], y: ys[r, k]}) for k in range(steps)]
+
+    assert _in_threads(*[replica(r) for r in range(replicas)]) == [None] * replicas
+    chief_session, chief_hook = workers[0][:2]
+    trained = chief_session.run("w:0")
+    chief_hook.end(chief_session)
+    expected = _single_process(OPTIMIZERS["sgd"], [
+        (np.concatenate(xs[:, k]), np.concatenate(ys[:, k])) for k in range(steps)])
+    np.testing.assert_allclose(trained, expected[0], rtol=1e-5, atol=1e-6)
+    assert {"w/grad_accum", "b/grad_accum", "sync_replicas/step_barrier"} == set(shared.resources)
 
 
 def test_a_stale_gradient_is_dropped_and_its_replica_does_not_wait():
@@ -308,6 +349,9 @@ def test_bad_input_is_refused_with_what_to_do():
     opt.apply_gradients(opt.compute_gradients(w * w), global_step=step, replica_id=1)
     with pytest.raises(ValueError, match="already called for replica 1"):
         opt.apply_gradients(opt.compute_gradients(w * w), global_step=step, replica_id=1)
+    other = tf.Variable(2.0, name="other")
+    with pytest.raises(ValueError, match="every replica must update the same variables"):
+        opt.apply_gradients([(tf.constant(1.0), other)], global_step=step, replica_id=0)
     backup = tf.train.SyncReplicasOptimizer(sgd, 2, total_num_replicas=4, name="backup")
     backup.apply_gradients([(tf.constant(1.0), w)], global_step=step, replica_id=0)
     with pytest.raises(ValueError, match=r"Too few tokens to finish the first step: 1 \(given\) vs 2"):

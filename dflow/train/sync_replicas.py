@@ -313,10 +313,18 @@ class SyncReplicasOptimizer(Optimizer):
             raise ValueError("this SyncReplicasOptimizer built its ops in another graph: "
                              "make one optimizer per graph")
         with graph.as_default():
+            local_anchor = array_ops.no_op(name="sync_rep_local_anchor")  # placed as this replica's ops
+            replica_id = self._replica_id(local_anchor, replica_id)
+            updated = [v for g, v in grads_and_vars if g is not None]
             if self._graph is None:
-                self._graph = graph
+                self._graph, self._updated = graph, updated
                 self._build_chief(grads_and_vars, global_step)
-            return self._build_replica(grads_and_vars, global_step, name or self._name, replica_id)
+            elif updated != self._updated:
+                raise ValueError(f"replica {replica_id} has gradients for {[v.name for v in updated]}, the "
+                                 f"first replica for {[v.name for v in self._updated]}: every replica must "
+                                 "update the same variables")
+            return self._build_replica(grads_and_vars, global_step, name or self._name, local_anchor,
+                                       replica_id)
 
     # ---- what apply_gradients builds ---------------------------------------------------
     def _accumulator(self, var: Variable) -> str:
@@ -360,14 +368,14 @@ class SyncReplicasOptimizer(Optimizer):
         with get_default_graph().colocate_with(owner):
             return _create_op(op_type, inputs, {"resource": name, "kind": kind}, op_type)
 
-    def _build_replica(self, grads_and_vars, global_step, name, replica_id) -> Operation:
+    def _build_replica(self, grads_and_vars, global_step, name, local_anchor, replica_id) -> Operation:
         graph = get_default_graph()
-        local_anchor = array_ops.no_op(name="sync_rep_local_anchor")  # placed as this replica's ops are
-        replica_id = self._replica_id(local_anchor, replica_id)
+        # named by replica: replicas whose ops share one state (towers of one graph, between-graph
+        # replicas on one task) each keep their own
         with graph.name_scope(None), graph.colocate_with(local_anchor):
             local_step = Variable(lambda: array_ops.zeros([], global_step.dtype), trainable=False,
                                   collections=[GraphKeys.LOCAL_VARIABLES], dtype=global_step.dtype,
-                                  name="sync_rep_local_step")
+                                  name=f"sync_rep_local_step_{replica_id}")
             self._local_step_inits.append(state_ops.assign(local_step, global_step).op)
         self.local_step_init_op = group(*self._local_step_inits, name="sync_rep_local_step_init")
         self.chief_init_op = group(self.local_step_init_op, *self._set_steps, name="sync_replicas_chief_init")
