@@ -172,7 +172,10 @@ def _missing(replicas: int, arrived: list[int]) -> list[int]:
 
 
 def _apply_kernel(state, xp, grad, local_step, *, accumulator, replica_id, num_required):
-    _resource(state, "accumulator", accumulator).apply(grad, int(local_step), replica_id, num_required)
+    if not _resource(state, "accumulator", accumulator).apply(grad, int(local_step), replica_id,
+                                                              num_required):
+        log.debug("%s: dropped the gradient of replica %d computed at step %d (stale, or the step "
+                  "had its %d already)", accumulator, replica_id, int(local_step), num_required)
     return ()
 
 
