@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 __all__ = ["OpError", "InvalidArgumentError", "FailedPreconditionError", "NotFoundError", "AbortedError",
-           "DeadlineExceededError", "UnavailableError", "CancelledError"]
+           "DeadlineExceededError", "UnavailableError", "CancelledError", "OutOfRangeError",
+           "DataLossError"]
 
 
 class OpError(RuntimeError):
@@ -44,3 +45,11 @@ class UnavailableError(OpError):
 
 class CancelledError(OpError):
     """A wait was cancelled, e.g. replicas blocked in a barrier after the chief stopped."""
+
+
+class OutOfRangeError(OpError):
+    """An input is exhausted: a dataset iterator ran past its last epoch."""
+
+
+class DataLossError(OpError):
+    """Stored data is unreadable or corrupt: a damaged chunk of a dataset store."""
