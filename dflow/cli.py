@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .data.cli import add_data_arguments, run_data
+
 __all__ = ["main", "COMMANDS", "OPTIMIZERS", "DATASETS"]
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -323,6 +325,8 @@ COMMANDS: dict[str, Command] = {
                      _add_train_arguments, run_train),
     "bench": Command("measure training throughput (images/sec) against references",
                      _add_bench_arguments, run_bench),
+    "data": Command("prepare datasets as chunked Zarr stores, describe them, benchmark reading",
+                    add_data_arguments, run_data),
 }
 
 

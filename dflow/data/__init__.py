@@ -1,9 +1,30 @@
-"""Datasets for training and benchmarks.
+"""Datasets: prepared as chunked Zarr stores, streamed to workers in sharded batches.
 
-For now: scikit-learn's bundled handwritten digits (real data, no download).
-Prepared Zarr datasets (CIFAR-10, MNIST, ImageNet) come with ``dflow data prepare``.
+- :func:`prepare` converts CIFAR-10, MNIST, ImageNet (from the files their
+  publishers distribute), scikit-learn's digits, or synthetic data into a store
+  (``dflow data prepare``); :func:`describe` summarizes one (``dflow data info``).
+- :class:`Dataset` streams a split: per-worker shard, shuffled per epoch from a
+  seed, transformed (:mod:`dflow.data.transforms`), prefetched; a Python
+  iterator of batches to feed placeholders, or an input op (``get_next()``).
+- :func:`load_digits` and :func:`iterate_batches`: the digits in memory.
+
+>>> import os, tempfile, dflow as tf
+>>> from dflow.data import Dataset, prepare
+>>> store = prepare("digits", out=os.path.join(tempfile.mkdtemp(), "digits.zarr"), echo=None)
+>>> data = Dataset(store, "train", batch_size=100, seed=1, shard=(0, 2))
+>>> images, labels = next(data)
+>>> images.shape, labels.dtype.name, data.examples_per_epoch
+((100, 8, 8, 1), 'int64', 720)
 """
 
+from . import ops  # noqa: F401 - registers DatasetNext
+from .dataset import Dataset
 from .digits import DigitsSplit, iterate_batches, load_digits
+from .ops import dataset_next
+from .prepare import CONVERTERS, prepare
+from .sources import SourceError
+from .store import describe, open_store
+from .transforms import TRANSFORMS
 
-__all__ = ["DigitsSplit", "load_digits", "iterate_batches"]
+__all__ = ["Dataset", "dataset_next", "prepare", "describe", "open_store", "CONVERTERS", "TRANSFORMS",
+           "SourceError", "DigitsSplit", "load_digits", "iterate_batches"]

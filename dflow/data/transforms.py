@@ -1,0 +1,119 @@
+"""Batch preprocessing as in TensorFlow's CIFAR-10 tutorial, over an array namespace ``xp``.
+
+A transform is ``transform(xp, images, rng) -> images``: ``images`` is a batch
+``(N, H, W, C)`` (uint8 as stored, already on the device ``xp`` computes on:
+NumPy, or CuPy on a GPU worker), ``rng`` a ``numpy.random.Generator`` that
+draws the random parameters (one number per image, a few hundred bytes moved
+to the device), so a batch is the same for a seed whatever the device.
+
+Training (``cifar10_train``), as ``cifar10_input.distorted_inputs``: random
+24x24 crop, random left-right flip, brightness jitter (+-63), contrast jitter
+(x0.2..1.8), per-image standardization. Evaluation (``cifar10_eval``): the
+central 24x24 crop, per-image standardization. Both give float32.
+
+>>> import numpy as np, array_api_compat.numpy as xp
+>>> batch = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+>>> out = cifar10_train(xp, batch, np.random.default_rng(0))
+>>> out.shape, out.dtype.name, round(float(out[0].std()), 4)
+((2, 24, 24, 3), 'float32', 1.0)
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+
+__all__ = ["random_crop", "random_flip_left_right", "random_brightness", "random_contrast",
+           "per_image_standardization", "central_crop", "cifar10_train", "cifar10_eval", "to_data_format",
+           "TRANSFORMS", "get_transform"]
+
+CIFAR10_CROP = 24
+
+
+def random_crop(xp, images, rng, size: int):
+    """A ``size`` x ``size`` window of each image, at a random place per image."""
+    n, height, width = images.shape[:3]
+    if size > min(height, width):
+        raise ValueError(f"cannot crop {size}x{size} from {height}x{width} images")
+    tops = rng.integers(0, height - size + 1, n)
+    lefts = rng.integers(0, width - size + 1, n)
+    return xp.stack([images[i, t:t + size, s:s + size] for i, (t, s) in enumerate(zip(tops, lefts))])
+
+
+def central_crop(xp, images, size: int):
+    """The central ``size`` x ``size`` window (TF's ``resize_image_with_crop_or_pad`` when smaller)."""
+    height, width = images.shape[1:3]
+    if size > min(height, width):
+        raise ValueError(f"cannot crop {size}x{size} from {height}x{width} images")
+    top, left = (height - size) // 2, (width - size) // 2
+    return images[:, top:top + size, left:left + size]
+
+
+def random_flip_left_right(xp, images, rng):
+    """Each image mirrored left-right with probability 1/2."""
+    flip = xp.asarray(rng.random(images.shape[0]) < 0.5)
+    return xp.where(flip[:, None, None, None], xp.flip(images, axis=2), images)
+
+
+def random_brightness(xp, images, rng, max_delta: float):
+    """Adds one delta in ``[-max_delta, max_delta)`` per image (float images)."""
+    delta = xp.asarray(rng.uniform(-max_delta, max_delta, images.shape[0]), dtype=images.dtype)
+    return images + delta[:, None, None, None]
+
+
+def random_contrast(xp, images, rng, lower: float, upper: float):
+    """Scales each image's deviation from its per-channel mean by one factor in ``[lower, upper)``."""
+    factor = xp.asarray(rng.uniform(lower, upper, images.shape[0]), dtype=images.dtype)
+    mean = xp.mean(images, axis=(1, 2), keepdims=True)
+    return (images - mean) * factor[:, None, None, None] + mean
+
+
+def per_image_standardization(xp, images):
+    """``(x - mean) / max(std, 1 / sqrt(pixels))`` per image, as TF's op."""
+    pixels = math.prod(images.shape[1:])
+    mean = xp.mean(images, axis=(1, 2, 3), keepdims=True)
+    std = xp.std(images, axis=(1, 2, 3), keepdims=True)
+    return (images - mean) / xp.maximum(std, xp.asarray(1 / math.sqrt(pixels), dtype=images.dtype))
+
+
+def _as_float(xp, images):
+    return xp.astype(images, xp.float32)
+
+
+def cifar10_train(xp, images, rng):
+    """The tutorial's training distortions: crop 24, flip, brightness, contrast, standardization."""
+    images = _as_float(xp, random_crop(xp, images, rng, CIFAR10_CROP))
+    images = random_flip_left_right(xp, images, rng)
+    images = random_brightness(xp, images, rng, max_delta=63)
+    images = random_contrast(xp, images, rng, lower=0.2, upper=1.8)
+    return per_image_standardization(xp, images)
+
+
+def cifar10_eval(xp, images, rng=None):
+    """The tutorial's evaluation input: the central 24x24 crop, standardized."""
+    return per_image_standardization(xp, _as_float(xp, central_crop(xp, images, CIFAR10_CROP)))
+
+
+def to_data_format(xp, images, data_format: str):
+    """NHWC batches as they are, or transposed to NCHW."""
+    if data_format == "NHWC":
+        return images
+    if data_format == "NCHW":
+        return xp.permute_dims(images, (0, 3, 1, 2))
+    raise ValueError(f"data_format must be 'NHWC' or 'NCHW', got {data_format!r}")
+
+
+TRANSFORMS: dict[str, Callable] = {"cifar10_train": cifar10_train, "cifar10_eval": cifar10_eval}
+
+
+def get_transform(name: str) -> Callable:
+    """A transform by name: one of :data:`TRANSFORMS`, or ``"package.module:function"``."""
+    if name in TRANSFORMS:
+        return TRANSFORMS[name]
+    module, _, attribute = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError):
+        raise ValueError(f"unknown transform {name!r}: use one of {sorted(TRANSFORMS)} or "
+                         "'package.module:function'") from None
