@@ -114,14 +114,16 @@ def write_store(source: DatasetSource, out: str, *, chunk_examples: int | None =
 
 
 def _request(source: DatasetSource, chunk_examples: int | None) -> dict:
-    """What a rerun must match to continue an interrupted preparation."""
+    """What a rerun must match to continue an interrupted preparation. A directory's listing
+    digest is left out: replacing a file that failed to decode must not discard finished chunks."""
+    sources = [s if s.get("sha256_of") != "file listing" else {"name": s["name"]} for s in source.sources]
     shapes = {s.name: [s.count, *s.image_shape] for s in source.splits}
     if chunk_examples is None:
         largest = max(source.splits, key=lambda s: s.count)
         chunk_examples = chunk_examples_for(largest.image_shape, largest.count)
     if chunk_examples < 1:
         raise ValueError(f"chunk_examples must be at least 1, got {chunk_examples}")
-    return {"dataset": source.name, "sources": source.sources, "shapes": shapes,
+    return {"dataset": source.name, "sources": sources, "shapes": shapes,
             "chunk_examples": int(chunk_examples), "format": FORMAT}
 
 
@@ -186,8 +188,17 @@ def _chunk_tasks(root: zarr.Group, source: DatasetSource, chunk: int, work: str)
     return tasks
 
 
-def _write_chunk(images_array, labels_array, split: SplitSource, start: int, stop: int,
-                 num_classes: int, marker: str) -> None:
+def _write_chunk(*args) -> Exception | None:
+    """Writes one chunk; its error is returned, so that the other chunks still get written."""
+    try:
+        _write_chunk_or_raise(*args)
+    except Exception as error:
+        return error
+    return None
+
+
+def _write_chunk_or_raise(images_array, labels_array, split: SplitSource, start: int, stop: int,
+                          num_classes: int, marker: str) -> None:
     images, labels = split.read(start, stop)
     images, labels = np.asarray(images), np.asarray(labels)
     where = f"{split.name} examples {start}..{stop - 1}"
@@ -240,13 +251,19 @@ def _run_tasks(tasks: list, client, echo, total: int) -> None:
 
         keys = {t.key for t in tasks}
         with _Steps():
-            dask.compute(*tasks, scheduler="threads")
-        return
-    from distributed import as_completed
+            errors = dask.compute(*tasks, scheduler="threads")
+    else:
+        from distributed import as_completed
 
-    for future in as_completed(client.compute(tasks)):
-        future.result()  # raises the task's error, naming its examples
-        progress.step()
+        errors = []
+        for future in as_completed(client.compute(tasks)):
+            errors.append(future.result())
+            progress.step()
+    failed = [e for e in errors if e is not None]
+    if failed:
+        if echo:
+            echo(f"{len(failed)} of {len(tasks)} chunks failed; the others are kept for a rerun")
+        raise failed[0]
 
 
 def _finish(root: zarr.Group, source: DatasetSource, chunk: int, work: str) -> None:
