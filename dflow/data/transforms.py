@@ -53,7 +53,9 @@ def central_crop(xp, images, size: int):
 def random_flip_left_right(xp, images, rng):
     """Each image mirrored left-right with probability 1/2."""
     flip = xp.asarray(rng.random(images.shape[0]) < 0.5)
-    return xp.where(flip[:, None, None, None], xp.flip(images, axis=2), images)
+    out = xp.asarray(images, copy=True)
+    out[flip] = xp.flip(images[flip], axis=2)  # 3x faster than xp.where over the whole batch
+    return out
 
 
 def random_brightness(xp, images, rng, max_delta: float):
@@ -64,17 +66,33 @@ def random_brightness(xp, images, rng, max_delta: float):
 
 def random_contrast(xp, images, rng, lower: float, upper: float):
     """Scales each image's deviation from its per-channel mean by one factor in ``[lower, upper)``."""
-    factor = xp.asarray(rng.uniform(lower, upper, images.shape[0]), dtype=images.dtype)
-    mean = xp.mean(images, axis=(1, 2), keepdims=True)
-    return (images - mean) * factor[:, None, None, None] + mean
+    n, height, width, channels = images.shape
+    factor = xp.asarray(rng.uniform(lower, upper, n), dtype=images.dtype)[:, None, None]
+    # computed on (N, H, W*C) rows with the channel means tiled along them: NumPy is slow to
+    # broadcast over a last axis of 3
+    means = xp.tile(xp.reshape(_channel_means(xp, images), (n, 1, channels)), (1, 1, width))
+    rows = xp.reshape(images, (n, height, width * channels))
+    return xp.reshape(rows * factor + means * (1 - factor), images.shape)
+
+
+def _channel_means(xp, images):
+    """``(N, 1, 1, C)`` means over each image's pixels, as a batched matmul: a NumPy reduction
+    over the middle axes of NHWC took 20x longer (~1 ms for 100 24x24x3 images)."""
+    n, height, width, channels = images.shape
+    weights = xp.full((1, height * width), 1 / (height * width), dtype=images.dtype)
+    return xp.reshape(xp.matmul(weights, xp.reshape(images, (n, height * width, channels))),
+                      (n, 1, 1, channels))
 
 
 def per_image_standardization(xp, images):
     """``(x - mean) / max(std, 1 / sqrt(pixels))`` per image, as TF's op."""
     pixels = math.prod(images.shape[1:])
-    mean = xp.mean(images, axis=(1, 2, 3), keepdims=True)
-    std = xp.std(images, axis=(1, 2, 3), keepdims=True)
-    return (images - mean) / xp.maximum(std, xp.asarray(1 / math.sqrt(pixels), dtype=images.dtype))
+    flat = xp.reshape(images, (images.shape[0], pixels))
+    mean = xp.mean(flat, axis=1, keepdims=True)
+    centered = flat - mean
+    std = xp.sqrt(xp.mean(centered * centered, axis=1, keepdims=True))
+    scale = xp.maximum(std, xp.asarray(1 / math.sqrt(pixels), dtype=images.dtype))
+    return xp.reshape(centered / scale, images.shape)
 
 
 def _as_float(xp, images):
