@@ -310,10 +310,23 @@ def _open_group(path: str) -> zarr.Group:
                 if os.path.isdir(path + _WORK_SUFFIX) else "; prepare one with `dflow data prepare`")
         raise NotFoundError(f"no dataset store at {path}{hint}")
     try:
-        return zarr.open_group(path, mode="r")
+        return zarr.open_group(_fsspec_store(path) if "://" in path else path, mode="r")
     except (FileNotFoundError, KeyError, ValueError) as error:
         raise NotFoundError(f"{path} is not a Zarr group ({type(error).__name__}: {error}); "
                             "prepare a store with `dflow data prepare`") from None
+
+
+def _fsspec_store(url: str):
+    import fsspec
+
+    filesystem, path = fsspec.core.url_to_fs(url)
+    if filesystem.async_impl:
+        filesystem, path = fsspec.core.url_to_fs(url, asynchronous=True)
+    else:  # zarr 3.0 takes only async filesystems (s3, gcs: yes; memory: no)
+        from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+        filesystem = AsyncFileSystemWrapper(filesystem, asynchronous=True)
+    return zarr.storage.FsspecStore(filesystem, path=path, read_only=True)
 
 
 def open_store(path: str) -> zarr.Group:
