@@ -48,7 +48,7 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     bench = actions.add_parser("bench", help="reader throughput and the CIFAR-10 step's I/O overhead")
     bench.add_argument("--store", help="a CIFAR-shaped store to use (default: generate 50,000 images "
                                        "in a temporary directory)")
-    bench.add_argument("--steps", type=int, default=50, help="training steps per measurement")
+    bench.add_argument("--steps", type=int, default=200, help="timed training steps of each kind")
     bench.add_argument("--output", help="write the results as JSON here")
 
 
