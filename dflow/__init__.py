@@ -13,6 +13,7 @@
 __version__ = "0.1.0"
 
 from . import (
+    cluster,
     dtypes,
     errors,
     nn,  # noqa: E402,I001 - after the core ops it builds on
@@ -154,7 +155,7 @@ div = divide
 newaxis = None
 
 
-def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:
+def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:  # noqa: F811
     """Between-graph replication: ``train_fn(task_index, *args, **kwargs)`` on every task of
     ``job``, each as its own client in its worker's process (see :mod:`dflow.distributed.replicate`)."""
     from .distributed.replicate import replicate as run  # imports distributed: only when asked

@@ -12,6 +12,7 @@
 1
 """
 
+from ..cluster import ClusterSpec, Server
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
 from .monitored_session import (
     CheckpointSaverHook,
@@ -40,5 +41,5 @@ __all__ = [
     "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
-    "SyncReplicasOptimizer",
+    "SyncReplicasOptimizer", "ClusterSpec", "Server",
 ]

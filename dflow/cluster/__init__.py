@@ -1,0 +1,259 @@
+"""Start or join a dflow cluster: Dask workers that carry a TF role (``ps/0``, ``worker/1``).
+
+Every launcher returns a :class:`Cluster`, whose ``target`` goes to ``tf.Session``:
+
+>>> with tf.cluster.local(ps=1, workers=2) as cluster:  # doctest: +SKIP
+...     with tf.Session(cluster.target) as sess:
+...         sess.run(train_op)
+
+- :func:`local`: worker processes on this machine (the embedded default);
+- :func:`cuda`: one worker per GPU of this machine (dask-cuda), PS workers on the CPU;
+- :func:`slurm`: one Slurm job per role (dask-jobqueue);
+- :func:`connect`: a running Dask scheduler whose workers were started by hand with
+  ``dflow worker --scheduler ADDRESS --job ps --task 0``, as ``tf.train.Server`` would be.
+
+A worker's role is its Dask name and a resource (``{"ps": 1}``, ``{"worker": 1, "GPU": 1}``);
+:class:`ClusterSpec` reads the roles back. ``distributed`` is imported only when a cluster
+is started, so ``import dflow`` stays light.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from .spec import ClusterSpec, role_name, task_of, worker_infos
+
+__all__ = ["Cluster", "ClusterSpec", "Server", "local", "cuda", "slurm", "connect", "worker_command",
+           "role_name", "task_of"]
+
+START_TIMEOUT_S = 120.0  # how long a launcher waits for all its workers
+
+
+class Cluster:
+    """A running dflow cluster: ``client``, ``spec``, ``target``, ``dashboard_link``.
+
+    Used as a context manager it closes the client and, if this process started the
+    workers, shuts them down (also when the block ends by an exception or Ctrl-C).
+    """
+
+    def __init__(self, client, dask_cluster=None):
+        self.client = client
+        self.dask_cluster = dask_cluster  # None when joined with connect(): not ours to stop
+
+    @property
+    def target(self) -> str:
+        """The Dask scheduler's address, for ``tf.Session(target)``."""
+        return self.client.scheduler.address
+
+    @property
+    def spec(self) -> ClusterSpec:
+        """The roles of the workers alive now."""
+        return ClusterSpec.from_client(self.client)
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The Dask dashboard's address, or None when it is not served (bokeh missing)."""
+        try:
+            import bokeh  # noqa: F401  (the dashboard needs it; without it the link is dead)
+        except ImportError:
+            return None
+        return self.client.dashboard_link
+
+    def wait_for(self, roles: list[str], timeout: float = START_TIMEOUT_S) -> None:
+        """Block until a worker holds each of ``roles`` (``["ps/0", "worker/0"]``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            present = {info.get("name") for info in worker_infos(self.client).values()}
+            missing = [role for role in roles if role not in present]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"after {timeout:.0f} s no worker holds {', '.join(missing)}; workers "
+                                   f"present: {', '.join(sorted(map(str, present))) or 'none'}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.dask_cluster is not None:
+            self.dask_cluster.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<dflow Cluster {self.target} roles={self.spec.roles()}>"
+
+
+def _roles(ps: int, workers: int) -> list[tuple[str, int]]:
+    if ps < 0 or workers < 1:
+        raise ValueError(f"a cluster needs at least one worker and no negative PS count, "
+                         f"got ps={ps}, workers={workers}")
+    return [("ps", i) for i in range(ps)] + [("worker", i) for i in range(workers)]
+
+
+def _blas_env(job: str, workers: int, blas_threads: int | None) -> dict[str, str]:
+    """BLAS threads per process: a PS only adds gradients (1 thread); the workers share the
+    cores. Oversubscribed BLAS collapses throughput (MEASURED.md)."""
+    threads = 1 if job == "ps" else blas_threads or max(1, (os.cpu_count() or 1) // workers)
+    return {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def _start(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> Cluster:
+    import distributed
+
+    dask_cluster.sync(dask_cluster._correct_state)  # start the workers put into worker_spec
+    cluster = Cluster(distributed.Client(dask_cluster, set_as_default=False), dask_cluster)
+    try:
+        cluster.wait_for([role_name(job, i) for job, i in roles], timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threads: int | None = None,
+          dashboard_address: str | None = ":0", timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
+    """An embedded cluster of worker processes on this machine, one per role.
+
+    ``threads_per_worker`` are Dask threads (stages run on a pool of their own);
+    ``blas_threads`` per worker default to the cores divided among the workers (PS: 1).
+    Other keyword arguments go to ``distributed.LocalCluster``.
+
+    >>> with tf.cluster.local(ps=1, workers=2) as cluster:  # doctest: +SKIP
+    ...     cluster.spec.as_dict()
+    {'ps': ['tcp://127.0.0.1:40117'], 'worker': ['tcp://127.0.0.1:35431', 'tcp://127.0.0.1:42325']}
+    """
+    import distributed
+
+    roles = _roles(ps, workers)
+    dask_cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=dashboard_address,
+                                            threads_per_worker=threads_per_worker, **kwargs)
+    template = dask_cluster.new_spec
+    for job, i in roles:
+        options = {**template["options"], "resources": {job: 1}, "env": _blas_env(job, workers, blas_threads)}
+        dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
+    try:
+        return _start(dask_cluster, roles, timeout)
+    except BaseException:
+        dask_cluster.close()
+        raise
+
+
+def cuda(ps: int = 1, threads_per_worker: int = 1, timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
+    """One worker per GPU of this machine (``dask_cuda.LocalCUDACluster``: its CPU affinity and
+    memory settings), tagged ``{"worker": 1, "GPU": 1}`` with its GPU as ``/gpu:0``, plus ``ps``
+    PS workers on the CPU (the seeds found PS on CPU beside GPU workers fastest).
+
+    Keyword arguments go to ``LocalCUDACluster`` (``CUDA_VISIBLE_DEVICES="0,1"`` picks GPUs).
+    Needs ``pip install dflow[gpu]`` and an NVIDIA GPU.
+    """
+    try:
+        import distributed
+        from dask_cuda import LocalCUDACluster
+    except ImportError as error:
+        raise ImportError(f"dflow.cluster.cuda needs dask-cuda ({error}); install it with "
+                          "`pip install dflow[gpu]` on a machine with an NVIDIA GPU") from error
+    try:
+        # it starts one worker per visible GPU, named by device id; renamed to roles below
+        dask_cluster = LocalCUDACluster(threads_per_worker=threads_per_worker, **kwargs)
+    except Exception as error:
+        raise RuntimeError(f"dask-cuda could not start GPU workers ({type(error).__name__}: {error}); "
+                           "is there an NVIDIA GPU and driver? Use dflow.cluster.local() on CPUs") from error
+    gpu_specs = list(dask_cluster.worker_spec.values())
+    dask_cluster.worker_spec.clear()
+    for i, spec in enumerate(gpu_specs):
+        spec["options"] = {**spec["options"], "resources": {"worker": 1, "GPU": 1}}
+        dask_cluster.worker_spec[role_name("worker", i)] = spec
+    for i in range(ps):
+        dask_cluster.worker_spec[role_name("ps", i)] = {"cls": distributed.Nanny, "options": {
+            "nthreads": threads_per_worker, "resources": {"ps": 1},
+            "env": {"CUDA_VISIBLE_DEVICES": "", **_blas_env("ps", len(gpu_specs), None)}}}
+    roles = _roles(ps, len(gpu_specs))
+    try:
+        return _start(dask_cluster, roles, timeout)
+    except BaseException:
+        dask_cluster.close()
+        raise
+
+
+def connect(address: str, roles: list[str] | None = None, timeout: float = START_TIMEOUT_S) -> Cluster:
+    """Join the running Dask scheduler at ``address``; closing the result leaves its workers running.
+
+    ``roles`` (``["ps/0", "worker/0", "worker/1"]``) waits until workers hold them.
+    """
+    import distributed
+
+    cluster = Cluster(distributed.Client(address, set_as_default=False, timeout=timeout))
+    if roles:
+        cluster.wait_for(roles, timeout)
+    return cluster
+
+
+def worker_command(scheduler: str, job: str, task: int, nthreads: int = 1, gpus: int = 0,
+                   blas_threads: int = 1, extra: list[str] | None = None) -> tuple[list[str], dict]:
+    """The ``dask worker`` command line and environment that give a worker process a dflow role."""
+    resources = f"{job}=1" + (f" GPU={gpus}" if gpus else "")
+    argv = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--name", role_name(job, task),
+            "--resources", resources, "--nthreads", str(nthreads), "--nworkers", "1", *(extra or [])]
+    env = {**os.environ, **{name: str(blas_threads) for name in
+                            ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    return argv, env
+
+
+class Server:
+    """A TF-shaped handle on one role of a cluster (``tf.train.Server``).
+
+    ``cluster`` is a :class:`Cluster` or a scheduler address. If no worker holds the role
+    ``job_name/task_index`` yet, one is started here (a ``dflow worker`` process), so a
+    script run on each machine can start its own role as TF scripts do:
+
+    >>> server = tf.train.Server("tcp://10.0.0.1:8786", job_name="ps", task_index=0)  # doctest: +SKIP
+    >>> server.join()  # a PS serves until its worker stops  # doctest: +SKIP
+    """
+
+    def __init__(self, cluster, job_name: str, task_index: int = 0, start: bool = True,
+                 timeout: float = START_TIMEOUT_S):
+        self.cluster = cluster if isinstance(cluster, Cluster) else connect(str(cluster))
+        self.job_name, self.task_index = job_name, int(task_index)
+        self.process: subprocess.Popen | None = None
+        self._timeout = timeout
+        if start:
+            self.start()
+
+    @property
+    def target(self) -> str:
+        return self.cluster.target
+
+    @property
+    def role(self) -> str:
+        return role_name(self.job_name, self.task_index)
+
+    def start(self) -> None:
+        present = {info.get("name") for info in worker_infos(self.cluster.client).values()}
+        if self.role not in present:
+            argv, env = worker_command(self.target, self.job_name, self.task_index)
+            self.process = subprocess.Popen(argv, env=env)
+        self.cluster.wait_for([self.role], self._timeout)
+
+    def join(self) -> None:
+        """Block while this role's worker lives (a PS's loop in TF's scripts)."""
+        if self.process is not None:
+            self.process.wait()
+            return
+        while self.role in {i.get("name") for i in worker_infos(self.cluster.client).values()}:
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        """Stop the worker this Server started (a role it found running is left alone)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+from .slurm import slurm  # noqa: E402  (it builds on _start and _roles above)
