@@ -22,9 +22,11 @@ from dataclasses import dataclass
 
 import distributed
 from distributed.comm.core import CommClosedError
+from distributed.core import send_recv
 from distributed.protocol.serialize import to_serialize
 from distributed.utils import sync
 
+from ..cluster.spec import ClusterSpec, task_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
 from .partition import Partition, describe, partition, place
@@ -33,30 +35,19 @@ from .worker import PLUGIN_NAME, DflowWorker, nbytes, serialized
 __all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
 
 log = logging.getLogger("dflow")
+CONNECT_TIMEOUT_S = 5.0  # a live worker on any network answers a connect well within this
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
 
 
 def role_of(worker_name) -> str | None:
     """``"ps/0"`` -> ``"/job:ps/task:0"``; None for a worker without a dflow role."""
-    job, _, task = str(worker_name).partition("/")
-    return f"/job:{job}/task:{int(task)}" if job and task.isdigit() else None
+    role = task_of(worker_name)
+    return f"/job:{role[0]}/task:{role[1]}" if role else None
 
 
 def cluster_tasks(client: distributed.Client) -> dict[str, dict]:
-    """Each task of the cluster: its worker's address and GPU count, from worker names."""
-    tasks: dict[str, dict] = {}
-    for address, info in client.scheduler_info()["workers"].items():
-        task = role_of(info.get("name"))
-        if task is None:
-            continue
-        if task in tasks:
-            raise ValueError(f"two workers claim {task}: {tasks[task]['address']} and {address}; "
-                             "give every worker its own job/task name")
-        tasks[task] = {"address": address, "GPU": info.get("resources", {}).get("GPU", 0)}
-    if not tasks:
-        raise ValueError("this Dask cluster has no dflow roles: name its workers 'job/task' "
-                         "('ps/0', 'worker/0'), e.g. with dflow.cluster.local() or `dflow worker`")
-    return tasks
+    """Each task of the cluster as a device: its worker's address and GPU count."""
+    return ClusterSpec.from_client(client).devices()
 
 
 def install(client: distributed.Client) -> None:
@@ -179,7 +170,14 @@ class ClusterRunner:
         return error
 
     async def _call(self, task: str, op: str, **message):
-        return await getattr(self._rpc(self.tasks[task]["address"]), op)(**message)
+        # distributed retries a refused connection for 30 s; a task whose worker died must fail
+        # the step sooner, so connect with a timeout of our own (then as PooledRPCCall does)
+        address = self.tasks[task]["address"]
+        comm = await self._rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await send_recv(comm=comm, op=op, **message)
+        finally:
+            self._rpc.reuse(address, comm)
 
     def _here(self) -> str | None:
         return role_of(self.worker.name) if self.worker is not None else None
@@ -207,8 +205,11 @@ def _current_worker(target: str):
 
 
 def _client_for(target: str) -> distributed.Client | None:
+    """A live client of this process already connected to ``target`` (a dflow Cluster's),
+    so that a Session does not open a connection of its own."""
     try:
-        client = distributed.default_client()
+        clients = [distributed.default_client()]
     except ValueError:
-        return None
-    return client if client.scheduler.address == target else None
+        clients = []
+    clients += list(distributed.Client._instances)
+    return next((c for c in clients if c.status == "running" and c.scheduler.address == target), None)

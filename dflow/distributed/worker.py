@@ -154,7 +154,7 @@ class DflowWorker(WorkerPlugin):
             raise FailedPreconditionError(
                 f"worker {self.worker.name} does not know plan {plan_id}: it restarted since the "
                 "session planned this step; run the step again to re-plan") from None
-        kept, fetched, sent = {}, {}, defaultdict(int)
+        kept, received, fetched, sent = {}, {}, {}, defaultdict(int)
         deliveries = []
         staleness = None  # updates other steps applied here between this step's reads and its own
         updates_at_start = self.updates_applied
@@ -163,12 +163,12 @@ class DflowWorker(WorkerPlugin):
             for stage in stages:
                 inputs = {name: feeds[name] for name in stage.from_client}
                 inputs.update(kept)
-                if stage.receives:
+                awaited = [n for n in stage.receives if n not in received]  # a value arrives once
+                if awaited:  # per task, however many of its stages use it
                     start = time.perf_counter()
-                    arrived = self.mailbox.take(run_id, list(stage.receives), timeout, stage.task,
-                                                stage.receives)
-                    inputs.update({k: v for k, v in arrived.items() if not k.startswith("^")})
+                    received.update(self.mailbox.take(run_id, awaited, timeout, stage.task, stage.receives))
                     waited_s += time.perf_counter() - start
+                inputs.update({n: received[n] for n in stage.receives if not n.startswith("^")})
                 if stage.applies_updates:
                     with self._updates_lock:
                         staleness = self.updates_applied - updates_at_start
