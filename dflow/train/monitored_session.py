@@ -210,6 +210,12 @@ class MonitoredTrainingSession:
     def graph(self):
         return self._session.graph
 
+    @property
+    def last_run_stats(self):
+        """The wrapped session's :class:`~dflow.runtime.executor.RunStats` of the last ``run``
+        (on a cluster: bytes per link, compute and wait seconds per task, staleness)."""
+        return self._session.last_run_stats
+
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """``Session.run`` plus every hook's extra fetches; a hook may end the loop."""
         context = SessionRunContext(SessionRunArgs(fetches, feed_dict), self._session)

@@ -69,8 +69,7 @@ def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
 
 
 def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
-    b1p, b2p = state.read_variable(beta1_power), state.read_variable(beta2_power)
-    lr_t = lr * xp.sqrt(1 - b2p) / (1 - b1p)
+    lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
     old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
     m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
     v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
@@ -335,9 +334,10 @@ class AdamOptimizer(Optimizer):
 
     def _apply_dense(self, grad, var):
         beta1_power, beta2_power = self._beta_powers(var.graph)
-        refs = [var, self.get_slot(var, "m"), self.get_slot(var, "v"), beta1_power, beta2_power]
-        hypers = [self._lr_t, self._beta1_t, self._beta2_t, self._epsilon_t]
-        return _apply("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in hypers] + [grad])
+        refs = [var, self.get_slot(var, "m"), self.get_slot(var, "v")]
+        # the powers are values, as in TF: they may live on another PS task than ``var``
+        values = [beta1_power, beta2_power, self._lr_t, self._beta1_t, self._beta2_t, self._epsilon_t]
+        return _apply("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in values] + [grad])
 
     def _finish(self, update_ops, name_scope):
         graph = get_default_graph()

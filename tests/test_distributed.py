@@ -1,0 +1,252 @@
+"""The distributed session on a real LocalCluster (worker processes): the shared suite
+(every case gives the same values locally and on the cluster), where things run and
+live, and what goes wrong."""
+
+import contextlib
+import os
+import time
+
+import numpy as np
+import pytest
+from distributed.comm.core import CommClosedError
+
+import dflow as tf
+from dflow.distributed.partition import partition, place
+from dflow.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
+from dflow.runtime.session import prune
+
+PS0, PS1, W0, W1 = "/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0", "/job:worker/task:1"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tf.cluster.local(ps=2, workers=2) as c:
+        yield c
+
+
+@pytest.fixture
+def target(cluster):
+    yield cluster.target
+    tf.Session.reset(cluster.target)
+
+
+# ---- the shared suite: one builder, two sessions, the same numbers ---------------------------
+def _arithmetic():
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    with tf.device(PS0):
+        a = tf.reduce_sum(x, axis=0)
+    with tf.device(W1):
+        b = a * 2.0 + tf.constant([1.0, 2.0, 3.0])
+    feeds = {x: np.arange(6, dtype=np.float32).reshape(2, 3)}
+    return [{"a": a, "pair": (b, tf.reduce_max(b))}] * 2, feeds
+
+
+def _variables_and_control():
+    with tf.device(PS0):
+        v = tf.Variable(tf.constant([1.0, 2.0]), name="v")
+    with tf.device(W0):
+        bump = tf.assign_add(v, [10.0, 10.0])  # runs on PS0, beside v
+        with tf.control_dependencies([bump]):  # a token crosses from PS0 to W0
+            after = tf.constant([1.0, 1.0]) * 3.0
+    return [tf.global_variables_initializer(), after, [after, bump], v], {}
+
+
+def _seeded_initializers():
+    tf.set_random_seed(7)
+    with tf.device(PS1):
+        w = tf.Variable(tf.truncated_normal([4, 5], stddev=0.1), name="w")
+        u = tf.Variable(tf.random_uniform([3], -1.0, 1.0), name="u")
+    return [tf.global_variables_initializer(), (w, u)], {}
+
+
+def _training(optimizer):
+    def build():
+        rng = np.random.default_rng(0)
+        xs = rng.normal(size=(32, 4)).astype(np.float32)
+        ys = (xs @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.25).astype(np.float32)
+        x = tf.placeholder(tf.float32, [None, 4])
+        y = tf.placeholder(tf.float32, [None, 1])
+        step = tf.train.get_or_create_global_step()
+        with tf.device(PS0):
+            w = tf.Variable(tf.zeros([4, 1]), name="w")
+        with tf.device(PS1):
+            b = tf.Variable(tf.zeros([1]), name="b")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+        train = optimizer().minimize(loss, global_step=step)
+        runs = [tf.global_variables_initializer()] + [[train, loss]] * 15 + [(w, b, step)]
+        return runs, {x: xs, y: ys}
+
+    return build
+
+
+def _deep_mnist():
+    from dflow.data import load_digits
+    from dflow.models import MODELS
+
+    tf.set_random_seed(3)
+    spec = MODELS["deep_mnist"]
+    data = load_digits(spec.input_shape)
+    images = tf.placeholder(tf.float32, [None, *spec.input_shape])
+    labels = tf.placeholder(tf.int64, [None])
+    with tf.device(tf.train.replica_device_setter(ps_tasks=2)):
+        loss = spec.loss(spec(images), labels)
+        train_op = tf.train.AdamOptimizer(1e-3).minimize(loss)
+    feeds = {images: data.train_images[:16], labels: data.train_labels[:16]}
+    return [tf.global_variables_initializer()] + [[train_op, loss]] * 3, feeds
+
+
+SHARED_CASES = {
+    "arithmetic": _arithmetic,
+    "variables_and_control": _variables_and_control,
+    "seeded_initializers": _seeded_initializers,
+    "sgd": _training(lambda: tf.train.GradientDescentOptimizer(0.05)),
+    "momentum": _training(lambda: tf.train.MomentumOptimizer(0.05, 0.9, use_nesterov=True)),
+    "adam": _training(lambda: tf.train.AdamOptimizer(0.05)),
+    "deep_mnist": _deep_mnist,
+}
+
+
+def _run_case(build, target):
+    with tf.Graph().as_default():
+        runs, feeds = build()
+        with tf.Session(target) as sess:
+            return [sess.run(fetches, feeds) for fetches in runs]
+
+
+@pytest.mark.parametrize("case", sorted(SHARED_CASES))
+def test_shared_suite_local_and_cluster_agree(case, target):
+    local = _run_case(SHARED_CASES[case], "")
+    remote = _run_case(SHARED_CASES[case], target)
+    _assert_close(local, remote)
+
+
+def _assert_close(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_close(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_close(x, y)
+    elif a is None:
+        assert b is None
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---- where things run and live --------------------------------------------------------------
+def test_parameter_server_step_has_three_stages_and_variables_live_on_the_ps(cluster, target):
+    x = tf.placeholder(tf.float32, [None, 2])
+    with tf.device(PS1):
+        w = tf.Variable(tf.ones([2, 1]), name="weights")
+    loss = tf.reduce_sum(tf.matmul(x, w))
+    train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.Session(target) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, {x: np.ones((3, 2), np.float32)})
+        stages = sess._plans[((train.name,), (x.name,))].partition.stages
+        assert [s.level for s in stages[PS1]] == [0, 2]
+        assert {s.level for s in stages[W0]} >= {1}
+        traffic = sess.last_run_stats.bytes_sent
+        assert traffic[(PS1, W0)] == 8  # the 2x1 float32 weights, once
+        assert traffic[(W0, PS1)] >= 8  # their gradient
+        text = sess.describe_placement(train, {x: np.ones((3, 2), np.float32)})
+        assert "weights/read" in text and f"{W0} -> {PS1}" in text
+
+    held = cluster.client.run(lambda dask_worker: sorted(dask_worker.plugins["dflow"].state.variables))
+    by_task = {cluster.spec.task_address("ps", 1): ["weights"]}
+    for address, names in held.items():
+        assert names == by_task.get(address, []), (address, names)
+
+
+def test_variables_persist_across_sessions_and_are_shared_by_name(target):
+    with tf.Graph().as_default():
+        with tf.device(PS0):
+            v = tf.Variable(5.0, name="shared")
+        with tf.Session(target) as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(tf.assign_add(v, 1.0))
+    with tf.Graph().as_default():  # a second client program, as between-graph replicas are
+        with tf.device(PS0):
+            v = tf.Variable(0.0, name="shared")
+        with tf.Session(target) as sess:
+            assert float(sess.run(v)) == 6.0
+
+
+def test_ops_without_a_job_run_on_worker_0_and_updates_follow_their_variable():
+    with tf.device(PS1):
+        v = tf.Variable(1.0, name="v")
+    with tf.device(W1):
+        update = tf.assign(v, 2.0)
+    y = v * 3.0
+    tasks = {PS0: {}, PS1: {}, W0: {}, W1: {}}
+    placement = place(prune(tf.get_default_graph(), [y, update], set()), W0, tasks)
+    assert placement["v"] == placement[update.op.name] == placement["v/read"] == f"{PS1}/device:CPU:0"
+    assert placement[y.op.name] == f"{W0}/device:CPU:0"
+
+
+def test_stages_form_a_dag_with_sends_matching_receives():
+    x = tf.placeholder(tf.float32, [2])
+    with tf.device(PS0):
+        a = x + 1.0
+    with tf.device(W0):
+        b = a * 2.0
+    with tf.device(PS0):
+        c = b + a
+    ops = prune(tf.get_default_graph(), [c], {x.name})
+    part = partition(ops, place(ops, W0, {PS0: {}, W0: {}}), {x.name}, [c.name])
+    # W0's constant 2.0 needs nothing from PS0: it runs in a stage of its own at level 0
+    assert [(s.task, s.level) for t in part.tasks for s in part.stages[t]] == [
+        (PS0, 0), (PS0, 2), (W0, 0), (W0, 1)]
+    first, second = part.stages[PS0]
+    assert part.stages[W0][1].receives == {a.name: PS0} and part.stages[W0][1].sends == {PS0: (b.name,)}
+    assert first.sends == {W0: (a.name,)} and first.keeps == (a.name,)
+    assert second.receives == {b.name: W0} and second.fetches == (c.name,)
+
+
+# ---- what goes wrong ------------------------------------------------------------------------
+def test_an_op_on_a_task_the_cluster_lacks_names_op_device_and_tasks(target):
+    with tf.device("/job:ps/task:7"):
+        v = tf.constant(1.0, name="lost") * 2.0
+    with tf.Session(target) as sess:
+        with pytest.raises(InvalidArgumentError, match=r"'lost'.*/job:ps/task:7.*/job:ps/task:0"):
+            sess.run(v)
+
+
+def test_gpu_op_without_soft_placement_is_an_error(target):
+    with tf.device("/job:worker/task:1/gpu:0"):
+        y = tf.constant(1.0) + 1.0
+    with tf.Session(target, config=tf.ConfigProto(allow_soft_placement=False)) as sess:
+        with pytest.raises(InvalidArgumentError, match="has 0 GPU"):
+            sess.run(y)
+    with tf.Session(target) as sess:
+        assert float(sess.run(y)) == 2.0
+
+
+def test_errors_on_a_worker_reach_the_client_with_their_type(target):
+    with tf.device(PS0):
+        v = tf.Variable(1.0, name="never_initialized")
+    x = tf.placeholder(tf.float32, [None])
+    with tf.Session(target) as sess:
+        with pytest.raises(FailedPreconditionError, match="never_initialized"):
+            sess.run(v * 2.0)
+        with pytest.raises(InvalidArgumentError, match="must feed a value for placeholder"):
+            sess.run(x * 2.0)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_gives_a_clear_error_and_no_hang():
+    with tf.cluster.local(ps=1, workers=1) as c:
+        with tf.device(PS0):
+            v = tf.Variable(1.0, name="v")
+        y = v * 2.0
+        with tf.Session(c.target, config=tf.ConfigProto(operation_timeout_in_ms=20_000)) as sess:
+            sess.run(tf.global_variables_initializer())
+            assert float(sess.run(y)) == 2.0
+            with contextlib.suppress(CommClosedError):  # it dies before it can answer
+                c.client.run(os._exit, 1, workers=[c.spec.task_address("ps", 0)])
+            start = time.monotonic()
+            with pytest.raises((UnavailableError, FailedPreconditionError), match="ps"):
+                sess.run(y)
+            assert time.monotonic() - start < 15
