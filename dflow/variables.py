@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph
-from .ops import array_ops, state_ops
-from .ops.registry import Spec, defop
+from .ops import array_ops, math_ops, state_ops
 from .ops.state_ops import glorot_limit
 
 __all__ = [
@@ -188,19 +187,16 @@ def local_variables_initializer() -> Operation:
 initialize_all_variables = global_variables_initializer
 
 
-def _uninitialized_kernel(state, xp, *, names):
-    return xp.asarray([not state.is_initialized(n) for n in names])
-
-
-defop("ReportUninitializedVariables", lambda inputs, names: [Spec((len(names),), dtypes.bool)],
-      _uninitialized_kernel, stateful=True)
-
-
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:
-    """A bool vector, True for each variable of ``var_list`` not yet initialized."""
-    names = [v.shared_name for v in (global_variables() if var_list is None else var_list)]
-    return get_default_graph().create_op("ReportUninitializedVariables", [], {"names": names},
-                                         name=name).outputs[0]
+    """A bool vector, True for each variable of ``var_list`` (default: the global variables)
+    not yet initialized. TF returns their names; dflow has no string tensors, so pair the
+    flags with ``var_list``. Each variable is checked where it lives.
+    """
+    variables = global_variables() if var_list is None else list(var_list)
+    if not variables:
+        return array_ops.constant([], dtypes.bool, name=name)
+    flags = array_ops.stack([state_ops.is_variable_initialized(v) for v in variables])
+    return math_ops.logical_not(flags, name=name)
 
 
 # ---- initializers --------------------------------------------------------------------

@@ -14,8 +14,8 @@ from ..graph import Tensor, get_default_graph
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 
-__all__ = ["assign", "assign_add", "assign_sub", "random_normal", "truncated_normal",
-           "random_uniform"]
+__all__ = ["assign", "assign_add", "assign_sub", "is_variable_initialized", "random_normal",
+           "truncated_normal", "random_uniform"]
 
 
 def _op(op_type, inputs, attrs=None, name=None):
@@ -26,6 +26,9 @@ def _op(op_type, inputs, attrs=None, name=None):
 # is a separate op, so an Assign can take the reference without reading it first.
 defop("VariableV2", lambda inputs, shape, dtype, shared_name: [Spec(shape, dtype)],
       lambda xp, shape, dtype, shared_name: shared_name)
+# takes the reference, so it runs where the variable lives (on a cluster: its PS task)
+defop("IsVariableInitialized", lambda inputs: [Spec((), dtypes.bool)],
+      lambda state, xp, ref: xp.asarray(state.is_initialized(ref)), stateful=True)
 defop("ReadVariable", lambda inputs: [inputs[0]._replace(value=None)],
       lambda state, xp, ref: state.read_variable(ref), stateful=True)
 
@@ -61,8 +64,13 @@ def _ref_of(ref) -> tuple[Tensor, str]:
     """The variable op's output and its shared name, for a Variable or its tensor."""
     tensor = getattr(ref, "_variable", ref)
     if not isinstance(tensor, Tensor) or tensor.op.type != "VariableV2":
-        raise TypeError(f"assign needs a tf.Variable, got {ref!r}")
+        raise TypeError(f"expected a tf.Variable, got {ref!r}")
     return tensor, tensor.op.attrs["shared_name"]
+
+
+def is_variable_initialized(variable, name: str = "IsVariableInitialized") -> Tensor:
+    """A bool scalar: has ``variable`` been initialized (in this session, or on its task)?"""
+    return _op("IsVariableInitialized", [_ref_of(variable)[0]], name=name).outputs[0]
 
 
 def _assign(op_type, ref, value, name, validate_shape=True) -> Tensor:

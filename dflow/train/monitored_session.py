@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from ..errors import DeadlineExceededError
 from ..graph import get_default_graph
 from ..runtime.session import ConfigProto, Session
-from ..variables import global_variables_initializer, report_uninitialized_variables
+from ..variables import global_variables, global_variables_initializer, report_uninitialized_variables
 from .saver import Saver, latest_checkpoint
 from .training_util import get_global_step
 
@@ -178,7 +178,8 @@ class MonitoredTrainingSession:
                 self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=saver, **every))
         for hook in self._hooks:
             hook.begin()
-        init_op, not_ready = global_variables_initializer(), report_uninitialized_variables()
+        variables = global_variables()
+        init_op, not_ready = global_variables_initializer(), report_uninitialized_variables(variables)
         self._session = Session(master, graph, config)
         if is_chief:
             restore_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
@@ -188,15 +189,16 @@ class MonitoredTrainingSession:
             else:
                 self._session.run(init_op)
         else:
-            self._wait_until_ready(not_ready, max_wait_secs)
+            self._wait_until_ready(not_ready, [v.op.name for v in variables], max_wait_secs)
         for hook in self._hooks:
             hook.after_create_session(self._session, None)
         self._stop = False
+        self._last_run_stats = None
 
-    def _wait_until_ready(self, not_ready, max_wait_secs: float) -> None:
+    def _wait_until_ready(self, not_ready, names: list[str], max_wait_secs: float) -> None:
         deadline, pause = time.monotonic() + max_wait_secs, 0.05
         while True:
-            missing = [m.decode() if isinstance(m, bytes) else str(m) for m in self._session.run(not_ready)]
+            missing = [name for name, flag in zip(names, self._session.run(not_ready)) if flag]
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -214,7 +216,7 @@ class MonitoredTrainingSession:
     def last_run_stats(self):
         """The wrapped session's :class:`~dflow.runtime.executor.RunStats` of the last ``run``
         (on a cluster: bytes per link, compute and wait seconds per task, staleness)."""
-        return self._session.last_run_stats
+        return self._last_run_stats
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """``Session.run`` plus every hook's extra fetches; a hook may end the loop."""
@@ -227,6 +229,7 @@ class MonitoredTrainingSession:
         extra = [None if r is None else r.fetches for r in requests]
         results, extra_results = self._session.run(
             [fetches, [e for e in extra if e is not None]], feeds)
+        self._last_run_stats = self._session.last_run_stats  # before hooks run steps of their own
         extra_iter = iter(extra_results)
         for hook, request in zip(self._hooks, extra):
             hook.after_run(context, SessionRunValues(None if request is None else next(extra_iter)))
