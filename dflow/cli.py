@@ -23,6 +23,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .cli_cluster import (
+    add_cluster_arguments,
+    add_worker_arguments,
+    check_cluster_arguments,
+    run_cluster_train,
+    run_worker,
+)
 from .data.cli import add_data_arguments, run_data
 
 __all__ = ["main", "COMMANDS", "OPTIMIZERS", "DATASETS"]
@@ -93,6 +100,7 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint_dir", help="save checkpoints here; resume from the latest one")
     p.add_argument("--checkpoint_every", type=int, default=100,
                    help="steps between checkpoints (with --checkpoint_dir)")
+    add_cluster_arguments(p)
 
 
 class TrainingData(NamedTuple):
@@ -174,10 +182,12 @@ class TrainingGraph(NamedTuple):
     loss: object
     train_op: object
     global_step: object
+    optimizer: object
     metric: object  # per batch: correct predictions (classifiers) or summed squared error
 
 
-def _build(tf, spec, settings, args) -> TrainingGraph:
+def _build(tf, spec, settings, args, sync_replicas: int | None = None) -> TrainingGraph:
+    """The training graph; ``sync_replicas`` workers aggregate their gradients (``--sync``)."""
     classifier = spec.num_classes is not None
     inputs = tf.placeholder(tf.float32, [None, *spec.input_shape], name="inputs")
     targets = tf.placeholder(tf.int64 if classifier else tf.float32, [None], name="targets")
@@ -186,12 +196,15 @@ def _build(tf, spec, settings, args) -> TrainingGraph:
     loss = spec.loss(outputs, targets)
     global_step = tf.train.get_or_create_global_step()
     optimizer = _optimizer(tf, settings["optimizer"], settings["learning_rate"], args.momentum)
+    if sync_replicas:
+        optimizer = tf.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=sync_replicas,
+                                                   total_num_replicas=sync_replicas)
     train_op = optimizer.minimize(loss, global_step=global_step)
     if classifier:
         metric = tf.reduce_sum(tf.cast(tf.nn.in_top_k(outputs, targets, 1), tf.int32))
     else:
         metric = tf.reduce_sum(tf.square(outputs - targets))
-    return TrainingGraph(inputs, targets, keep_prob, outputs, loss, train_op, global_step, metric)
+    return TrainingGraph(inputs, targets, keep_prob, outputs, loss, train_op, global_step, optimizer, metric)
 
 
 def run_train(args, parser) -> int:
@@ -205,7 +218,10 @@ def run_train(args, parser) -> int:
     settings = _settings(args, parser, spec)
     data = _load(settings["dataset"], spec)
     steps = _steps(args, parser, settings, len(data.train_x))
+    check_cluster_arguments(args, parser)
     _describe(spec, settings, data, steps, args)
+    if not args.local:
+        return run_cluster_train(args, spec, settings, data, steps, lambda *result: _report(spec, *result))
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(args.seed)
@@ -221,7 +237,7 @@ def run_train(args, parser) -> int:
             except FloatingPointError as e:
                 print(f"dflow train: error: {e}", file=sys.stderr)
                 return 1
-            _report(sess, g, spec, data)
+            _report(spec, *_evaluate(sess, g, data, spec.num_classes is None))
     return 0
 
 
@@ -281,7 +297,8 @@ def _save(saver, sess, checkpoint_dir: str, step: int) -> None:
     saver.save(sess, os.path.join(checkpoint_dir, "model.ckpt"), global_step=step)
 
 
-def _report(sess, g, spec, data) -> None:
+def _evaluate(sess, g, data, regression: bool) -> tuple[float, int, list[float]]:
+    """The test metric summed over the test split, its size, and (regression) weight and bias."""
     total = 0.0
     for begin in range(0, len(data.test_x), _EVAL_BATCH):
         feed = {g.inputs: data.test_x[begin:begin + _EVAL_BATCH],
@@ -289,11 +306,16 @@ def _report(sess, g, spec, data) -> None:
         if g.keep_prob is not None:
             feed[g.keep_prob] = 1.0
         total += float(sess.run(g.metric, feed))
-    n = len(data.test_x)
+    trainable = sess.graph.get_collection("trainable_variables") if regression else []
+    weights = [float(sess.run(v)) for v in trainable]
+    return total, len(data.test_x), weights
+
+
+def _report(spec, total: float, n: int, weights: list[float]) -> None:
     if spec.num_classes is not None:
         print(f"test accuracy: {total / n:.4f} ({n} images)", flush=True)
         return
-    weight, bias = (float(sess.run(v)) for v in sess.graph.get_collection("trainable_variables"))
+    weight, bias = weights
     print(f"learned weight {weight:.4f}  bias {bias:.4f}  (data: y = 3x + N(0, 1))")
     print(f"test mse: {total / n:.4f} ({n} examples)", flush=True)
 
@@ -325,6 +347,8 @@ COMMANDS: dict[str, Command] = {
                      _add_train_arguments, run_train),
     "bench": Command("measure training throughput (images/sec) against references",
                      _add_bench_arguments, run_bench),
+    "worker": Command("start a Dask worker that holds a dflow role (ps/0, worker/1) of a cluster",
+                      add_worker_arguments, run_worker),
     "data": Command("prepare datasets as chunked Zarr stores, describe them, benchmark reading",
                     add_data_arguments, run_data),
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import subprocess
@@ -10,6 +12,7 @@ import time
 
 import pytest
 
+import dflow as tf
 from dflow.cli import main
 from dflow.models import MODELS
 
@@ -25,7 +28,7 @@ def dflow(*args: str) -> subprocess.CompletedProcess:
 
 def test_train_prints_progress_and_test_accuracy():
     result = dflow("train", "--model", "mnist_dnn", "--dataset", "digits", "--steps", "30",
-                   "--log_every", "10", "--batch_size", "32")
+                   "--log_every", "10", "--batch_size", "32", "--local")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("training mnist_dnn on digits: 1437 train / 360 test")
@@ -71,7 +74,7 @@ def test_no_command_prints_help(capsys):
 
 
 def test_linear_regression_learns_the_weight(capsys):
-    assert main(["train", "--model", "linear_regression", "--log_every", "100"]) == 0
+    assert main(["train", "--model", "linear_regression", "--log_every", "100", "--local"]) == 0
     out = capsys.readouterr().out
     weight = float(re.search(r"learned weight (-?\d+\.\d+)", out).group(1))
     assert weight == pytest.approx(3.0, abs=0.1)
@@ -80,7 +83,7 @@ def test_linear_regression_learns_the_weight(capsys):
 
 def test_epochs_set_the_number_of_steps(capsys):
     assert main(["train", "--model", "mnist_dnn", "--epochs", "0.5", "--batch_size", "100",
-                 "--log_every", "1000"]) == 0
+                 "--log_every", "1000", "--local"]) == 0
     out = capsys.readouterr().out
     # 1437 // 100 = 14 full batches per epoch; half an epoch is 7 steps
     assert "step 7/7 " in out and "trained 7 steps" in out
@@ -88,7 +91,7 @@ def test_epochs_set_the_number_of_steps(capsys):
 
 def test_training_resumes_from_the_latest_checkpoint(tmp_path, capsys):
     args = ["train", "--model", "mnist_dnn", "--checkpoint_dir", str(tmp_path), "--log_every", "5",
-            "--checkpoint_every", "5", "--batch_size", "16"]
+            "--checkpoint_every", "5", "--batch_size", "16", "--local"]
     assert main([*args, "--steps", "10"]) == 0
     capsys.readouterr()
     assert main([*args, "--steps", "15"]) == 0
@@ -100,21 +103,101 @@ def test_training_resumes_from_the_latest_checkpoint(tmp_path, capsys):
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
 def test_each_optimizer_trains_in_nchw(optimizer, capsys):
     assert main(["train", "--model", "deep_mnist", "--optimizer", optimizer, "--steps", "2",
-                 "--batch_size", "8", "--data_format", "NCHW", "--learning_rate", "0.01"]) == 0
+                 "--batch_size", "8", "--data_format", "NCHW", "--learning_rate", "0.01", "--local"]) == 0
     out = capsys.readouterr().out
     assert f"{optimizer} lr 0.01, batch 8, 2 steps, NCHW" in out
     assert ACCURACY.search(out.splitlines()[-1])
 
 
-def test_ctrl_c_stops_training_cleanly(tmp_path):
+@pytest.mark.parametrize("where", [["--local"], ["--workers", "1"]])
+def test_ctrl_c_stops_training_cleanly(tmp_path, where):
     proc = subprocess.Popen(
         [sys.executable, "-m", "dflow", "train", "--model", "mnist_dnn", "--dataset", "digits",
-         "--steps", "100000", "--log_every", "1", "--checkpoint_dir", str(tmp_path)],
+         "--steps", "100000", "--log_every", "1", "--checkpoint_dir", str(tmp_path), *where],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("training mnist_dnn")
-    assert proc.stdout.readline().startswith("step 1/")
+    line = proc.stdout.readline()
+    if where != ["--local"]:
+        assert line.startswith("cluster: 1 PS + 1 workers")
+        line = proc.stdout.readline()
+    assert line.startswith("step 1/"), line
+    children = _children(proc.pid)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
+    time.sleep(1.0)
+    assert [pid for pid in children if os.path.exists(f"/proc/{pid}")] == []  # the cluster is gone
+
+
+def _children(pid: int) -> list[int]:
+    """The worker processes ``pid`` started (and theirs): a cluster's nannies and workers."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in map(int, f.read().split()):
+                with open(f"/proc/{child}/cmdline") as cmdline:
+                    if "spawn_main" in cmdline.read():  # not multiprocessing's resource tracker
+                        found += [child, *_children(child)]
+    return found
+
+
+# ---- on a cluster (the default) ------------------------------------------------------------------
+WORKER_LINE = re.compile(r"^worker (\d): (\d+) steps, last loss \d+\.\d{4}, "
+                         r"staleness mean \d+\.\d\d max \d+$")
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_train_on_the_embedded_cluster(sync, capsys):
+    args = ["train", "--model", "mnist_dnn", "--steps", "20", "--log_every", "10", "--batch_size", "32"]
+    assert main(args + (["--sync"] if sync else [])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"cluster: 1 PS + 2 workers, {'synchronous' if sync else 'asynchronous'} "
+                               "updates; roles ['ps/0', 'worker/0', 'worker/1']; dashboard http")
+    progress = [PROGRESS.match(line) for line in lines if line.startswith("step ")]
+    assert all(progress) and progress[-1].group(1, 2) == ("20", "20")
+    workers = [WORKER_LINE.match(line) for line in lines if line.startswith("worker ")]
+    assert [m.group(1) for m in workers] == ["0", "1"]
+    steps = [int(m.group(2)) for m in workers]
+    assert steps == [20, 20] if sync else sum(steps) >= 20
+    accuracy = ACCURACY.match(lines[-1])
+    assert accuracy and float(accuracy.group(1)) > 0.3
+
+
+def test_local_takes_no_cluster_options(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--model", "mnist_dnn", "--local", "--sync"])
+    assert exit_.value.code == 2
+    assert "--local trains in this process" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_workers_started_by_hand_join_a_scheduler(tmp_path):
+    """`dflow worker` gives each process its role; `dflow train --cluster` trains on them."""
+    scheduler_file = tmp_path / "scheduler.json"
+    processes = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0",
+                                   "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 30
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        for job, task in [("ps", 0), ("worker", 0)]:
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "dflow", "worker", "--scheduler", address, "--job", job,
+                 "--task", str(task)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        with tf.cluster.connect(address, roles=["ps/0", "worker/0"], timeout=60) as cluster:
+            assert cluster.spec.as_dict() == {"ps": [cluster.spec.task_address("ps", 0)],
+                                              "worker": [cluster.spec.task_address("worker", 0)]}
+        result = dflow("train", "--model", "mnist_dnn", "--steps", "10", "--log_every", "5",
+                       "--cluster", address)
+        assert result.returncode == 0, result.stderr
+        assert "cluster: 1 PS + 1 workers" in result.stdout and ACCURACY.match(result.stdout.splitlines()[-1])
+        with tf.cluster.connect(address) as cluster:  # the workers outlive the training client
+            assert cluster.spec.roles() == ["ps/0", "worker/0"]
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=30)

@@ -17,7 +17,7 @@ import distributed
 
 from .runner import cluster_tasks, install
 
-__all__ = ["replicate"]
+__all__ = ["replicate", "start_replicas"]
 
 
 def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker", **kwargs) -> list:
@@ -37,6 +37,17 @@ def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
     ...             sess.run(train_op)
     >>> tf.replicate(train, cluster, cluster.target, cluster.spec)  # doctest: +SKIP
     """
+    futures = start_replicas(train_fn, cluster, *args, job=job, **kwargs)
+    client = futures[0].client
+    try:
+        return client.gather(futures)
+    finally:
+        client.cancel(futures)
+
+
+def start_replicas(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
+                   **kwargs) -> list[distributed.Future]:
+    """:func:`replicate` without waiting: one future per task of ``job``, by task index."""
     client = cluster if isinstance(cluster, distributed.Client) else cluster.client
     install(client)
     tasks = cluster_tasks(client)
@@ -45,14 +56,10 @@ def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
         raise ValueError(f"the cluster has no {job!r} tasks to replicate on; its tasks are: "
                          f"{', '.join(sorted(tasks))}")
     run = uuid.uuid4().hex[:8]
-    futures = [client.submit(_run_replica, train_fn, i, args, kwargs, pure=False,
-                             workers=[tasks[f"/job:{job}/task:{i}"]["address"]], allow_other_workers=False,
-                             key=f"dflow-replica-{job}-{i}-{run}")
-               for i in indices]
-    try:
-        return client.gather(futures)
-    finally:
-        client.cancel(futures)
+    return [client.submit(_run_replica, train_fn, i, args, kwargs, pure=False,
+                          workers=[tasks[f"/job:{job}/task:{i}"]["address"]], allow_other_workers=False,
+                          key=f"dflow-replica-{job}-{i}-{run}")
+            for i in indices]
 
 
 def _run_replica(train_fn, task_index: int, args, kwargs):

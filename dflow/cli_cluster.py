@@ -1,0 +1,216 @@
+"""``dflow train`` on a cluster, and ``dflow worker``.
+
+Training is between-graph replication, as the seeds trained: every worker task runs
+the same program (:func:`_replica`) that builds the model under
+``replica_device_setter``, reads its own shard of the data and trains through the
+PS tasks, asynchronously or with ``SyncReplicasOptimizer`` (``--sync``). The chief
+(worker 0) initializes or restores the variables, saves checkpoints and reports
+progress to the client through a Dask queue every ``--log_every`` global steps; the
+client prints it, and at the end the chief's test evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+
+__all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker"]
+
+_PROGRESS_POLL_S = 0.5
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("where to train (default: an embedded local cluster)")
+    where.add_argument("--local", action="store_true", help="train in this process, without a cluster")
+    where.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
+    where.add_argument("--workers", type=int, default=2, help="worker tasks, one replica each (default 2)")
+    where.add_argument("--sync", action="store_true",
+                       help="synchronous updates (SyncReplicasOptimizer) instead of asynchronous")
+    where.add_argument("--cluster", metavar="ADDRESS",
+                       help="a running Dask scheduler whose workers `dflow worker` started "
+                            "(--ps/--workers then come from its roles)")
+
+
+def check_cluster_arguments(args, parser) -> None:
+    if args.local and (args.sync or args.cluster):
+        parser.error("--local trains in this process: it takes neither --sync nor --cluster")
+    if args.ps < 1 or args.workers < 1:
+        parser.error(f"--ps and --workers must be at least 1, got --ps {args.ps} --workers {args.workers}")
+
+
+def _open_cluster(args):
+    import dflow as tf
+
+    if args.cluster:
+        cluster = tf.cluster.connect(args.cluster)
+        args.ps, args.workers = (cluster.spec.num_tasks(job) for job in ("ps", "worker"))
+        return cluster
+    return tf.cluster.local(ps=args.ps, workers=args.workers)
+
+
+def run_cluster_train(args, spec, settings, data, steps: int, report) -> int:
+    """Train on the cluster; ``report(total, n, weights)`` prints the chief's evaluation."""
+    import distributed
+
+    from .distributed.replicate import start_replicas
+
+    with _open_cluster(args) as cluster:
+        print(f"cluster: {args.ps} PS + {args.workers} workers, "
+              f"{'synchronous' if args.sync else 'asynchronous'} updates; roles {cluster.spec.roles()}; "
+              f"dashboard {cluster.dashboard_link or '(install bokeh to serve it)'}", flush=True)
+        progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
+        futures = start_replicas(_replica, cluster, cluster.target, cluster.spec, args, settings, steps,
+                                 progress.name)
+        try:
+            with _interrupt_at_safe_points() as interrupted:
+                _follow(progress, futures, steps, interrupted)
+            results = cluster.client.gather(futures)
+        except FloatingPointError as e:
+            print(f"dflow train: error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            cluster.client.run(_stop_replicas)  # they end their step and close their sessions
+            cluster.client.gather(futures, errors="skip")
+            raise
+        finally:
+            cluster.client.cancel(futures)
+    for task, result in enumerate(results):
+        staleness = result["staleness"]
+        print(f"worker {task}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "
+              f"mean {np.mean(staleness) if staleness else 0:.2f} max {max(staleness, default=0)}")
+    report(*results[0]["evaluation"])
+    return 0
+
+
+@contextlib.contextmanager
+def _interrupt_at_safe_points():
+    """Ctrl-C sets a flag that the progress loop turns into KeyboardInterrupt between calls:
+    raised inside a Dask client call, it would leave that call half done."""
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _follow(progress, futures, steps: int, interrupted: threading.Event) -> None:
+    """Print the chief's progress lines until every replica has finished (or one failed)."""
+    begin = time.perf_counter()
+    while not interrupted.is_set():
+        if progress.qsize():  # (a get with a timeout would log an error on the scheduler each time)
+            step, loss, rate = progress.get()
+            eta = (time.perf_counter() - begin) / max(step, 1) * (steps - step)
+            print(f"step {step}/{steps}  loss {loss:.4f}  images/sec {rate:.1f}  "
+                  f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
+            continue
+        failed = [f for f in futures if f.status == "error"]
+        if failed:
+            failed[0].result()  # raises the replica's error here
+        if all(f.done() for f in futures):
+            return
+        interrupted.wait(_PROGRESS_POLL_S)
+    raise KeyboardInterrupt
+
+
+_STOP = threading.Event()  # set in a worker process by the client on Ctrl-C: its replica stops
+
+
+def _stop_replicas() -> None:
+    _STOP.set()
+
+
+def _replica(task_index: int, target: str, spec_of_cluster, args, settings, steps: int, progress_name: str):
+    """One worker's training program; returns its steps, last loss, staleness and (chief) evaluation."""
+    import distributed
+
+    import dflow as tf
+    from dflow.cli import _build, _evaluate, _load
+    from dflow.data import iterate_batches
+    from dflow.models import get_model
+
+    model = get_model(args.model)
+    data = _load(settings["dataset"], model)
+    chief = task_index == 0
+    tf.set_random_seed(args.seed)  # the chief's initializers give the weights local training would
+    with tf.device(tf.train.replica_device_setter(worker_device=f"/job:worker/task:{task_index}",
+                                                  cluster=spec_of_cluster)):
+        g = _build(tf, model, settings, args,
+                   sync_replicas=args.workers if args.sync else None)
+    hooks = [tf.train.StopAtStepHook(last_step=steps)]
+    if args.sync:
+        hooks.append(g.optimizer.make_session_run_hook(is_chief=chief))
+    shard = slice(task_index, None, args.workers)  # each worker reads its own examples
+    batches = iterate_batches(data.train_x[shard], data.train_y[shard], settings["batch_size"],
+                              seed=args.seed + task_index)
+    images_per_step = settings["batch_size"] * (args.workers if args.sync else 1)
+    queue = distributed.Queue(progress_name) if chief else None
+    losses, staleness, local_steps = [], [], 0
+    _STOP.clear()
+    with tf.train.MonitoredTrainingSession(
+            target, is_chief=chief, hooks=hooks, checkpoint_dir=args.checkpoint_dir,
+            save_checkpoint_steps=args.checkpoint_every if args.checkpoint_dir else None) as sess:
+        last_step, last_time = int(sess.run(g.global_step)), time.perf_counter()
+        reported = last_step // args.log_every
+        recent = []
+        while not sess.should_stop() and not _STOP.is_set():
+            x, y = next(batches)
+            feed = {g.inputs: x, g.targets: y}
+            if g.keep_prob is not None:
+                feed[g.keep_prob] = settings["keep_prob"]
+            try:
+                _, loss, step = sess.run([g.train_op, g.loss, g.global_step], feed)
+            except tf.errors.CancelledError:
+                break  # sync training ended while this replica waited at the barrier
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"the loss is {loss} on worker {task_index} near step {step}; "
+                                         "try a lower --learning_rate")
+            local_steps += 1
+            losses.append(float(loss))
+            recent.append(float(loss))
+            staleness.append(sess.last_run_stats.staleness or 0)
+            step = int(step) + 1  # the step was read before this run's update
+            if queue is not None and (step // args.log_every > reported or step >= steps):
+                now = time.perf_counter()
+                queue.put((min(step, steps), float(np.mean(recent)),
+                           (step - last_step) * images_per_step / (now - last_time)))
+                reported, last_step, last_time, recent = step // args.log_every, step, now, []
+        evaluation = (_evaluate(sess, g, data, model.num_classes is None)
+                      if chief and not _STOP.is_set() else None)
+    return {"steps": local_steps, "loss": float(np.mean(losses[-20:])) if losses else float("nan"),
+            "staleness": staleness, "evaluation": evaluation}
+
+
+# ---- dflow worker -----------------------------------------------------------------------------
+def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", required=True, metavar="ADDRESS",
+                   help="the Dask scheduler to join (start one with `dask scheduler`)")
+    p.add_argument("--job", required=True, help="this task's job: ps or worker")
+    p.add_argument("--task", type=int, required=True, help="this task's index in its job")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs this worker offers (its /gpu:N devices)")
+    p.add_argument("--nthreads", type=int, default=1, help="Dask threads (stages have a pool of their own)")
+    p.add_argument("--blas_threads", type=int, help="BLAS threads (default: 1 for ps, all cores for worker)")
+
+
+def run_worker(args, parser) -> int:
+    """``dflow worker``: become ``dask worker`` with this role's name and resources."""
+    from .cluster import worker_command
+
+    if args.task < 0:
+        parser.error(f"--task must be 0 or more, got {args.task}")
+    if not args.job.isidentifier():
+        parser.error(f"--job must be a name like ps or worker, got {args.job!r}")
+    blas = args.blas_threads or (1 if args.job == "ps" else os.cpu_count() or 1)
+    argv, env = worker_command(args.scheduler, args.job, args.task, nthreads=args.nthreads,
+                               gpus=args.gpus, blas_threads=blas)
+    print(f"dflow worker {args.job}/{args.task} joining {args.scheduler}", flush=True)
+    os.execve(argv[0], argv, env)  # the worker is this process from here on; Ctrl-C stops it
