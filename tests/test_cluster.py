@@ -1,0 +1,63 @@
+"""dflow.cluster: roles on real Dask worker processes, ClusterSpec, Server, and bad specs."""
+
+import os
+
+import pytest
+
+import dflow as tf
+from dflow.cluster import ClusterSpec
+
+
+def test_cluster_spec_takes_tf_dict_forms():
+    spec = ClusterSpec({"ps": ["ps0:2222", "ps1:2222"], "worker": {1: "w1:2222"}})
+    assert spec.jobs == ["ps", "worker"]
+    assert spec.num_tasks("ps") == 2 and spec.task_indices("worker") == [1]
+    assert spec.task_address("ps", 1) == "ps1:2222"
+    assert spec.job_tasks("ps") == ["ps0:2222", "ps1:2222"]
+    assert spec.as_dict() == {"ps": ["ps0:2222", "ps1:2222"], "worker": {1: "w1:2222"}}
+    assert ClusterSpec(spec) == spec and spec.roles() == ["ps/0", "ps/1", "worker/1"]
+
+
+def test_bad_specs_name_the_role_and_list_the_roles():
+    spec = ClusterSpec({"ps": ["a:1"], "worker": ["b:1", "c:1"]})
+    with pytest.raises(ValueError, match=r"no job 'chief'; its roles are: ps/0, worker/0, worker/1"):
+        spec.num_tasks("chief")
+    with pytest.raises(ValueError, match=r"job 'worker' has no task 2; its tasks are \[0, 1\]"):
+        spec.task_address("worker", 2)
+    with pytest.raises(TypeError, match="list of addresses"):
+        ClusterSpec({"ps": "a:1"})
+    with pytest.raises(ValueError, match="at least one worker"):
+        tf.cluster.local(ps=1, workers=0)
+
+
+def test_local_cluster_gives_each_process_its_role_resources_and_blas_threads():
+    with tf.cluster.local(ps=1, workers=2) as cluster:
+        assert cluster.spec.roles() == ["ps/0", "worker/0", "worker/1"]
+        assert cluster.target.startswith("tcp://") and cluster.dashboard_link.startswith("http")
+        seen = cluster.client.run(lambda dask_worker: (
+            dask_worker.name, dict(dask_worker.state.total_resources), os.environ["OMP_NUM_THREADS"]))
+        by_role = {name: (resources, threads) for name, resources, threads in seen.values()}
+        workers_threads = str(max(1, os.cpu_count() // 2))
+        assert by_role == {"ps/0": ({"ps": 1}, "1"), "worker/0": ({"worker": 1}, workers_threads),
+                           "worker/1": ({"worker": 1}, workers_threads)}
+        assert tf.train.replica_device_setter(cluster=cluster.spec) is not None
+
+        # a Server for a role that exists refers to it; for a new role it starts a worker process
+        assert tf.train.Server(cluster, "ps", 0).target == cluster.target
+        server = tf.train.Server(cluster, job_name="worker", task_index=2)
+        try:
+            assert server.process is not None and cluster.spec.num_tasks("worker") == 3
+        finally:
+            server.stop()
+    with pytest.raises(Exception):  # noqa: B017 - closed: the client no longer answers
+        cluster.client.scheduler_info()
+
+
+def test_cuda_without_dask_cuda_says_what_to_install():
+    try:
+        import dask_cuda  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"pip install dflow\[gpu\]"):
+            tf.cluster.cuda()
+    else:
+        pytest.skip("dask-cuda is installed here: the missing-package error cannot occur")
