@@ -23,6 +23,7 @@ Dask task threads.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import threading
 import time
@@ -107,6 +108,7 @@ class DflowWorker(WorkerPlugin):
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
         self._blas_limit = _apply_thread_env()
+        _keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
             self.namespaces["GPU"] = gpu_namespace()
@@ -201,6 +203,30 @@ def _apply_thread_env():
     """
     threads = os.environ.get("OMP_NUM_THREADS", "")
     return threadpool_limits(int(threads), "blas") if threads.isdigit() else None
+
+
+# glibc's mallopt parameters, and the values its own adaptive rule reaches under a NumPy workload
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
+_TRIM_THRESHOLD_BYTES = 2 * _MMAP_THRESHOLD_BYTES  # what glibc sets beside a raised mmap threshold
+
+
+def _keep_freed_memory_for_reuse() -> bool:
+    """Let glibc keep freed arrays' memory for the next step, as it does by default.
+
+    A Dask nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also freezes
+    glibc's mmap threshold at 128 KiB: every array above that is then mmap'ed, zero-filled
+    page by page and unmapped again, each step. Measured (CIFAR-10 CNN, batch 100, one
+    process): 135 ms/step, 270 ms with that variable, 128 ms with these two settings on top.
+    Returns False where the C library is not glibc (nothing to undo there).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+                and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
 
 
 def serialized(values: dict) -> dict:
