@@ -1,0 +1,400 @@
+"""``dflow bench --distributed``: what a training step costs on a cluster, beside one process.
+
+Reported side by side in one run (the CIFAR-10 tutorial CNN, SGD, synthetic data):
+
+- images/sec at batch 100 of a local ``Session`` and of the same step on the
+  embedded cluster with 1 PS + 1 worker (``tf.cluster.local``, variables placed
+  by ``replica_device_setter``), and their ratio (target: >= 0.85). Both
+  sessions live in one fresh process and take turns in blocks of steps, so a
+  shared machine's drift falls on both alike; both get their data the same way
+  (fed through placeholders, or pulled by the in-graph ``DatasetNext`` op);
+- where the distributed step's time goes: each task's compute and wait, and
+  the time nothing computes (the step's wall time minus its largest compute);
+- the bytes sent per step on each link, against the model's parameter bytes:
+  in PS mode a worker reads every variable (PS -> worker) and sends every
+  gradient back (worker -> PS), 2 x params per worker per step; anything more
+  is reported as waste;
+- the per-step overhead with 1 PS + 2 workers: the wall time of a step whose
+  ops compute in microseconds (a 4-float variable on the PS, a tiny loss and
+  its gradient on each worker, the averaged update on the PS), so what it
+  measures is the messaging of a PS step: the client's calls, the PS's reads
+  to both workers, their gradients back, the replies (target: < 10 ms).
+
+BLAS threads (the step is mostly GEMM): the local session uses OpenBLAS's
+default, one per core; ``tf.cluster.local`` gives each worker
+``cores // workers`` and the PS 1, so with one worker both compute on all cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy
+
+from .local import machine_info
+
+__all__ = ["run", "add_arguments", "main", "compare_cifar10", "measure_overhead", "link_report"]
+
+OVERHEAD_TARGET_MS = 10.0
+RATIO_TARGET = 0.85
+INPUTS = ("feed", "dataset")
+
+
+# ---- the models ---------------------------------------------------------------------------------
+def _cifar10_step(batch_size: int, input_mode: str, store: str | None):
+    """The CIFAR-10 training step in the default graph: (train_op, feed builder, data bytes)."""
+    import dflow as tf
+    from dflow.models import MODELS
+
+    spec = MODELS["cifar10"]
+    tf.set_random_seed(0)
+    if input_mode == "feed":
+        images = tf.placeholder(tf.float32, [batch_size, *spec.input_shape], name="images")
+        labels = tf.placeholder(tf.int32, [batch_size], name="labels")
+        x, y = _synthetic_batch(batch_size, spec.input_shape)
+        feeds = {images: x, labels: y}
+    else:
+        from dflow.data import Dataset
+
+        data = Dataset(store, "train", batch_size, transform="cifar10_train", drop_remainder=True,
+                       synthetic=True)
+        images, labels = data.get_next()
+        feeds = {}
+    loss = spec.loss(spec(images), labels)
+    train_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
+    return train_op, feeds
+
+
+def _synthetic_batch(batch_size: int, shape: tuple, seed: int = 0):
+    rng = numpy.random.default_rng(seed)
+    images = rng.standard_normal((batch_size, *shape)).astype(numpy.float32)
+    return images, rng.integers(0, 10, batch_size).astype(numpy.int32)
+
+
+def _synthetic_store(directory: str, batch_size: int) -> str:
+    """A CIFAR-shaped store of one batch, for the in-graph input op (synthetic: served over and over)."""
+    from dflow.data import prepare
+
+    return prepare("synthetic", out=os.path.join(directory, "synthetic.zarr"), echo=None,
+                   image_shape=(32, 32, 3), train_count=batch_size, test_count=0)
+
+
+def parameter_bytes(graph) -> int:
+    """Bytes of the graph's trainable variables: what a PS step reads once and updates once."""
+    return sum(int(numpy.prod(v.shape)) * v.dtype.size
+               for v in graph.get_collection("trainable_variables"))
+
+
+def _session(graph, target: str = ""):
+    import dflow as tf
+
+    with graph.as_default():
+        init = tf.global_variables_initializer()
+    sess = tf.Session(target, graph=graph)
+    sess.run(init)
+    return sess
+
+
+# ---- CIFAR-10: local session vs 1 PS + 1 worker -------------------------------------------------
+def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, block: int = 10,
+                    input_mode: str = "feed") -> dict:
+    """The local and the distributed step, taking turns in blocks of ``block`` steps.
+
+    Starts its own cluster: run it in a fresh process (``_in_fresh_process``) or under
+    ``if __name__ == "__main__":``.
+    """
+    import dflow as tf
+
+    if input_mode not in INPUTS:
+        raise ValueError(f"input_mode must be one of {INPUTS}, got {input_mode!r}")
+    with tempfile.TemporaryDirectory() as directory, tf.cluster.local(ps=1, workers=1) as cluster:
+        store = _synthetic_store(directory, batch_size) if input_mode == "dataset" else None
+        local_graph, remote_graph = tf.Graph(), tf.Graph()
+        with local_graph.as_default():
+            local_op, local_feeds = _cifar10_step(batch_size, input_mode, store)
+        setter = tf.train.replica_device_setter(worker_device="/job:worker/task:0", cluster=cluster.spec)
+        with remote_graph.as_default(), tf.device(setter):
+            remote_op, remote_feeds = _cifar10_step(batch_size, input_mode, store)
+        local, remote = _session(local_graph), _session(remote_graph, cluster.target)
+        try:
+            local_times, remote_times, remote_stats = _take_turns(
+                lambda: local.run(local_op, local_feeds),
+                lambda: _run_with_stats(remote, remote_op, remote_feeds), warmup, steps, block)
+            result = _cifar10_result(batch_size, input_mode, local_times, remote_times, remote_stats,
+                                     parameter_bytes(remote_graph), remote_feeds)
+            result["placement"] = remote.describe_placement(remote_op, remote_feeds)
+            result["blas_threads"] = {"local": _blas_threads(), "cluster": _cluster_blas_threads(cluster)}
+        finally:
+            local.close()
+            remote.close()
+    return result
+
+
+def _run_with_stats(sess, op, feeds):
+    sess.run(op, feeds)
+    return sess.last_run_stats
+
+
+def _take_turns(run_local, run_remote, warmup: int, steps: int, block: int):
+    """Step times of both, alternating blocks; the distributed steps' RunStats too."""
+    for _ in range(warmup):
+        run_local()
+        run_remote()
+    local_times, remote_times, remote_stats = [], [], []
+    while len(local_times) < steps:
+        n = min(block, steps - len(local_times))
+        local_times += _timed(run_local, n)[0]
+        times, stats = _timed(run_remote, n)
+        remote_times += times
+        remote_stats += stats
+    return local_times, remote_times, remote_stats
+
+
+def _timed(step, n: int) -> tuple[list[float], list]:
+    times, results = [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        results.append(step())
+        times.append(time.perf_counter() - start)
+    return times, results
+
+
+def _cifar10_result(batch_size, input_mode, local_times, remote_times, remote_stats, params, feeds) -> dict:
+    local_s, remote_s = statistics.median(local_times), statistics.median(remote_times)
+    tasks = sorted(remote_stats[-1].compute_s)
+    idle = [wall - max(s.compute_s.values()) for wall, s in zip(remote_times, remote_stats)]
+    return {
+        "model": "cifar10", "batch_size": batch_size, "input": input_mode, "steps": len(local_times),
+        "local": _summary(batch_size, local_times),
+        "distributed": {**_summary(batch_size, remote_times), "ps": 1, "workers": 1},
+        "ratio": local_s / remote_s,
+        "compute_ms": {t: 1000 * statistics.median(s.compute_s[t] for s in remote_stats) for t in tasks},
+        "waited_ms": {t: 1000 * statistics.median(s.waited_s[t] for s in remote_stats) for t in tasks},
+        "not_computing_ms": 1000 * statistics.median(idle),
+        "parameter_bytes": params,
+        "feed_bytes": sum(int(v.nbytes) for v in feeds.values()),
+        "links": link_report(remote_stats[-1].bytes_sent, params),
+    }
+
+
+def _summary(batch_size: int, times: list[float]) -> dict:
+    median = statistics.median(times)
+    return {"step_seconds": times, "median_step_seconds": median, "images_per_sec": batch_size / median}
+
+
+def link_report(bytes_sent: dict, params: int) -> list[dict]:
+    """Each (from, to) link's bytes per step, what it carries, and its share of the parameters.
+
+    A PS -> worker link carries variable reads, worker -> PS gradients (each ideally
+    exactly ``params`` bytes, summed over the PS tasks); client links carry feeds and fetches.
+    """
+    rows = []
+    for (source, dest), count in sorted(bytes_sent.items()):
+        kind = _link_kind(source, dest)
+        rows.append({"from": source, "to": dest, "bytes": count, "carries": kind,
+                     "x_params": count / params if params and kind != "feeds/fetches" else None})
+    return rows
+
+
+def _link_kind(source: str, dest: str) -> str:
+    if "client" in (source, dest):
+        return "feeds/fetches"
+    if "/job:ps/" in source and "/job:worker/" in dest:
+        return "variable reads"
+    if "/job:worker/" in source and "/job:ps/" in dest:
+        return "gradients"
+    return "other"
+
+
+def ps_traffic_waste(links: list[dict], params: int, workers: int) -> int:
+    """Bytes between PS and workers beyond PS mode's 2 x params per worker per step."""
+    moved = sum(r["bytes"] for r in links if r["carries"] in ("variable reads", "gradients", "other"))
+    return moved - 2 * params * workers
+
+
+# ---- overhead: 1 PS + 2 workers, a step of tiny ops -----------------------------------------------
+def _tiny_step(workers: int):
+    """A PS step whose ops take microseconds: every millisecond it takes is messaging."""
+    import dflow as tf
+
+    with tf.device("/job:ps/task:0"):
+        w = tf.get_variable("w", [4], initializer=tf.zeros_initializer())
+    gradients = []
+    for i in range(workers):
+        with tf.device(f"/job:worker/task:{i}"):
+            loss = tf.reduce_sum(tf.square(w - float(i)))
+            gradients.append(tf.gradients(loss, [w])[0])
+    with tf.device("/job:ps/task:0"):
+        mean = tf.add_n(gradients) * (1.0 / workers)
+        return tf.train.GradientDescentOptimizer(0.1).apply_gradients([(mean, w)])
+
+
+def measure_overhead(workers: int = 2, warmup: int = 20, steps: int = 200) -> dict:
+    """Wall time of a tiny PS step on ``1 PS + workers`` (starts its own cluster)."""
+    import dflow as tf
+
+    with tf.cluster.local(ps=1, workers=workers) as cluster:
+        graph = tf.Graph()
+        with graph.as_default():
+            train_op = _tiny_step(workers)
+        sess = _session(graph, cluster.target)
+        try:
+            _timed(lambda: sess.run(train_op), warmup)
+            times, stats = _timed(lambda: _run_with_stats(sess, train_op, {}), steps)
+        finally:
+            sess.close()
+    params = parameter_bytes(graph)
+    compute = [sum(s.compute_s.values()) for s in stats]
+    return {"ps": 1, "workers": workers, "steps": steps, "step_seconds": times,
+            "median_ms": 1000 * statistics.median(times),
+            "p90_ms": 1000 * float(numpy.percentile(times, 90)),
+            "compute_ms": 1000 * statistics.median(compute),  # all tasks' ops together
+            "parameter_bytes": params, "links": link_report(stats[-1].bytes_sent, params)}
+
+
+# ---- fresh processes ----------------------------------------------------------------------------
+def _child(connection, function, args, kwargs):
+    try:
+        connection.send(("ok", function(*args, **kwargs)))
+    except BaseException:
+        connection.send(("error", traceback.format_exc()))
+    finally:
+        connection.close()
+
+
+def _in_fresh_process(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` in a new process. Not a Pool: a pool's daemonic workers
+    may not start the cluster's worker processes."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(sender, function, args, kwargs))
+    process.start()
+    sender.close()
+    try:
+        status, value = receiver.recv()
+    except EOFError:  # it died without a word (killed, out of memory)
+        status, value = "error", "the process ended without a result"
+    process.join()
+    if status != "ok" and process.exitcode:
+        value += f" (exit code {process.exitcode})"
+    if status != "ok":
+        raise RuntimeError(f"{function.__name__} failed in its process:\n{value}")
+    return value
+
+
+def _blas_threads() -> int | None:
+    from threadpoolctl import threadpool_info
+
+    counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    return max(counts) if counts else None
+
+
+def _cluster_blas_threads(cluster) -> dict:
+    from threadpoolctl import threadpool_info
+
+    def count(dask_worker):
+        return max((p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"), default=None)
+
+    by_address = cluster.client.run(count)
+    workers = cluster.client.scheduler_info()["workers"]
+    return {str(workers[address]["name"]): threads for address, threads in by_address.items()}
+
+
+# ---- the whole benchmark --------------------------------------------------------------------------
+def run_benchmark(batch_size: int = 100, warmup: int = 5, steps: int = 60, block: int = 10,
+                  input_mode: str = "feed", overhead_steps: int = 200, output: str | None = None,
+                  echo=print) -> dict:
+    """Run both measurements, each in a fresh process; print the comparison; return (and write) it."""
+    cifar = _in_fresh_process(compare_cifar10, batch_size, warmup, steps, block, input_mode)
+    _print_cifar10(cifar, warmup, block, echo)
+    overhead = _in_fresh_process(measure_overhead, 2, 20, overhead_steps)
+    _print_overhead(overhead, echo)
+    results = {"machine": machine_info(), "cifar10": cifar, "overhead": overhead}
+    if output:
+        with open(output, "w") as f:
+            json.dump(results, f, indent=1)
+        echo(f"results written to {output}")
+    return results
+
+
+def _print_cifar10(r: dict, warmup: int, block: int, echo) -> None:
+    data = "fed through placeholders" if r["input"] == "feed" else "from the in-graph DatasetNext op"
+    echo(f"CIFAR-10 tutorial CNN, batch {r['batch_size']}, SGD, synthetic data {data}; {warmup} warm-up "
+         f"steps, then {r['steps']} timed steps each, the sessions taking turns every {block}")
+    threads = r["blas_threads"]
+    echo(f"BLAS threads: local session {threads['local']}; cluster "
+         + ", ".join(f"{name} {n}" for name, n in sorted(threads["cluster"].items())))
+    echo(f"{'':24}{'ms/step':>9}{'images/sec':>12}{'ratio':>7}")
+    local, remote = r["local"], r["distributed"]
+    echo(f"{'local Session':24}{1000 * local['median_step_seconds']:>9.1f}{local['images_per_sec']:>12.1f}"
+         f"{1.0:>7.2f}")
+    echo(f"{'1 PS + 1 worker':24}{1000 * remote['median_step_seconds']:>9.1f}"
+         f"{remote['images_per_sec']:>12.1f}{r['ratio']:>7.2f}  (target >= {RATIO_TARGET})")
+    per_task = ", ".join(f"{task} computes {ms:.1f} ms, waits {r['waited_ms'][task]:.1f} ms"
+                         for task, ms in r["compute_ms"].items())
+    echo(f"distributed step: {per_task}; nothing computes for {r['not_computing_ms']:.1f} ms "
+         "(wall time minus the largest compute)")
+    _print_links(r["links"], r["parameter_bytes"], workers=1, echo=echo)
+
+
+def _print_links(links: list[dict], params: int, workers: int, echo) -> None:
+    echo(f"bytes per step (trainable parameters: {params:,} bytes):")
+    for row in links:
+        share = f"{row['x_params']:.3f} x params" if row["x_params"] is not None else ""
+        echo(f"  {row['from']:>20} -> {row['to']:<20}{row['bytes']:>12,}  {share:<16}{row['carries']}")
+    waste = ps_traffic_waste(links, params, workers)
+    echo(f"  PS <-> workers: {2 * params * workers + waste:,} bytes = 2 x params x {workers} worker(s)"
+         f" + {waste:,} bytes of waste")
+
+
+def _print_overhead(r: dict, echo) -> None:
+    echo(f"per-step overhead, 1 PS + {r['workers']} workers, a step of tiny ops (their compute "
+         f"{r['compute_ms']:.2f} ms): {r['median_ms']:.1f} ms median, {r['p90_ms']:.1f} ms p90 "
+         f"over {r['steps']} steps (target < {OVERHEAD_TARGET_MS:g} ms)")
+    _print_links(r["links"], r["parameter_bytes"], r["workers"], echo)
+
+
+# ---- command line ---------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser, common: bool = True) -> None:
+    """The benchmark's options. ``common=False`` leaves out ``--num_warmup_batches``,
+    ``--num_batches`` and ``--output``, for a parser that has them already (``dflow bench``)."""
+    parser.add_argument("--batch_size", type=int, default=100, help="CIFAR-10 images per step")
+    parser.add_argument("--block_steps", type=int, default=10,
+                        help="steps each session runs before the other takes its turn")
+    parser.add_argument("--overhead_steps", type=int, default=200,
+                        help="timed steps of the tiny 1 PS + 2 workers step")
+    parser.add_argument("--input", choices=INPUTS, default="feed",
+                        help="feed: placeholders fed by the client; dataset: the in-graph DatasetNext op")
+    if common:
+        parser.add_argument("--num_warmup_batches", type=int, default=5)
+        parser.add_argument("--num_batches", type=int, default=60, help="timed steps per session")
+        parser.add_argument("--output", help="write the results as JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark from parsed ``args``; the exit status."""
+    for name in ("batch_size", "block_steps", "overhead_steps", "num_batches"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name} must be at least 1, got {getattr(args, name)}")
+    run_benchmark(args.batch_size, args.num_warmup_batches, args.num_batches, args.block_steps, args.input,
+                  args.overhead_steps, args.output, echo=lambda line: print(line, flush=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dflow.bench.distributed",
+                                     description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
