@@ -5,7 +5,8 @@ Steps 2-3 of DESIGN.md's "flow of one step", as pure functions over plain data
 
 - :func:`place` gives every op a task (``/job:ps/task:0``) and a device type:
   the op's device string, its missing job/task filled from the session's
-  default task, ops reading or updating a variable colocated with it;
+  default task, ops reading or updating a variable colocated with it, a
+  constant used on one device only made there;
 - :func:`partition` groups each task's ops into *stages*. An op's level is the
   number of task boundaries on its longest input path, and a stage is one
   (task, level). Every value a stage receives from another task comes from a
@@ -99,7 +100,26 @@ def place(ops: list[Operation], default_task: str, tasks: dict[str, dict],
                 f"op '{op.name}' is placed on {op.device or '(no device)'}, i.e. task {task}, "
                 f"which this cluster lacks; its tasks are: {', '.join(sorted(tasks))}", op=op.name)
         placement[op.name] = f"{task}/device:{_device_type(op, spec, task, tasks, allow_soft_placement)}"
+    _constants_to_their_consumers(ops, placement)
     return placement
+
+
+def _constants_to_their_consumers(ops: list[Operation], placement: dict[str, str]) -> None:
+    """Make a constant on the one device that uses it (TF's placer does so for input-less
+    ops with a single consumer). Else it would be sent there every step, a message of its own:
+    the optimizer's learning rate, built beside the model on the worker, is used by the
+    updates on the PS."""
+    users: dict[str, set] = defaultdict(set)
+    for op in ops:
+        for t in op.inputs:
+            users[t.op.name].add(placement[op.name])
+        for c in op.control_inputs:
+            users[c.name].add(None)  # ordering, not a value: it stays where it was put
+    for op in ops:
+        if op.type == "Const" and not op.control_inputs and len(users[op.name]) == 1:
+            (device,) = users[op.name]
+            if device is not None:
+                placement[op.name] = device
 
 
 def _device_type(op, spec: DeviceSpec, task: str, tasks: dict, allow_soft_placement: bool) -> str:
