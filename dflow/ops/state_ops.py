@@ -48,9 +48,10 @@ def _assign_infer(inputs, var, validate_shape=True):
 
 def _assign_kernel(update):
     def kernel(state, xp, ref, value, var, validate_shape=True):
-        new = update(state.read_variable(ref), value) if update else value
-        state.write_variable(ref, new)
-        return new
+        with state.updating(ref):  # concurrent replicas' assign_add (the global step) must all count
+            new = update(state.read_variable(ref), value) if update else value
+            state.write_variable(ref, new)
+            return new
 
     return kernel
 

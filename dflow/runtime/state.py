@@ -31,6 +31,7 @@ class SessionState:
         self._default_generator = numpy.random.default_rng(seed)
         self.resources: dict[str, object] = {}
         self._resources_lock = threading.Lock()  # replicas' steps may create one concurrently
+        self._update_locks: dict[str, threading.Lock] = {}
 
     def read_variable(self, name: str):
         try:
@@ -43,6 +44,14 @@ class SessionState:
 
     def write_variable(self, name: str, value) -> None:
         self.variables[name] = value
+
+    def updating(self, name: str) -> threading.Lock:
+        """The lock an update of variable ``name`` holds while it reads and writes it (and its
+        slots). Between-graph replicas apply updates concurrently: unlocked, Adam could read
+        one replica's new ``m`` beside the old ``v`` and take a step thousands of times too
+        large (seen: the loss jumped from 2 to 30)."""
+        with self._resources_lock:
+            return self._update_locks.setdefault(name, threading.Lock())
 
     def is_initialized(self, name: str) -> bool:
         return name in self.variables

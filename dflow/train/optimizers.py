@@ -55,25 +55,29 @@ def _store(state, xp, ref, old, new):
     return new
 
 
+# each update holds its variable's lock (state.updating) over its reads and writes
 def _gradient_descent(state, xp, var, alpha, delta):
-    old = state.read_variable(var)
-    return _store(state, xp, var, old, old - alpha * delta)
+    with state.updating(var):
+        old = state.read_variable(var)
+        return _store(state, xp, var, old, old - alpha * delta)
 
 
 def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
-    old, old_accum = state.read_variable(var), state.read_variable(accum)
-    new_accum = _store(state, xp, accum, old_accum, old_accum * momentum + grad)
-    if use_nesterov:
-        return _store(state, xp, var, old, old - (lr * grad + lr * momentum * new_accum))
-    return _store(state, xp, var, old, old - lr * new_accum)
+    with state.updating(var):
+        old, old_accum = state.read_variable(var), state.read_variable(accum)
+        new_accum = _store(state, xp, accum, old_accum, old_accum * momentum + grad)
+        if use_nesterov:
+            return _store(state, xp, var, old, old - (lr * grad + lr * momentum * new_accum))
+        return _store(state, xp, var, old, old - lr * new_accum)
 
 
 def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
     lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
-    old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
-    m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
-    v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
-    return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
+    with state.updating(var):
+        old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
+        m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
+        v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
+        return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
 
 
 # inputs in TF's order; the leading ones are references (shared names), the rest values
