@@ -100,6 +100,9 @@ class DflowWorker(WorkerPlugin):
     idempotent = True  # a second client installing it must not wipe the variables held here
 
     def setup(self, worker) -> None:
+        # ops that `import dflow` does not register, which a client's plan may hold
+        from ..data import ops as _input_ops  # noqa: F401  (DatasetNext)
+
         self.worker = worker
         self.state = SessionState()
         self.plans: dict[str, tuple[list, dict]] = {}
