@@ -1,4 +1,4 @@
-"""The ``dflow`` command line: ``dflow train``, ``dflow bench --local`` (``dflow data`` comes later).
+"""The ``dflow`` command line: ``dflow train``, ``dflow worker``, ``dflow bench``, ``dflow data``.
 
 Each subcommand is one entry of :data:`COMMANDS`: a function adding its
 arguments to an ``argparse`` parser, and a function running it.
@@ -37,7 +37,7 @@ __all__ = ["main", "COMMANDS", "OPTIMIZERS", "DATASETS"]
 OPTIMIZERS = ("sgd", "momentum", "adam")
 DATASETS = {"digits": "scikit-learn's 1,797 handwritten 8x8 digits, resized to the model's input",
             "line": "y = 3x + N(0, 1), the data of the seed's Listing 1 (linear_regression only)"}
-_LATER_DATASETS = ("cifar10", "mnist", "imagenet")
+_STORE_DATASETS = ("cifar10", "mnist", "imagenet")
 _LINE_EXAMPLES, _LINE_TEST = 1000, 200
 _EVAL_BATCH = 500
 
@@ -118,10 +118,10 @@ def _settings(args, parser, spec) -> dict:
             settings[key] = getattr(args, key)
     dataset = settings["dataset"]
     if dataset not in DATASETS:
-        later = (f"; prepared Zarr datasets ({', '.join(_LATER_DATASETS)}) will come with "
-                 "`dflow data prepare` in a later version")
+        stores = (f"; {', '.join(_STORE_DATASETS)} become Zarr stores with `dflow data prepare NAME "
+                 "--source FILE`, which dflow.data.Dataset streams to your own training loop")
         parser.error(f"dataset {dataset!r} is not available in this version: only 'digits' is "
-                     f"(and 'line', the synthetic data of linear_regression){later}")
+                     f"(and 'line', the synthetic data of linear_regression){stores}")
     if dataset != spec.train_defaults["dataset"]:
         parser.error(f"model {spec.name} trains on the {spec.train_defaults['dataset']!r} "
                      f"dataset, not {dataset!r}")
