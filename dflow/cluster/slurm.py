@@ -1,36 +1,91 @@
-"""``dflow.cluster.slurm``: one Slurm job per role, through dask-jobqueue."""
+"""``dflow.cluster.slurm``: one Slurm job per role, through dask-jobqueue.
+
+The Dask scheduler runs in this process; each role (``ps/0``, ``worker/1``) is one
+``sbatch`` job running one Dask worker whose name is the role (dask-jobqueue passes
+``--name <worker_spec key>``) and whose resource is the job (``--resources ps=1``).
+"""
 
 from __future__ import annotations
+
+import shutil
 
 from . import START_TIMEOUT_S, Cluster, _roles, _start, role_name
 
 __all__ = ["slurm"]
 
+# set by this launcher from ps= and workers=: one worker process per job, one job per role
+_RESERVED = ("n_workers", "processes")
+
 
 def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
-    """One Slurm job per role (``dask_jobqueue.SLURMCluster``); keyword arguments go to
-    ``SLURMCluster`` (``queue``, ``cores``, ``memory``, ``walltime``, ``interface``, ...).
+    """One Slurm job per role (``dask_jobqueue.SLURMCluster``).
+
+    Keyword arguments go to ``SLURMCluster`` (``queue``, ``account``, ``cores``,
+    ``memory``, ``walltime``, ``interface``, ``job_extra_directives``, ...); ``cores``
+    defaults to 1 and ``memory`` to ``"2GB"`` per job. The Slurm job of a role is named
+    ``<job_name>-ps-0`` (``job_name`` defaults to ``"dflow"``), so ``squeue`` shows the
+    roles. A PS runs 1 BLAS thread, a worker ``cores``. Needs ``sbatch`` on PATH (a Slurm
+    login node) and ``pip install dflow[slurm]``.
 
     >>> cluster = tf.cluster.slurm(ps=1, workers=4, cores=8, memory="32GB",
     ...                            walltime="01:00:00")  # doctest: +SKIP
+    >>> cluster.spec.roles()  # doctest: +SKIP
+    ['ps/0', 'worker/0', 'worker/1', 'worker/2', 'worker/3']
     """
+    roles = _roles(ps, workers)
+    _check_kwargs(kwargs)
+    SLURMCluster = _import_slurm_cluster()
+    for key, default in (("cores", 1), ("memory", "2GB")):  # unless ~/.config/dask/jobqueue.yaml says
+        if _config("slurm", key) is None:
+            kwargs.setdefault(key, default)
+    job_name = kwargs.pop("job_name", None) or "dflow"
+    dask_cluster = SLURMCluster(n_workers=0, processes=1, job_name=job_name, **kwargs)
+    try:
+        template = dask_cluster.new_spec
+        for job, i in roles:
+            options = _role_options(template["options"], job, i, job_name)
+            dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
+        return _start(dask_cluster, roles, timeout)
+    except BaseException:
+        dask_cluster.close()
+        raise
+
+
+def _check_kwargs(kwargs: dict) -> None:
+    reserved = sorted(set(kwargs) & set(_RESERVED))
+    if reserved:
+        raise TypeError(f"dflow.cluster.slurm sets {', '.join(reserved)} itself (one job per role, one "
+                        "worker per job); give the roles as ps= and workers= instead")
+    if shutil.which("sbatch") is None:
+        raise RuntimeError("dflow.cluster.slurm submits jobs with `sbatch`, which is not on PATH: run it on "
+                           "a Slurm login node, or install Slurm (Debian/Ubuntu: `apt-get install slurm-wlm "
+                           "munge`; one machine: `.ci/slurm.sh start` in dflow's repository)")
+
+
+def _import_slurm_cluster():
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError as error:
         raise ImportError(f"dflow.cluster.slurm needs dask-jobqueue ({error}); install it with "
                           "`pip install dflow[slurm]`") from error
-    roles = _roles(ps, workers)
-    kwargs.setdefault("cores", 1)
-    kwargs.setdefault("memory", "2GB")
-    kwargs["processes"] = 1  # one worker per job: the job's name is the worker's name
-    dask_cluster = SLURMCluster(n_workers=0, **kwargs)
-    extra = list(kwargs.get("worker_extra_args") or [])
-    template = dask_cluster.new_spec
-    for job, i in roles:
-        options = {**template["options"], "worker_extra_args": extra + ["--resources", f"{job}=1"]}
-        dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
-    try:
-        return _start(dask_cluster, roles, timeout)
-    except BaseException:
-        dask_cluster.close()
-        raise
+    return SLURMCluster
+
+
+def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
+    """The SLURMJob options that make one job hold one role."""
+    # without a limit BLAS starts a thread per CPU of the node, not per CPU of the job
+    threads = 1 if job == "ps" else int(template.get("cores") or _config(template["config_name"], "cores"))
+    blas = [f"export {name}={threads}" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                   "MKL_NUM_THREADS")]
+    extra_args, prologue = (template.get(key, _config(template["config_name"], key.replace("_", "-")))
+                            for key in ("worker_extra_args", "job_script_prologue"))
+    return {**template, "job_name": f"{job_name}-{job}-{task}",
+            "worker_extra_args": list(extra_args or []) + ["--resources", f"{job}=1"],
+            "job_script_prologue": list(prologue or []) + blas}
+
+
+def _config(config_name: str, key: str):
+    """A dask-jobqueue setting from the Dask config (what SLURMJob falls back to)."""
+    import dask
+
+    return dask.config.get(f"jobqueue.{config_name}.{key}", None)

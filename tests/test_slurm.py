@@ -1,0 +1,118 @@
+"""dflow.cluster.slurm against a real Slurm (slurmctld + slurmd + munged on this machine, as
+`.ci/slurm.sh start` runs them): each role is its own Slurm job, a tiny model trains with its
+variables on the PS job; and the errors for bad input."""
+
+import os
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import dflow as tf
+
+START_SLURM = "start one as root with `.ci/slurm.sh start` (Debian: `apt-get install slurm-wlm munge` first)"
+
+
+def _slurm_missing() -> str | None:
+    """Why the Slurm test cannot run here, or None when a Slurm node takes jobs."""
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return f"needs Slurm: no sbatch/sinfo on PATH; {START_SLURM}"
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return f"needs a running Slurm: sinfo did not answer in 20 s; {START_SLURM}"
+    if states.returncode != 0:
+        return f"needs a running Slurm: sinfo failed ({states.stderr.strip()}); {START_SLURM}"
+    if not {"idle", "mixed"} & set(states.stdout.split()):
+        return f"needs an idle Slurm node; sinfo shows {states.stdout.split() or 'no nodes'}"
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        return "needs dask-jobqueue: `pip install dflow[slurm]`"
+    return None
+
+
+def _squeue(job_ids) -> dict[str, tuple[str, str]]:
+    """Job id -> (name, state) of those of ``job_ids`` that Slurm still lists."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T", "-j", ",".join(job_ids)],
+                         capture_output=True, text=True, check=False).stdout
+    return {job_id: (name, state) for job_id, name, state in (line.split() for line in out.splitlines())}
+
+
+def _print_logs(log_dir) -> None:
+    for path in sorted(log_dir.glob("*")):  # pytest shows them when the test fails
+        print(f"---- {path.name}\n{path.read_text()[-3000:]}")
+
+
+def _train_linear_regression(cluster, steps: int = 15) -> list[float]:
+    rng = np.random.default_rng(0)
+    xs = rng.uniform(-1, 1, (64, 1)).astype(np.float32)
+    ys = 3.0 * xs + 2.0 + rng.normal(0, 0.05, xs.shape).astype(np.float32)
+    x = tf.placeholder(tf.float32, [None, 1], name="x")
+    y = tf.placeholder(tf.float32, [None, 1], name="y")
+    with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):  # variables on /job:ps/task:0
+        weights = tf.Variable(tf.zeros([1, 1]), name="weights")
+        bias = tf.Variable(tf.zeros([1]), name="bias")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
+        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+    with tf.Session(cluster.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        return [float(sess.run([train, loss], {x: xs, y: ys})[1]) for _ in range(steps)]
+
+
+def _slurm_job_of_each_role(cluster) -> dict[str, str]:
+    """Role -> the Slurm job its worker process runs in; checks each role's resource and BLAS threads."""
+    seen = cluster.client.run(lambda dask_worker: (
+        dask_worker.name, os.environ.get("SLURM_JOB_ID"), dict(dask_worker.state.total_resources),
+        os.environ.get("OMP_NUM_THREADS")))
+    by_role = {name: rest for name, *rest in seen.values()}
+    assert {role: tuple(rest) for role, (_, *rest) in by_role.items()} == {
+        "ps/0": ({"ps": 1}, "1"), "worker/0": ({"worker": 1}, "1"), "worker/1": ({"worker": 1}, "1")}
+    return {role: job_id for role, (job_id, *_) in by_role.items()}
+
+
+@pytest.mark.slurm  # ~7 s here (jobs up in ~4 s): fast enough for the default run
+def test_each_role_is_a_slurm_job_and_a_model_trains_with_its_variables_on_the_ps(tmp_path):
+    missing = _slurm_missing()
+    if missing:
+        pytest.skip(missing)
+    log_dir = tmp_path / "logs"
+    started = time.perf_counter()
+    try:
+        with tf.cluster.slurm(ps=1, workers=2, cores=1, memory="1GB", interface="lo", walltime="00:10:00",
+                              local_directory=str(tmp_path), log_directory=str(log_dir)) as cluster:
+            up_s = time.perf_counter() - started
+            assert cluster.spec.roles() == ["ps/0", "worker/0", "worker/1"]
+            job_ids = _slurm_job_of_each_role(cluster)
+            assert None not in job_ids.values() and len(set(job_ids.values())) == 3, job_ids
+            assert _squeue(job_ids.values()) == {job_ids["ps/0"]: ("dflow-ps-0", "RUNNING"),
+                                                 job_ids["worker/0"]: ("dflow-worker-0", "RUNNING"),
+                                                 job_ids["worker/1"]: ("dflow-worker-1", "RUNNING")}
+
+            losses = _train_linear_regression(cluster)
+            assert losses[-1] < 0.05 * losses[0], losses
+            held = cluster.client.run(
+                lambda dask_worker: sorted(dask_worker.plugins["dflow"].state.variables))
+            ps_address = cluster.spec.task_address("ps", 0)
+            assert held == {address: ["bias", "weights"] if address == ps_address else [] for address in held}
+            print(f"Slurm cluster up in {up_s:.1f} s, trained in {time.perf_counter() - started - up_s:.1f} "
+                  f"s; loss {losses[0]:.3f} -> {losses[-1]:.4f}")
+    except BaseException:
+        _print_logs(log_dir)
+        raise
+    deadline = time.monotonic() + 30  # closing the cluster cancels its jobs
+    while _squeue(job_ids.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _squeue(job_ids.values()) == {}
+
+
+def test_slurm_bad_input_says_what_to_do(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="at least one worker"):
+        tf.cluster.slurm(ps=1, workers=0)
+    with pytest.raises(TypeError, match="give the roles as ps= and workers="):
+        tf.cluster.slurm(ps=1, workers=2, n_workers=3)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no sbatch anywhere on PATH
+    with pytest.raises(RuntimeError, match=r"`sbatch`, which is not on PATH.*apt-get install slurm-wlm"):
+        tf.cluster.slurm(ps=1, workers=2)
