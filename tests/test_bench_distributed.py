@@ -46,6 +46,7 @@ def test_cifar10_comparison_moves_exactly_the_parameters_each_way(input_mode):
     assert result["blas_threads"]["cluster"].keys() == {"ps/0", "worker/0"}
     assert result["blas_threads"]["cluster"]["ps/0"] == 1
     assert "ApplyGradientDescent" in result["placement"]
+    assert result["allocator_tuned"] is True  # glibc: the local session got the workers' settings
     json.dumps(result)  # results are written as JSON
 
 

@@ -39,7 +39,7 @@ from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import execute
 from ..runtime.state import SessionState
 
-__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "nbytes"]
+__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "nbytes", "keep_freed_memory_for_reuse"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
@@ -111,7 +111,7 @@ class DflowWorker(WorkerPlugin):
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
         self._blas_limit = _apply_thread_env()
-        _keep_freed_memory_for_reuse()
+        keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
             self.namespaces["GPU"] = gpu_namespace()
@@ -214,8 +214,9 @@ _MMAP_THRESHOLD_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-b
 _TRIM_THRESHOLD_BYTES = 2 * _MMAP_THRESHOLD_BYTES  # what glibc sets beside a raised mmap threshold
 
 
-def _keep_freed_memory_for_reuse() -> bool:
-    """Let glibc keep freed arrays' memory for the next step, as it does by default.
+def keep_freed_memory_for_reuse() -> bool:
+    """Let glibc keep freed arrays' memory for the next step (in this process: a worker's, or a
+    local session's for a fair comparison), with the thresholds glibc settles on by itself.
 
     A Dask nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also freezes
     glibc's mmap threshold at 128 KiB: every array above that is then mmap'ed, zero-filled
