@@ -3,6 +3,7 @@
 variables on the PS job; and the errors for bad input."""
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -41,6 +42,14 @@ def _squeue(job_ids) -> dict[str, tuple[str, str]]:
     return {job_id: (name, state) for job_id, name, state in (line.split() for line in out.splitlines())}
 
 
+def _gone_from_squeue(job_ids, timeout: float = 30.0) -> bool:
+    """Whether Slurm stops listing ``job_ids`` within ``timeout`` (a cancelled job may show COMPLETING)."""
+    deadline = time.monotonic() + timeout
+    while _squeue(job_ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return _squeue(job_ids) == {}
+
+
 def _print_logs(log_dir) -> None:
     for path in sorted(log_dir.glob("*")):  # pytest shows them when the test fails
         print(f"---- {path.name}\n{path.read_text()[-3000:]}")
@@ -73,11 +82,15 @@ def _slurm_job_of_each_role(cluster) -> dict[str, str]:
     return {role: job_id for role, (job_id, *_) in by_role.items()}
 
 
-@pytest.mark.slurm  # ~7 s here (jobs up in ~4 s): fast enough for the default run
-def test_each_role_is_a_slurm_job_and_a_model_trains_with_its_variables_on_the_ps(tmp_path):
+@pytest.fixture
+def slurm_here():
     missing = _slurm_missing()
     if missing:
         pytest.skip(missing)
+
+
+@pytest.mark.slurm  # ~7 s here (jobs up in ~4 s): fast enough for the default run
+def test_each_role_is_a_slurm_job_and_a_model_trains_with_its_variables_on_the_ps(slurm_here, tmp_path):
     log_dir = tmp_path / "logs"
     started = time.perf_counter()
     try:
@@ -102,10 +115,7 @@ def test_each_role_is_a_slurm_job_and_a_model_trains_with_its_variables_on_the_p
     except BaseException:
         _print_logs(log_dir)
         raise
-    deadline = time.monotonic() + 30  # closing the cluster cancels its jobs
-    while _squeue(job_ids.values()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _squeue(job_ids.values()) == {}
+    assert _gone_from_squeue(job_ids.values())  # closing the cluster cancelled its jobs
 
 
 def test_slurm_bad_input_says_what_to_do(tmp_path, monkeypatch):
@@ -116,3 +126,16 @@ def test_slurm_bad_input_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no sbatch anywhere on PATH
     with pytest.raises(RuntimeError, match=r"`sbatch`, which is not on PATH.*apt-get install slurm-wlm"):
         tf.cluster.slurm(ps=1, workers=2)
+
+
+@pytest.mark.slurm
+def test_slurm_refusing_or_queueing_the_jobs_says_why(slurm_here, tmp_path):
+    with pytest.raises(RuntimeError, match=r"Slurm refused a dflow job: sbatch: error: .*[Pp]artition"):
+        tf.cluster.slurm(ps=1, workers=1, interface="lo", queue="no-such-partition",
+                         local_directory=str(tmp_path))
+    # held jobs stay PENDING: the timeout names each job's state and reason, then cancels them
+    with pytest.raises(TimeoutError, match=r"dflow-ps-0 \(job (\d+)\): PENDING \(JobHeldUser\)") as error:
+        tf.cluster.slurm(ps=1, workers=1, interface="lo", job_extra_directives=["--hold"], timeout=3,
+                         local_directory=str(tmp_path))
+    job_ids = re.findall(r"\(job (\d+)\)", str(error.value))
+    assert len(job_ids) == 2 and _gone_from_squeue(job_ids)

@@ -7,9 +7,11 @@ The Dask scheduler runs in this process; each role (``ps/0``, ``worker/1``) is o
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import subprocess
 
-from . import START_TIMEOUT_S, Cluster, _roles, _start, role_name
+from . import START_TIMEOUT_S, Cluster, _roles, role_name
 
 __all__ = ["slurm"]
 
@@ -41,14 +43,59 @@ def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, **kwa
     job_name = kwargs.pop("job_name", None) or "dflow"
     dask_cluster = SLURMCluster(n_workers=0, processes=1, job_name=job_name, **kwargs)
     try:
-        template = dask_cluster.new_spec
-        for job, i in roles:
-            options = _role_options(template["options"], job, i, job_name)
-            dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
-        return _start(dask_cluster, roles, timeout)
+        _submit_role_jobs(dask_cluster, roles, job_name)
+        return _wait_for_roles(dask_cluster, roles, timeout)
     except BaseException:
-        dask_cluster.close()
+        with contextlib.suppress(Exception):  # a job sbatch refused fails close(): keep the first error
+            dask_cluster.close()
         raise
+
+
+def _submit_role_jobs(dask_cluster, roles: list[tuple[str, int]], job_name: str) -> None:
+    template = dask_cluster.new_spec
+    for job, i in roles:
+        options = _role_options(template["options"], job, i, job_name)
+        dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
+    try:
+        dask_cluster.sync(dask_cluster._correct_state)  # runs sbatch once per role
+    except RuntimeError as error:
+        raise RuntimeError(f"Slurm refused a dflow job: {_sbatch_error(error)}. Check that Slurm answers "
+                           "(`sinfo`) and that queue/account/cores/memory/walltime fit its partitions "
+                           "(`sinfo -o '%P %c %m %l'`)") from error
+
+
+def _wait_for_roles(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> Cluster:
+    import distributed
+
+    cluster = Cluster(distributed.Client(dask_cluster, set_as_default=False), dask_cluster)
+    try:
+        cluster.wait_for([role_name(job, i) for job, i in roles], timeout)
+    except TimeoutError as error:  # most often: the jobs wait in the queue
+        states = _job_states(dask_cluster)
+        cluster.client.close()
+        raise TimeoutError(f"{error}. Slurm lists the jobs as: {states}; raise timeout= or ask for less "
+                           "(cores, memory, walltime), or pick another queue=") from None
+    except BaseException:
+        cluster.client.close()
+        raise
+    return cluster
+
+
+def _sbatch_error(error: RuntimeError) -> str:
+    """The ``sbatch: error: ...`` line of dask-jobqueue's failed-command message."""
+    lines = [line.strip() for line in str(error).splitlines() if "error" in line]
+    return "; ".join(lines) or str(error)
+
+
+def _job_states(dask_cluster) -> str:
+    """``dflow-ps-0 (job 17): PENDING (Resources), ...`` as squeue shows them now."""
+    job_ids = [job.job_id for job in dask_cluster.workers.values() if getattr(job, "job_id", None)]
+    try:
+        out = subprocess.run(["squeue", "-h", "-o", "%j (job %i): %T (%r)", "-j", ",".join(job_ids)],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"unknown (squeue failed: {error})"
+    return ", ".join(sorted(out.splitlines())) or "none (they ended; see log_directory=)"
 
 
 def _check_kwargs(kwargs: dict) -> None:
