@@ -1,6 +1,7 @@
 """The distributed benchmark's code path on a real LocalCluster, tiny: the result's shape and
 the bytes each link carries, exactly. No timing is asserted (the timings are the benchmark's)."""
 
+import argparse
 import json
 
 import pytest
@@ -79,7 +80,7 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
 
 
 def test_bad_numbers_are_refused_by_name():
-    parser = bench.argparse.ArgumentParser()
+    parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     with pytest.raises(SystemExit, match="--batch_size must be at least 1, got 0"):
         bench.run(parser.parse_args(["--batch_size", "0"]))
