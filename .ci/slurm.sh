@@ -63,7 +63,7 @@ wait_idle() {
 }
 
 start() {
-    if sinfo -h > /dev/null 2>&1; then
+    if scontrol ping > /dev/null 2>&1; then  # (sinfo would retry a dead controller for ~9 s)
         say "a Slurm controller already answers: using it, starting nothing"
         return
     fi

@@ -2,6 +2,7 @@
 `.ci/slurm.sh start` runs them): each role is its own Slurm job, a tiny model trains with its
 variables on the PS job; and the errors for bad input."""
 
+import functools
 import os
 import re
 import shutil
@@ -16,18 +17,21 @@ import dflow as tf
 START_SLURM = "start one as root with `.ci/slurm.sh start` (Debian: `apt-get install slurm-wlm munge` first)"
 
 
+@functools.cache
 def _slurm_missing() -> str | None:
-    """Why the Slurm test cannot run here, or None when a Slurm node takes jobs."""
-    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
-        return f"needs Slurm: no sbatch/sinfo on PATH; {START_SLURM}"
-    try:
+    """Why the Slurm tests cannot run here, or None when a Slurm node takes jobs."""
+    if not all(map(shutil.which, ("sbatch", "sinfo", "scontrol"))):
+        return f"needs Slurm: no sbatch/sinfo/scontrol on PATH; {START_SLURM}"
+    try:  # `scontrol ping` answers at once; sinfo retries a dead controller for ~9 s
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+        if ping.returncode != 0:
+            said = (ping.stdout or ping.stderr).strip().splitlines()
+            return f"needs a running Slurm: {said[0] if said else 'scontrol ping failed'}; {START_SLURM}"
         states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return f"needs a running Slurm: sinfo did not answer in 20 s; {START_SLURM}"
-    if states.returncode != 0:
-        return f"needs a running Slurm: sinfo failed ({states.stderr.strip()}); {START_SLURM}"
+    except subprocess.TimeoutExpired as error:
+        return f"needs a running Slurm: `{' '.join(error.cmd)}` did not answer in 20 s; {START_SLURM}"
     if not {"idle", "mixed"} & set(states.stdout.split()):
-        return f"needs an idle Slurm node; sinfo shows {states.stdout.split() or 'no nodes'}"
+        return f"needs an idle Slurm node; sinfo shows {states.stdout.split() or states.stderr.strip()}"
     try:
         import dask_jobqueue  # noqa: F401
     except ImportError:
