@@ -222,6 +222,8 @@ def keep_freed_memory_for_reuse() -> bool:
     glibc's mmap threshold at 128 KiB: every array above that is then mmap'ed, zero-filled
     page by page and unmapped again, each step. Measured (CIFAR-10 CNN, batch 100, one
     process): 135 ms/step, 270 ms with that variable, 128 ms with these two settings on top.
+    The price is memory kept for the next step: that worker's resident size after 35 steps
+    was 190 MiB instead of 112 MiB (the PS's 124 instead of 99).
     Returns False where the C library is not glibc (nothing to undo there).
     """
     try:
