@@ -322,18 +322,29 @@ def _report(spec, total: float, n: int, weights: list[float]) -> None:
 
 # ---- dflow bench ---------------------------------------------------------------------------------
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--local", action="store_true", required=True,
-                   help="the single-process CPU benchmark (the distributed harness comes later)")
+    from .bench import distributed
+
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--local", action="store_true",
+                      help="the single-process CPU benchmark: batch sizes 1..400, against PyTorch")
+    mode.add_argument("--distributed", action="store_true",
+                      help="CIFAR-10 batch 100: local Session vs 1 PS + 1 worker (images/sec, ratio, "
+                           "bytes per link), and the per-step overhead of 1 PS + 2 workers")
     p.add_argument("--batch_sizes", type=lambda s: [int(b) for b in s.split(",")],
-                   default=[1, 10, 50, 100, 200, 400], help="comma-separated (default: the seed's sweep)")
+                   default=[1, 10, 50, 100, 200, 400], help="--local: comma-separated (default: the seed's)")
     p.add_argument("--num_warmup_batches", type=int, default=10)
     p.add_argument("--num_batches", type=int, default=20,
-                   help="timed steps per batch size (more for small batches)")
-    p.add_argument("--no_torch", action="store_true", help="skip the PyTorch comparison")
+                   help="timed steps per batch size (--local) or per session (--distributed)")
+    p.add_argument("--no_torch", action="store_true", help="--local: skip the PyTorch comparison")
     p.add_argument("--output", help="write the results as JSON here")
+    distributed.add_arguments(p, common=False)  # --batch_size --block_steps --overhead_steps --input
 
 
 def run_bench(args, parser) -> int:
+    if args.distributed:
+        from .bench import distributed
+
+        return distributed.run(args)
     from .bench import local
 
     local.run(args.batch_sizes, warmup=args.num_warmup_batches, steps=args.num_batches,
