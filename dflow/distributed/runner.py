@@ -175,9 +175,12 @@ class ClusterRunner:
         address = self.tasks[task]["address"]
         comm = await self._rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
         try:
-            return await send_recv(comm=comm, op=op, **message)
+            reply = await send_recv(comm=comm, op=op, **message)
         finally:
             self._rpc.reuse(address, comm)
+        if isinstance(reply, dict) and "error" in reply:  # a failed step, returned (worker.run)
+            raise reply["error"]
+        return reply
 
     def _here(self) -> str | None:
         return role_of(self.worker.name) if self.worker is not None else None

@@ -34,7 +34,7 @@ from distributed import WorkerPlugin
 from distributed.protocol.serialize import to_serialize
 from threadpoolctl import threadpool_limits
 
-from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError
+from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import execute
 from ..runtime.state import SessionState
@@ -130,8 +130,13 @@ class DflowWorker(WorkerPlugin):
 
     async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float) -> dict:
         loop = asyncio.get_running_loop()
-        reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds,
-                                           timeout, loop)
+        try:
+            reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds,
+                                               timeout, loop)
+        except OpError as error:
+            # the step's own failure (a value that never came, a cancelled barrier): the client
+            # raises it; raised here, distributed would also log it as a crashed handler
+            return {"error": to_serialize(error)}
         return {**reply, "fetches": serialized(reply["fetches"])}
 
     def deliver(self, run_id: str, values: dict) -> str:
