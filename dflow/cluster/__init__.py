@@ -97,11 +97,15 @@ def _roles(ps: int, workers: int) -> list[tuple[str, int]]:
     return [("ps", i) for i in range(ps)] + [("worker", i) for i in range(workers)]
 
 
+def blas_env(threads: int) -> dict[str, str]:
+    """The environment that limits a worker process's BLAS (OpenBLAS, MKL, OpenMP) threads."""
+    return {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
 def _blas_env(job: str, workers: int, blas_threads: int | None) -> dict[str, str]:
     """BLAS threads per process: a PS only adds gradients (1 thread); the workers share the
     cores. Oversubscribed BLAS collapses throughput (MEASURED.md)."""
-    threads = 1 if job == "ps" else blas_threads or max(1, (os.cpu_count() or 1) // workers)
-    return {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    return blas_env(1 if job == "ps" else blas_threads or max(1, (os.cpu_count() or 1) // workers))
 
 
 def _start(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> Cluster:
@@ -201,8 +205,7 @@ def worker_command(scheduler: str, job: str, task: int, nthreads: int = 1, gpus:
     resources = f"{job}=1" + (f" GPU={gpus}" if gpus else "")
     argv = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--name", role_name(job, task),
             "--resources", resources, "--nthreads", str(nthreads), "--nworkers", "1", *(extra or [])]
-    env = {**os.environ, **{name: str(blas_threads) for name in
-                            ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    env = {**os.environ, **blas_env(blas_threads)}
     return argv, env
 
 

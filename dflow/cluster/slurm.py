@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import subprocess
 
-from . import START_TIMEOUT_S, Cluster, _roles, role_name
+from . import START_TIMEOUT_S, Cluster, _roles, blas_env, role_name
 
 __all__ = ["slurm"]
 
@@ -122,8 +122,7 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     """The SLURMJob options that make one job hold one role."""
     # without a limit BLAS starts a thread per CPU of the node, not per CPU of the job
     threads = 1 if job == "ps" else int(template.get("cores") or _config(template["config_name"], "cores"))
-    blas = [f"export {name}={threads}" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                   "MKL_NUM_THREADS")]
+    blas = [f"export {name}={value}" for name, value in blas_env(threads).items()]
     extra_args, prologue = (template.get(key, _config(template["config_name"], key.replace("_", "-")))
                             for key in ("worker_extra_args", "job_script_prologue"))
     return {**template, "job_name": f"{job_name}-{job}-{task}",
