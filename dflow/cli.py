@@ -221,7 +221,7 @@ def run_train(args, parser) -> int:
     check_cluster_arguments(args, parser)
     _describe(spec, settings, data, steps, args)
     if not args.local:
-        return run_cluster_train(args, spec, settings, data, steps, lambda *result: _report(spec, *result))
+        return run_cluster_train(args, settings, steps, lambda *result: _report(spec, *result))
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(args.seed)

@@ -57,7 +57,7 @@ def _open_cluster(args):
     return tf.cluster.local(ps=args.ps, workers=args.workers)
 
 
-def run_cluster_train(args, spec, settings, data, steps: int, report) -> int:
+def run_cluster_train(args, settings, steps: int, report) -> int:
     """Train on the cluster; ``report(total, n, weights)`` prints the chief's evaluation."""
     import distributed
 
