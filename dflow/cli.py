@@ -30,7 +30,9 @@ from .cli_cluster import (
     run_cluster_train,
     run_worker,
 )
+from .cli_data import ArrayData, StoreData, store_path
 from .data.cli import add_data_arguments, run_data
+from .errors import OpError
 
 __all__ = ["main", "COMMANDS", "OPTIMIZERS", "DATASETS"]
 
@@ -39,7 +41,6 @@ DATASETS = {"digits": "scikit-learn's 1,797 handwritten 8x8 digits, resized to t
             "line": "y = 3x + N(0, 1), the data of the seed's Listing 1 (linear_regression only)"}
 _STORE_DATASETS = ("cifar10", "mnist", "imagenet")
 _LINE_EXAMPLES, _LINE_TEST = 1000, 200
-_EVAL_BATCH = 500
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +85,8 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         for spec in MODELS.values())
     p.add_argument("--model", required=True, choices=list(MODELS))
     p.add_argument("--dataset", default=None,
-                   help="digits (default; linear_regression uses 'line', synthetic y = 3x + noise)")
+                   help="digits (default; linear_regression uses 'line', synthetic y = 3x + noise), or a "
+                        "store from `dflow data prepare`: its path or URL, or NAME for datasets/NAME.zarr")
     p.add_argument("--batch_size", type=int, help="examples per step (default: per model)")
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--steps", type=int, help="training steps (default: per model)")
@@ -103,13 +105,6 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p)
 
 
-class TrainingData(NamedTuple):
-    train_x: np.ndarray
-    train_y: np.ndarray
-    test_x: np.ndarray
-    test_y: np.ndarray
-
-
 def _settings(args, parser, spec) -> dict:
     """The run's settings: the command line where given, else the model's defaults."""
     settings = dict(spec.train_defaults)
@@ -117,14 +112,16 @@ def _settings(args, parser, spec) -> dict:
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     dataset = settings["dataset"]
-    if dataset not in DATASETS:
-        stores = (f"; {', '.join(_STORE_DATASETS)} become Zarr stores with `dflow data prepare NAME "
-                 "--source FILE`, which dflow.data.Dataset streams to your own training loop")
-        parser.error(f"dataset {dataset!r} is not available in this version: only 'digits' is "
-                     f"(and 'line', the synthetic data of linear_regression){stores}")
-    if dataset != spec.train_defaults["dataset"]:
-        parser.error(f"model {spec.name} trains on the {spec.train_defaults['dataset']!r} "
-                     f"dataset, not {dataset!r}")
+    if dataset in DATASETS:
+        if dataset != spec.train_defaults["dataset"]:
+            parser.error(f"model {spec.name} trains on the {spec.train_defaults['dataset']!r} "
+                         f"dataset, not {dataset!r}")
+    elif store_path(dataset) is None:
+        parser.error(f"dataset {dataset!r} is neither {' nor '.join(map(repr, DATASETS))} nor a prepared "
+                     f"store: prepare it with `dflow data prepare NAME --source FILE` (which writes "
+                     f"datasets/NAME.zarr; {', '.join(_STORE_DATASETS)}, ...) or pass the store's path")
+    elif spec.num_classes is None:
+        parser.error(f"model {spec.name} is a regression: it trains on 'line', not an image store")
     _check_numbers(args, parser, settings)
     return settings
 
@@ -140,16 +137,18 @@ def _check_numbers(args, parser, settings) -> None:
         parser.error(f"--keep_prob must be in (0, 1], got {settings['keep_prob']}")
 
 
-def _load(dataset: str, spec) -> TrainingData:
+def _load(dataset: str, spec) -> ArrayData | StoreData:
     """The dataset, with the test split fixed (seed 0) whatever the training seed."""
     if dataset == "line":
         from .models.linear_regression import make_line_data
 
         x, y = make_line_data(_LINE_EXAMPLES, seed=0)
-        return TrainingData(x[_LINE_TEST:], y[_LINE_TEST:], x[:_LINE_TEST], y[:_LINE_TEST])
-    from .data import load_digits
+        return ArrayData(x[_LINE_TEST:], y[_LINE_TEST:], x[:_LINE_TEST], y[:_LINE_TEST])
+    if dataset == "digits":
+        from .data import load_digits
 
-    return TrainingData(*load_digits(spec.input_shape, seed=0))
+        return ArrayData(*load_digits(spec.input_shape, seed=0))
+    return StoreData(store_path(dataset), spec.input_shape, spec.name)
 
 
 def _steps(args, parser, settings, n_train: int) -> int:
@@ -211,13 +210,15 @@ def run_train(args, parser) -> int:
     """``dflow train``: train a model, printing progress, then evaluate it on the test split."""
     import dflow as tf
 
-    from .data import iterate_batches
     from .models import get_model
 
     spec = get_model(args.model)
     settings = _settings(args, parser, spec)
-    data = _load(settings["dataset"], spec)
-    steps = _steps(args, parser, settings, len(data.train_x))
+    try:
+        data = _load(settings["dataset"], spec)
+    except (ValueError, OpError) as error:  # a store that is not one, or not for this model
+        parser.error(str(error))
+    steps = _steps(args, parser, settings, data.num_train)
     check_cluster_arguments(args, parser)
     _describe(spec, settings, data, steps, args)
     if not args.local:
@@ -230,8 +231,7 @@ def run_train(args, parser) -> int:
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             start = _restore(tf, saver, sess, args.checkpoint_dir, g.global_step)
-            batches = iterate_batches(data.train_x, data.train_y, settings["batch_size"],
-                                      seed=args.seed + start)
+            batches = data.train_batches(settings["batch_size"], seed=args.seed + start)
             try:
                 _train_loop(sess, g, batches, start, steps, settings, args, saver)
             except FloatingPointError as e:
@@ -244,8 +244,8 @@ def run_train(args, parser) -> int:
 def _describe(spec, settings, data, steps, args) -> None:
     shape = "x".join(str(d) for d in spec.input_shape) or "scalar"
     layout = f", {args.data_format}" if spec.convolutional else ""
-    print(f"training {spec.name} on {settings['dataset']}: {len(data.train_x)} train / "
-          f"{len(data.test_x)} test examples of {shape}; {settings['optimizer']} "
+    print(f"training {spec.name} on {settings['dataset']}: {data.num_train} train / "
+          f"{data.num_test} test examples of {shape}; {settings['optimizer']} "
           f"lr {settings['learning_rate']:g}, batch {settings['batch_size']}, {steps} steps{layout}",
           flush=True)
 
@@ -299,16 +299,16 @@ def _save(saver, sess, checkpoint_dir: str, step: int) -> None:
 
 def _evaluate(sess, g, data, regression: bool) -> tuple[float, int, list[float]]:
     """The test metric summed over the test split, its size, and (regression) weight and bias."""
-    total = 0.0
-    for begin in range(0, len(data.test_x), _EVAL_BATCH):
-        feed = {g.inputs: data.test_x[begin:begin + _EVAL_BATCH],
-                g.targets: data.test_y[begin:begin + _EVAL_BATCH]}
+    total, count = 0.0, 0
+    for x, y in data.test_batches():
+        feed = {g.inputs: x, g.targets: y}
         if g.keep_prob is not None:
             feed[g.keep_prob] = 1.0
         total += float(sess.run(g.metric, feed))
+        count += len(y)
     trainable = sess.graph.get_collection("trainable_variables") if regression else []
     weights = [float(sess.run(v)) for v in trainable]
-    return total, len(data.test_x), weights
+    return total, count, weights
 
 
 def _report(spec, total: float, n: int, weights: list[float]) -> None:

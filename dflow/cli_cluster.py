@@ -135,7 +135,6 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
 
     import dflow as tf
     from dflow.cli import _build, _evaluate, _load
-    from dflow.data import iterate_batches
     from dflow.models import get_model
 
     model = get_model(args.model)
@@ -149,9 +148,8 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
     hooks = [tf.train.StopAtStepHook(last_step=steps)]
     if args.sync:
         hooks.append(g.optimizer.make_session_run_hook(is_chief=chief))
-    shard = slice(task_index, None, args.workers)  # each worker reads its own examples
-    batches = iterate_batches(data.train_x[shard], data.train_y[shard], settings["batch_size"],
-                              seed=args.seed + task_index)
+    batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
+                                 shard=(task_index, args.workers))  # each worker reads its own examples
     images_per_step = settings["batch_size"] * (args.workers if args.sync else 1)
     queue = distributed.Queue(progress_name) if chief else None
     losses, staleness, local_steps = [], [], 0

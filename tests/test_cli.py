@@ -49,13 +49,42 @@ def test_unknown_model_exits_2_and_lists_the_choices():
 
 
 @pytest.mark.parametrize("dataset", ["cifar10", "imagenet", "mnist"])
-def test_datasets_other_than_digits_point_to_data_prepare(dataset, capsys):
+def test_datasets_not_prepared_point_to_data_prepare(dataset, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no datasets/NAME.zarr here
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--model", "deep_mnist", "--dataset", dataset])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert f"dataset {dataset!r} is not available in this version: only 'digits'" in err
-    assert "dflow data prepare" in err
+    assert f"dataset {dataset!r} is neither 'digits' nor 'line' nor a prepared store" in err
+    assert "dflow data prepare NAME --source FILE" in err
+
+
+@pytest.fixture(scope="module")
+def cifar_store(tmp_path_factory):
+    """A store in the CIFAR-10 layout (32x32x3, 10 classes), from the synthetic generator."""
+    from dflow.data import prepare
+
+    return prepare("synthetic", out=str(tmp_path_factory.mktemp("stores") / "cifar.zarr"), echo=None,
+                   image_shape=(32, 32, 3), num_classes=10, train_count=300, test_count=60)
+
+
+@pytest.mark.parametrize("where", [["--local"], ["--workers", "2"]])
+def test_train_streams_a_prepared_store(cifar_store, where, capsys):
+    """cifar10 on a 32x32x3 store: the tutorial's crops; on a cluster each worker reads its shard."""
+    assert main(["train", "--model", "cifar10", "--dataset", cifar_store, "--steps", "4",
+                 "--batch_size", "20", "--log_every", "2", *where]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"training cifar10 on {cifar_store}: 300 train / 60 test examples of 24x24x3")
+    assert ACCURACY.match(lines[-1]).group(2) == "60"
+
+
+def test_a_store_the_model_cannot_read_is_refused(cifar_store, capsys, tmp_path):
+    for dataset, message in [(cifar_store, "model deep_mnist takes 28x28x1 images but"),
+                             (str(tmp_path), "is not a Zarr group")]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["train", "--model", "deep_mnist", "--dataset", dataset, "--local"])
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
 
 
 def test_bad_numbers_are_refused(capsys):
