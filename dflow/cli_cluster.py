@@ -23,6 +23,8 @@ import uuid
 
 import numpy as np
 
+from .errors import OpError
+
 __all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker"]
 
 _PROGRESS_POLL_S = 0.5
@@ -77,6 +79,9 @@ def run_cluster_train(args, settings, steps: int, report) -> int:
         except FloatingPointError as e:
             print(f"dflow train: error: {e}", file=sys.stderr)
             return 1
+        except (OSError, ValueError, RuntimeError, OpError) as e:  # raised in a replica
+            print(f"dflow train: error on the cluster: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
         except KeyboardInterrupt:
             cluster.client.run(_stop_replicas)  # they end their step and close their sessions
             cluster.client.gather(futures, errors="skip")
@@ -105,11 +110,16 @@ def _interrupt_at_safe_points():
 
 def _follow(progress, futures, steps: int, interrupted: threading.Event) -> None:
     """Print the chief's progress lines until every replica has finished (or one failed)."""
-    begin = time.perf_counter()
+    begin, first = time.perf_counter(), 0
     while not interrupted.is_set():
         if progress.qsize():  # (a get with a timeout would log an error on the scheduler each time)
-            step, loss, rate = progress.get()
-            eta = (time.perf_counter() - begin) / max(step, 1) * (steps - step)
+            item = progress.get()
+            if item[0] == "restored":
+                print(f"restored {item[1]} (step {item[2]})", flush=True)
+                begin, first = time.perf_counter(), item[2]
+                continue
+            step, loss, rate = item
+            eta = (time.perf_counter() - begin) / max(step - first, 1) * (steps - step)
             print(f"step {step}/{steps}  loss {loss:.4f}  images/sec {rate:.1f}  "
                   f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
             continue
@@ -158,6 +168,8 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
             target, is_chief=chief, hooks=hooks, checkpoint_dir=args.checkpoint_dir,
             save_checkpoint_steps=args.checkpoint_every if args.checkpoint_dir else None) as sess:
         last_step, last_time = int(sess.run(g.global_step)), time.perf_counter()
+        if queue is not None and last_step > 0:  # the chief restored a checkpoint
+            queue.put(("restored", tf.train.latest_checkpoint(args.checkpoint_dir), last_step))
         reported = last_step // args.log_every
         recent = []
         while not sess.should_stop() and not _STOP.is_set():

@@ -194,6 +194,18 @@ def test_train_on_the_embedded_cluster(sync, capsys):
     assert accuracy and float(accuracy.group(1)) > 0.3
 
 
+def test_cluster_training_resumes_from_the_chiefs_checkpoint(tmp_path, capsys):
+    args = ["train", "--model", "mnist_dnn", "--checkpoint_dir", str(tmp_path / "new"), "--log_every", "2",
+            "--checkpoint_every", "2", "--batch_size", "16", "--workers", "1"]
+    assert main([*args, "--steps", "6"]) == 0  # the chief makes the directory, as TF's hook does
+    capsys.readouterr()
+    assert main([*args, "--steps", "10"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^restored .*model\.ckpt-6 \(step 6\)$", out, re.M)
+    assert "step 2/10" not in out and "step 10/10" in out
+    assert re.search(r"^worker 0: 4 steps", out, re.M)
+
+
 def test_local_takes_no_cluster_options(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--model", "mnist_dnn", "--local", "--sync"])

@@ -20,6 +20,7 @@ share), then trains. Hooks see each ``run`` and can stop the loop.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, NamedTuple
 
@@ -115,6 +116,7 @@ class CheckpointSaverHook(SessionRunHook):
 
     def begin(self) -> None:
         self._step = _global_step_or_fail("CheckpointSaverHook")
+        os.makedirs(self._dir, exist_ok=True)  # as TF's hook does
         self._saver = self._saver or Saver()
         self._last_time, self._last_step = time.monotonic(), None
 
@@ -125,8 +127,8 @@ class CheckpointSaverHook(SessionRunHook):
         step = int(run_values.results) + 1
         due = (time.monotonic() - self._last_time >= self._secs if self._secs is not None
                else self._last_step is None or step - self._last_step >= self._steps)
-        if due:
-            self._save(run_context.session, step)
+        if due:  # the fetched step may predate or follow this run's update: label it as TF does,
+            self._save(run_context.session, int(run_context.session.run(self._step)))  # re-read
 
     def end(self, session: Session) -> None:
         self._save(session, int(session.run(self._step)))
