@@ -36,3 +36,23 @@ def test_gpu_ops_match_cpu():
 
 def _nodes(sess):
     return [n for plan in sess._plans.values() for n in plan.nodes.values()]
+
+
+def test_cuda_cluster_computes_on_its_gpu_worker():
+    """tf.cluster.cuda: GPU workers offer /gpu:0 (without soft placement a task lacking it is an
+    error), the PS is on the CPU."""
+    pytest.importorskip("dask_cuda", reason="dflow.cluster.cuda needs dask-cuda (pip install .[gpu])")
+    x = tf.placeholder(tf.float32, [None, 4])
+    with tf.cluster.cuda(ps=1) as cluster:
+        assert cluster.spec.num_tasks("ps") == 1 and cluster.spec.num_tasks("worker") >= 1
+        devices = cluster.spec.devices()
+        assert devices["/job:worker/task:0"]["GPU"] == 1 and devices["/job:ps/task:0"]["GPU"] == 0
+        worker = "/job:worker/task:0/gpu:0"
+        with tf.device(tf.train.replica_device_setter(cluster=cluster.spec, worker_device=worker)):
+            w = tf.Variable(tf.zeros([4, 1]), name="w")
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
+            train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.Session(cluster.target, config=tf.ConfigProto(allow_soft_placement=False)) as sess:
+            sess.run(tf.global_variables_initializer())
+            losses = [float(sess.run([train, loss], {x: np.ones((8, 4), np.float32)})[1]) for _ in range(5)]
+    assert losses[-1] < losses[0]
