@@ -213,14 +213,34 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_worker(args, parser) -> int:
     """``dflow worker``: become ``dask worker`` with this role's name and resources."""
-    from .cluster import worker_command
+    from .cluster import role_name, worker_command
 
     if args.task < 0:
         parser.error(f"--task must be 0 or more, got {args.task}")
     if not args.job.isidentifier():
         parser.error(f"--job must be a name like ps or worker, got {args.job!r}")
+    problem = _role_problem(args.scheduler, role_name(args.job, args.task))
+    if problem:
+        print(f"dflow worker: error: {problem}", file=sys.stderr)
+        return 1
     blas = args.blas_threads or (1 if args.job == "ps" else os.cpu_count() or 1)
     argv, env = worker_command(args.scheduler, args.job, args.task, nthreads=args.nthreads,
                                gpus=args.gpus, blas_threads=blas)
     print(f"dflow worker {args.job}/{args.task} joining {args.scheduler}", flush=True)
     os.execve(argv[0], argv, env)  # the worker is this process from here on; Ctrl-C stops it
+
+
+def _role_problem(scheduler: str, role: str) -> str | None:
+    """Why a worker cannot take ``role`` at ``scheduler``, or None (Dask would only say
+    'name taken' deep in a traceback)."""
+    from .cluster import connect, worker_infos
+
+    try:
+        with connect(scheduler, timeout=10) as cluster:
+            held = {str(info.get("name")): address for address, info in worker_infos(cluster.client).items()}
+    except (OSError, TimeoutError) as error:
+        return f"cannot reach the scheduler at {scheduler} ({error}); start one with `dask scheduler`"
+    if role in held:
+        return (f"role {role} is already held by the worker at {held[role]}; the cluster's roles are "
+                f"{', '.join(sorted(held))}: choose a free --task")
+    return None

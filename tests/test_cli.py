@@ -232,6 +232,10 @@ def test_workers_started_by_hand_join_a_scheduler(tmp_path):
         with tf.cluster.connect(address, roles=["ps/0", "worker/0"], timeout=60) as cluster:
             assert cluster.spec.as_dict() == {"ps": [cluster.spec.task_address("ps", 0)],
                                               "worker": [cluster.spec.task_address("worker", 0)]}
+        taken = dflow("worker", "--scheduler", address, "--job", "worker", "--task", "0")
+        assert taken.returncode == 1
+        assert "role worker/0 is already held by the worker at tcp://" in taken.stderr
+        assert "the cluster's roles are ps/0, worker/0: choose a free --task" in taken.stderr
         result = dflow("train", "--model", "mnist_dnn", "--steps", "10", "--log_every", "5",
                        "--cluster", address)
         assert result.returncode == 0, result.stderr

@@ -27,7 +27,7 @@ import time
 from .spec import ClusterSpec, role_name, task_of, worker_infos
 
 __all__ = ["Cluster", "ClusterSpec", "Server", "local", "cuda", "slurm", "connect", "worker_command",
-           "role_name", "task_of"]
+           "role_name", "task_of", "worker_infos", "blas_env"]
 
 START_TIMEOUT_S = 120.0  # how long a launcher waits for all its workers
 
