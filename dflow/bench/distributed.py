@@ -30,18 +30,15 @@ The local session also gets the glibc malloc thresholds dflow's workers set
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
 import time
-import traceback
 
 import numpy
 
-from .local import machine_info
+from .local import in_fresh_process, machine_info, write_results
 
 __all__ = ["run", "add_arguments", "main", "compare_cifar10", "measure_overhead", "link_report"]
 
@@ -110,7 +107,7 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
                     input_mode: str = "feed") -> dict:
     """The local and the distributed step, taking turns in blocks of ``block`` steps.
 
-    Starts its own cluster: run it in a fresh process (``_in_fresh_process``) or under
+    Starts its own cluster: run it in a fresh process (``in_fresh_process``) or under
     ``if __name__ == "__main__":``.
     """
     import dflow as tf
@@ -267,36 +264,6 @@ def measure_overhead(workers: int = 2, warmup: int = 20, steps: int = 200) -> di
             "parameter_bytes": params, "links": link_report(stats[-1].bytes_sent, params)}
 
 
-# ---- fresh processes ----------------------------------------------------------------------------
-def _child(connection, function, args, kwargs):
-    try:
-        connection.send(("ok", function(*args, **kwargs)))
-    except BaseException:
-        connection.send(("error", traceback.format_exc()))
-    finally:
-        connection.close()
-
-
-def _in_fresh_process(function, *args, **kwargs) -> dict:
-    """``function(*args, **kwargs)`` in a new process. Not a Pool: a pool's daemonic workers
-    may not start the cluster's worker processes."""
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(sender, function, args, kwargs))
-    process.start()
-    sender.close()
-    try:
-        status, value = receiver.recv()
-    except EOFError:  # it died without a word (killed, out of memory)
-        status, value = "error", "the process ended without a result"
-    process.join()
-    if status != "ok" and process.exitcode:
-        value += f" (exit code {process.exitcode})"
-    if status != "ok":
-        raise RuntimeError(f"{function.__name__} failed in its process:\n{value}")
-    return value
-
-
 def _blas_threads() -> int | None:
     from threadpoolctl import threadpool_info
 
@@ -320,15 +287,12 @@ def run_benchmark(batch_size: int = 100, warmup: int = 5, steps: int = 60, block
                   input_mode: str = "feed", overhead_steps: int = 200, output: str | None = None,
                   echo=print) -> dict:
     """Run both measurements, each in a fresh process; print the comparison; return (and write) it."""
-    cifar = _in_fresh_process(compare_cifar10, batch_size, warmup, steps, block, input_mode)
+    cifar = in_fresh_process(compare_cifar10, batch_size, warmup, steps, block, input_mode)
     _print_cifar10(cifar, warmup, block, echo)
-    overhead = _in_fresh_process(measure_overhead, 2, 20, overhead_steps)
+    overhead = in_fresh_process(measure_overhead, 2, 20, overhead_steps)
     _print_overhead(overhead, echo)
     results = {"machine": machine_info(), "cifar10": cifar, "overhead": overhead}
-    if output:
-        with open(output, "w") as f:
-            json.dump(results, f, indent=1)
-        echo(f"results written to {output}")
+    write_results(results, output, echo)
     return results
 
 

@@ -22,6 +22,7 @@ import os
 import platform
 import resource
 import time
+import traceback
 
 import numpy
 
@@ -156,10 +157,41 @@ def _summary(name: str, batch_size: int, times: list[float]) -> dict:
             "step_seconds": times, "mean_step_seconds": mean, "images_per_sec": batch_size / mean}
 
 
-def _in_fresh_process(function, *args, **kwargs) -> dict:
+def _child(connection, function, args, kwargs):
+    try:
+        connection.send(("ok", function(*args, **kwargs)))
+    except BaseException:
+        connection.send(("error", traceback.format_exc()))
+    finally:
+        connection.close()
+
+
+def in_fresh_process(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` in a new process. Not a Pool: a pool's daemonic workers
+    may not start the cluster's worker processes."""
     context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        return pool.apply(function, args, kwargs)
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(sender, function, args, kwargs))
+    process.start()
+    sender.close()
+    try:
+        status, value = receiver.recv()
+    except EOFError:  # it died without a word (killed, out of memory)
+        status, value = "error", "the process ended without a result"
+    process.join()
+    if status != "ok" and process.exitcode:
+        value += f" (exit code {process.exitcode})"
+    if status != "ok":
+        raise RuntimeError(f"{function.__name__} failed in its process:\n{value}")
+    return value
+
+
+def write_results(results: dict, output: str | None, echo) -> None:
+    """``results`` as JSON at ``output`` (when given)."""
+    if output:
+        with open(output, "w") as f:
+            json.dump(results, f, indent=1)
+        echo(f"results written to {output}")
 
 
 def _torch_available() -> bool:
@@ -183,18 +215,15 @@ def run(batch_sizes=BATCH_SIZES, warmup: int = 10, steps: int = 20, compare_batc
     echo(f"{'batch':>6} {'dflow img/s':>12} {'torch img/s':>12} {'ratio':>6}")
     for batch in batch_sizes:
         n = _steps_for(batch, steps)
-        ours = _in_fresh_process(measure_dflow, batch, warmup, n)
-        theirs = _in_fresh_process(measure_torch, batch, warmup, n) if torch else None
+        ours = in_fresh_process(measure_dflow, batch, warmup, n)
+        theirs = in_fresh_process(measure_torch, batch, warmup, n) if torch else None
         results["sweep"].append({"dflow": ours, "pytorch": theirs})
         ratio = f"{ours['images_per_sec'] / theirs['images_per_sec']:.2f}" if theirs else "-"
         torch_ips = f"{theirs['images_per_sec']:.1f}" if theirs else "n/a"
         echo(f"{batch:>6} {ours['images_per_sec']:>12.1f} {torch_ips:>12} {ratio:>6}")
     results["compare"] = _engine_overhead(compare_batch, warmup, _steps_for(compare_batch, steps), echo)
     results["memory"] = _memory(memory_batch, warmup=2, steps=3, torch=torch, echo=echo)
-    if output:
-        with open(output, "w") as f:
-            json.dump(results, f, indent=1)
-        echo(f"results written to {output}")
+    write_results(results, output, echo)
     return results
 
 
@@ -202,8 +231,8 @@ def _engine_overhead(batch: int, warmup: int, steps: int, echo) -> dict:
     # interleave the two so machine noise hits both alike
     session, by_hand = [], []
     for _ in range(2):
-        session.append(_in_fresh_process(measure_dflow, batch, warmup, steps))
-        by_hand.append(_in_fresh_process(measure_dflow, batch, warmup, steps, by_hand=True))
+        session.append(in_fresh_process(measure_dflow, batch, warmup, steps))
+        by_hand.append(in_fresh_process(measure_dflow, batch, warmup, steps, by_hand=True))
     session_ips = max(r["images_per_sec"] for r in session)
     hand_ips = max(r["images_per_sec"] for r in by_hand)
     overhead = hand_ips / session_ips
@@ -214,8 +243,8 @@ def _engine_overhead(batch: int, warmup: int, steps: int, echo) -> dict:
 
 
 def _memory(batch: int, warmup: int, steps: int, torch: bool, echo) -> dict:
-    ours = _in_fresh_process(measure_dflow, batch, warmup, steps)
-    theirs = _in_fresh_process(measure_torch, batch, warmup, steps) if torch else None
+    ours = in_fresh_process(measure_dflow, batch, warmup, steps)
+    theirs = in_fresh_process(measure_torch, batch, warmup, steps) if torch else None
     mb = 1 / 2**20
     line = (f"peak memory of a training step at batch {batch}: dflow "
             f"{ours['step_memory_bytes'] * mb:.0f} MB "
