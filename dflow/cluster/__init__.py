@@ -109,10 +109,16 @@ def _blas_env(job: str, workers: int, blas_threads: int | None) -> dict[str, str
 
 
 def _start(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> Cluster:
+    """Start the workers put into ``dask_cluster.worker_spec``; on any failure stop it all."""
     import distributed
 
-    dask_cluster.sync(dask_cluster._correct_state)  # start the workers put into worker_spec
-    cluster = Cluster(distributed.Client(dask_cluster, set_as_default=False), dask_cluster)
+    try:
+        dask_cluster.sync(dask_cluster._correct_state)
+        client = distributed.Client(dask_cluster, set_as_default=False)
+    except BaseException:
+        dask_cluster.close()
+        raise
+    cluster = Cluster(client, dask_cluster)
     try:
         cluster.wait_for([role_name(job, i) for job, i in roles], timeout)
     except BaseException:
@@ -142,11 +148,7 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
     for job, i in roles:
         options = {**template["options"], "resources": {job: 1}, "env": _blas_env(job, workers, blas_threads)}
         dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
-    try:
-        return _start(dask_cluster, roles, timeout)
-    except BaseException:
-        dask_cluster.close()
-        raise
+    return _start(dask_cluster, roles, timeout)
 
 
 def cuda(ps: int = 1, threads_per_worker: int = 1, timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
@@ -179,11 +181,7 @@ def cuda(ps: int = 1, threads_per_worker: int = 1, timeout: float = START_TIMEOU
             "nthreads": threads_per_worker, "resources": {"ps": 1},
             "env": {"CUDA_VISIBLE_DEVICES": "", **_blas_env("ps", len(gpu_specs), None)}}}
     roles = _roles(ps, len(gpu_specs))
-    try:
-        return _start(dask_cluster, roles, timeout)
-    except BaseException:
-        dask_cluster.close()
-        raise
+    return _start(dask_cluster, roles, timeout)
 
 
 def connect(address: str, roles: list[str] | None = None, timeout: float = START_TIMEOUT_S) -> Cluster:
