@@ -30,12 +30,11 @@ from ..cluster.spec import ClusterSpec, task_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
 from .partition import Partition, describe, partition, place
-from .worker import PLUGIN_NAME, DflowWorker, nbytes, serialized
+from .worker import CONNECT_TIMEOUT_S, PLUGIN_NAME, DflowWorker, nbytes, serialized
 
 __all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
 
 log = logging.getLogger("dflow")
-CONNECT_TIMEOUT_S = 5.0  # a live worker on any network answers a connect well within this
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
 
 
@@ -144,6 +143,8 @@ class ClusterRunner:
                 values.update(reply["fetches"])
                 stats.compute_s[task] = reply["compute_s"]
                 stats.waited_s[task] = reply["waited_s"]
+                stats.collective_s[task] = reply["collective_s"]
+                stats.timeline.extend((task, *event) for event in reply["timeline"])
                 if reply["staleness"] is not None:
                     stats.staleness = max(stats.staleness or 0, reply["staleness"])
                 for dest, count in reply["sent"].items():

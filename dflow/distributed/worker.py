@@ -10,6 +10,9 @@ a call on loopback) and never through the scheduler (about 11 ms; MEASURED.md):
   need; reply with the fetched values and the bytes sent per link;
 - ``dflow_deliver(run_id, values)``: a value another task sends to this one;
 - ``dflow_abort(run_id, reason)``: wake this task's stages of a failed step;
+- ``dflow_collective(kind, key, ...)``: a piece of a collective (allreduce, broadcast) that
+  a peer sends to this task's :class:`~dflow.distributed.collective.Communicator`;
+- ``dflow_ping()``: "alive", for peers waiting in a collective;
 - ``dflow_reset()`` / ``dflow_variables()``: forget / list the variables held here.
 
 The variables live in one :class:`~dflow.runtime.state.SessionState` per worker
@@ -31,6 +34,7 @@ from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 
 from distributed import WorkerPlugin
+from distributed.core import send_recv
 from distributed.protocol.serialize import to_serialize
 from threadpoolctl import threadpool_limits
 
@@ -38,11 +42,13 @@ from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionErro
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import execute
 from ..runtime.state import SessionState
+from .collective import Communicator
 
 __all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "nbytes", "keep_freed_memory_for_reuse"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
+CONNECT_TIMEOUT_S = 5.0  # a live peer on any network answers a connect well within this
 
 
 class Mailbox:
@@ -104,7 +110,8 @@ class DflowWorker(WorkerPlugin):
         from ..data import ops as _input_ops  # noqa: F401  (DatasetNext)
 
         self.worker = worker
-        self.state = SessionState()
+        self.addresses: dict[str, str] = {}  # task -> worker address, from the plans registered here
+        self.state = self._fresh_state()
         self.plans: dict[str, tuple[list, dict]] = {}
         self.mailbox = Mailbox()
         self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
@@ -118,14 +125,43 @@ class DflowWorker(WorkerPlugin):
         worker.handlers.update({
             "dflow_register": self.register, "dflow_run": self.run, "dflow_deliver": self.deliver,
             "dflow_abort": self.abort, "dflow_reset": self.reset, "dflow_variables": self.variables,
+            "dflow_collective": self.collective, "dflow_ping": lambda: "alive",
         })
 
     def teardown(self, worker) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.state.communicator.close()
+
+    def _fresh_state(self) -> SessionState:
+        """Variables and collectives start over (a new worker, or ``tf.Session.reset``)."""
+        from .runner import role_of
+
+        state = SessionState()
+        state.communicator = Communicator(role_of(self.worker.name) or str(self.worker.name),
+                                          self.addresses, self.worker.loop.asyncio_loop,
+                                          send=self._send_collective, alive=self._alive)
+        return state
+
+    async def _send_collective(self, address: str, **message) -> str:
+        if "value" in message:
+            message["value"] = to_serialize(message["value"])
+        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await send_recv(comm=comm, op="dflow_collective", **message)
+        finally:
+            self.worker.rpc.reuse(address, comm)
+
+    async def _alive(self, address: str) -> bool:
+        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await send_recv(comm=comm, op="dflow_ping") == "alive"
+        finally:
+            self.worker.rpc.reuse(address, comm)
 
     # ---- handlers (on the worker's event loop) ---------------------------------------
     def register(self, plan_id: str, stages, addresses: dict) -> str:
         self.plans[plan_id] = (stages, addresses)
+        self.addresses.update(addresses)  # the communicator's view of the cluster (shared dict)
         return "OK"
 
     async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float) -> dict:
@@ -148,7 +184,15 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
-        self.state = SessionState()  # plans stay: open sessions keep running, on fresh variables
+        self.state.communicator.close()
+        self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
+        return "OK"
+
+    def collective(self, kind: str, key, reason: str = "", **message) -> str:
+        if kind == "fail":
+            self.state.communicator.fail(key, reason)
+        else:
+            self.state.communicator.deliver(key, **message)
         return "OK"
 
     def variables(self) -> dict:
@@ -165,9 +209,12 @@ class DflowWorker(WorkerPlugin):
                 f"worker {self.worker.name} does not know plan {plan_id}: it restarted since the "
                 "session planned this step; run the step again to re-plan") from None
         kept, received, fetched, sent = {}, {}, {}, defaultdict(int)
-        deliveries = []
+        deliveries, timeline = [], []
         staleness = None  # updates other steps applied here between this step's reads and its own
         updates_at_start = self.updates_applied
+        communicator = self.state.communicator
+        collective_bytes, collective_s = dict(communicator.bytes_sent), communicator.busy_s
+        step_start = time.time()
         compute_s = waited_s = 0.0
         try:
             for stage in stages:
@@ -175,17 +222,19 @@ class DflowWorker(WorkerPlugin):
                 inputs.update(kept)
                 awaited = [n for n in stage.receives if n not in received]  # a value arrives once
                 if awaited:  # per task, however many of its stages use it
-                    start = time.perf_counter()
+                    start = time.time()
                     received.update(self.mailbox.take(run_id, awaited, timeout, stage.task, stage.receives))
-                    waited_s += time.perf_counter() - start
+                    timeline.append(("wait", start, time.time()))
+                    waited_s += timeline[-1][2] - start
                 inputs.update({n: received[n] for n in stage.receives if not n.startswith("^")})
                 if stage.applies_updates:
                     with self._updates_lock:
                         staleness = self.updates_applied - updates_at_start
                         self.updates_applied += 1
-                start = time.perf_counter()
+                start = time.time()
                 values = execute(stage.schedule, inputs, self.state, self.namespaces)
-                compute_s += time.perf_counter() - start
+                timeline.append(("compute", start, time.time()))
+                compute_s += timeline[-1][2] - start
                 for dest, names in stage.sends.items():
                     payload = {n: None if n.startswith("^") else values[n] for n in names}
                     sent[dest] += sum(nbytes(v) for v in payload.values())
@@ -198,8 +247,14 @@ class DflowWorker(WorkerPlugin):
                 delivery.result(timeout)
         finally:
             self.mailbox.finish(run_id)
-        return {"fetches": fetched, "sent": dict(sent), "staleness": staleness,
-                "compute_s": compute_s, "waited_s": waited_s}
+        for peer, count in communicator.bytes_sent.items():  # this step's collectives' messages
+            if count > collective_bytes.get(peer, 0):
+                sent[peer] += count - collective_bytes.get(peer, 0)
+        timeline += [(f"collective {name}", start, end)
+                     for name, start, end in communicator.events_since(step_start)]
+        return {"fetches": fetched, "sent": dict(sent), "staleness": staleness, "compute_s": compute_s,
+                "waited_s": waited_s, "collective_s": communicator.busy_s - collective_s,
+                "timeline": timeline}
 
 
 def _apply_thread_env():

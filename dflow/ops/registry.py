@@ -12,6 +12,9 @@ An op declares four things and nothing else knows about it:
 - ``grad(op, *output_grads) -> [Tensor | None per input]``: builds graph.
 - ``num_outputs`` (default 1); a kernel with several outputs returns a tuple,
   and ``None`` means "as many as ``infer`` returned" (split, unstack).
+
+An ``asynchronous`` kernel (the collectives) returns a ``concurrent.futures.Future``
+of its outputs; the executor runs other ops while it is pending.
 """
 
 from __future__ import annotations
@@ -43,16 +46,18 @@ class OpDef:
     grad: Callable[..., list] | None = None
     stateful: bool = False
     num_outputs: int | None = 1
+    asynchronous: bool = False
 
 
 OP_DEFS: dict[str, OpDef] = {}
 
 
-def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1) -> OpDef:
+def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1,
+          asynchronous=False) -> OpDef:
     """Register an op. Adding an op touches only the module that calls this."""
     if name in OP_DEFS:
         raise ValueError(f"op type {name!r} is registered twice")
-    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs)
+    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous)
     OP_DEFS[name] = opdef
     return opdef
 

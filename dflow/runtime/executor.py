@@ -12,7 +12,9 @@ tensor's refcount drops and ``b`` (refcount 0) is freed at once. Run ``d``;
 the live tensors, not every tensor of the step.
 
 Ops run on the calling thread (``num_threads=1``: deterministic, easy to
-debug) or on a small thread pool, since NumPy and BLAS release the GIL.
+debug) or on a small thread pool, since NumPy and BLAS release the GIL. An
+asynchronous op (a collective) returns a future; the ops ready meanwhile run
+while its messages travel, which is how communication overlaps the backward pass.
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class RunStats:
     staleness: int | None = None  # updates other replicas applied between this step's reads and its own
     compute_s: dict[str, float] = field(default_factory=dict)  # per task: running its ops
     waited_s: dict[str, float] = field(default_factory=dict)  # per task: waiting for other tasks
+    collective_s: dict[str, float] = field(default_factory=dict)  # per task: collectives in flight
+    # per task: (task, what, start, end) in time.time() seconds: waits, computes, collectives
+    timeline: list[tuple[str, str, float, float]] = field(default_factory=list)
 
 
 def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule:
@@ -123,25 +128,34 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
             return [to_namespace(values[t], namespaces[node.device_type]) for t in node.inputs]
         return [values[t] for t in node.inputs]
 
-    if num_threads <= 1:
-        while ready:
-            node = plan.nodes[ready.pop()]
-            finish(node, run_op(node, arguments(node), state, namespaces[node.device_type]))
-    else:
-        done: queue.SimpleQueue = queue.SimpleQueue()
-        in_flight = 0
-        with ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op") as pool:
-            while ready or in_flight:
-                while ready:
-                    node = plan.nodes[ready.pop()]
-                    args = arguments(node)
-                    pool.submit(_run_into, done, node, args, state, namespaces[node.device_type])
+    # one loop for every mode: synchronous kernels run here (num_threads=1) or on the pool;
+    # asynchronous ones (collectives) return a future and report to `done` when it resolves,
+    # so the ops after them in the ready list run meanwhile
+    done: queue.SimpleQueue = queue.SimpleQueue()
+    in_flight = 0
+    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op") if num_threads > 1 else None
+    try:
+        while ready or in_flight:
+            while ready:
+                node = plan.nodes[ready.pop()]
+                args, xp = arguments(node), namespaces[node.device_type]
+                if get_opdef(node.type).asynchronous:
+                    _start_async(done, node, args, state, xp)
                     in_flight += 1
+                elif pool is None:
+                    finish(node, run_op(node, args, state, xp))
+                else:
+                    pool.submit(_run_into, done, node, args, state, xp)
+                    in_flight += 1
+            if in_flight:
                 node, outputs, error = done.get()
                 in_flight -= 1
                 if error is not None:
                     raise error
                 finish(node, outputs)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     if len(stats.order) != len(plan.nodes):
         stuck = sorted(set(plan.nodes) - set(stats.order))
         raise RuntimeError(f"the executor stopped with ops that never became ready: {stuck[:10]}")
@@ -153,6 +167,22 @@ def _run_into(done, node, args, state, xp):
         done.put((node, run_op(node, args, state, xp), None))
     except BaseException as error:  # handed to the scheduling thread, which re-raises
         done.put((node, None, error))
+
+
+def _start_async(done, node, args, state, xp) -> None:
+    try:
+        future = run_op(node, args, state, xp)  # a Future: asynchronous ops have num_outputs=None
+    except BaseException as error:
+        done.put((node, None, error))
+        return
+
+    def report(finished) -> None:
+        error = finished.exception()
+        if error is not None and isinstance(error, OpError) and error.op is None:
+            error.op = node.name
+        done.put((node, None if error else tuple(finished.result()), error))
+
+    future.add_done_callback(report)
 
 
 def run_op(node: OpNode, args: list, state, xp) -> tuple:
