@@ -51,6 +51,7 @@ from .graph import (
     set_random_seed,
 )
 from .graph_io import import_graph_def
+from .ops import collective_ops  # noqa: F401  (registers the collectives' op types)
 from .ops.array_ops import (
     broadcast_to,
     concat,
@@ -122,7 +123,6 @@ from .ops.math_ops import (
     truediv,
     where,
 )
-from .ops import collective_ops  # noqa: F401  (registers the collectives' op types)
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
 from .placement import DeviceSpec
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
