@@ -1,0 +1,335 @@
+"""``dflow bench advise``: predict images/sec on N workers and M PS before running them.
+
+A simple analytic model: a synchronous step takes one worker device's compute
+time plus the time its busiest link needs to carry the step's bytes, plus a
+per-message latency::
+
+    images/sec = devices x batch / (compute + bytes on the busiest link / bandwidth + messages x latency)
+
+What crosses the busiest link, per step, with P parameter bytes:
+
+- ``parameter_server``: each worker device reads every variable and sends every
+  gradient back, so a PS's link carries 2 x P x share x N (N devices, share = the
+  busiest PS's part of P: 1/M when balanced; round-robin placement of unequal
+  variables is not balanced), and a worker's link 2 x P;
+- ``distributed_replicated``: each node first sums its devices' gradients, so the
+  PS traffic is per node instead of per device: 2 x P x share x nodes;
+- ``allreduce`` (ring): each worker sends and receives 2 (N-1)/N x P, in
+  2 (N-1) messages, and there is no PS.
+
+:func:`predict` gives one configuration, :func:`advise` tabulates worker and PS
+counts and recommends the PS count and placement, :func:`compare` puts a sweep's
+measured images/sec beside the prediction from its own single-worker run.
+
+>>> p = predict(step_time_s=0.1, variable_bytes=4_000_000, bandwidth="1gbit", batch_size=100,
+...             num_workers=4, num_ps=2)
+>>> round(p.communication_s, 3)  # 2 x 4 MB x 4 workers / 2 PS = 16 MB at 125 MB/s, + 2 ms
+0.13
+>>> round(p.images_per_sec)  # 400 images in 0.1 + 0.13 s
+1739
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from . import report
+
+__all__ = ["Prediction", "Advice", "predict", "advise", "compare", "ps_loads", "parse_bandwidth",
+           "model_variable_bytes", "format_advice", "format_compare", "add_arguments", "main",
+           "VARIABLE_UPDATES", "NETWORK_BYTES_PER_SEC"]
+
+VARIABLE_UPDATES = ("parameter_server", "distributed_replicated", "allreduce")
+STRATEGIES = ("round_robin", "greedy")
+#: the harness's shaped links (``network`` setting), in bytes/sec
+NETWORK_BYTES_PER_SEC = {"1gbit": 1e9 / 8, "10gbit": 10e9 / 8}
+#: a worker-to-worker message on loopback costs ~1 ms (MEASURED.md, Dask on loopback)
+LATENCY_S = 0.001
+#: a PS count whose prediction is this close to the best is as good, and uses fewer machines
+GOOD_ENOUGH = 0.95
+
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8}
+
+
+def parse_bandwidth(value: str | float) -> float:
+    """Bytes/sec from a number or a text like ``1gbit``, ``10gbit``, ``2.3GB/s``, ``800MiB/s``.
+
+    >>> parse_bandwidth("1gbit"), parse_bandwidth("2.5 GB/s")
+    (125000000.0, 2500000000.0)
+    """
+    if isinstance(value, int | float):
+        return float(value)
+    match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-z]*)(?:/s|ps)?\s*", value.lower())
+    if not match or match.group(2) not in _UNITS:
+        raise ValueError(f"bandwidth {value!r}: give bytes/sec, or a number with a unit like "
+                         "1gbit, 10gbit, 800MB/s, 2.3GB/s")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def ps_loads(variable_bytes: int | Sequence[int], num_ps: int, strategy: str = "round_robin") -> list[int]:
+    """Bytes held by each PS when the variables (in creation order) are placed by ``strategy``.
+
+    ``round_robin`` is ``replica_device_setter``'s default; ``greedy`` puts each variable on
+    the least-loaded PS (``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``). A total
+    alone (an int) is taken as perfectly divisible.
+
+    >>> ps_loads([400, 4, 400, 4], 2), ps_loads([400, 4, 400, 4], 2, "greedy")
+    ([800, 8], [404, 404])
+    """
+    if num_ps < 1:
+        raise ValueError(f"num_ps must be >= 1 for a PS update, got {num_ps}")
+    if isinstance(variable_bytes, int):
+        return [variable_bytes / num_ps] * num_ps
+    loads = [0] * num_ps
+    for index, size in enumerate(variable_bytes):
+        target = index % num_ps if strategy == "round_robin" else loads.index(min(loads))
+        loads[target] += size
+    return loads
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The analytic model's answer for one configuration (times per step, in seconds)."""
+
+    variable_update: str
+    num_workers: int
+    num_ps: int
+    ps_strategy: str | None
+    devices_per_node: int
+    batch_size: int
+    compute_s: float
+    communication_s: float
+    busiest_link_bytes: float
+    images_per_sec: float
+
+
+def predict(step_time_s: float, variable_bytes: int | Sequence[int], bandwidth: str | float,
+            batch_size: int, num_workers: int, num_ps: int = 1, variable_update: str = "parameter_server",
+            ps_strategy: str = "round_robin", devices_per_node: int = 1,
+            latency_s: float = LATENCY_S) -> Prediction:
+    """images/sec of ``num_workers`` nodes (``devices_per_node`` each) and ``num_ps`` PS.
+
+    ``step_time_s`` is one device's compute time for one batch (a single-worker run's
+    ``compute_s_per_step``); ``variable_bytes`` the model's trainable variables (sizes in
+    creation order, or their total); ``bandwidth`` a link's bytes/sec (or ``"1gbit"``).
+    """
+    total = variable_bytes if isinstance(variable_bytes, int | float) else sum(variable_bytes)
+    link = parse_bandwidth(bandwidth)
+    devices = num_workers * devices_per_node
+    if variable_update == "allreduce":
+        link_bytes = 2 * (num_workers - 1) / num_workers * total
+        messages, num_ps, ps_strategy = 2 * (num_workers - 1), 0, None
+    elif variable_update in ("parameter_server", "distributed_replicated"):
+        share = max(ps_loads(variable_bytes, num_ps, ps_strategy)) / total if total else 0
+        senders = devices if variable_update == "parameter_server" else num_workers
+        worker_link = 2 * total * (devices_per_node if variable_update == "parameter_server" else 1)
+        link_bytes = max(2 * total * share * senders, worker_link)
+        messages = 2
+    else:
+        raise ValueError(f"variable_update must be one of {VARIABLE_UPDATES}, got {variable_update!r}")
+    communication = link_bytes / link + messages * latency_s
+    return Prediction(variable_update, num_workers, num_ps, ps_strategy, devices_per_node, batch_size,
+                      step_time_s, communication, link_bytes,
+                      devices * batch_size / (step_time_s + communication))
+
+
+# ---- advice ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Advice:
+    """Every prediction tabulated, and per worker count the recommended configuration."""
+
+    predictions: list[Prediction]
+    recommended: dict[int, Prediction]
+    recommended_ps: dict[tuple[int, str], Prediction]
+
+
+def _best_ps(candidates: list[Prediction]) -> Prediction:
+    """The fewest PS within :data:`GOOD_ENOUGH` of the best; round-robin unless greedy is better."""
+    best = max(p.images_per_sec for p in candidates)
+    good = [p for p in candidates if p.images_per_sec >= GOOD_ENOUGH * best]
+    fewest = min(p.num_ps for p in good)
+    at_fewest = [p for p in good if p.num_ps == fewest]
+    return max(at_fewest, key=lambda p: (p.images_per_sec, p.ps_strategy == "round_robin"))
+
+
+def advise(step_time_s: float, variable_bytes: int | Sequence[int], bandwidth: str | float, batch_size: int,
+           workers: Sequence[int] = (1, 2, 4, 8), devices_per_node: int = 1,
+           latency_s: float = LATENCY_S) -> Advice:
+    """Predict every update, PS count 1..N and placement for each worker count; recommend.
+
+    >>> a = advise(0.1, [3_000_000, 1_000, 1_000_000, 1_000], "1gbit", 100, workers=[4])
+    >>> best = a.recommended_ps[(4, "parameter_server")]
+    >>> best.num_ps, best.ps_strategy
+    (2, 'greedy')
+    """
+    predictions, recommended, recommended_ps = [], {}, {}
+    for n in workers:
+        common = dict(step_time_s=step_time_s, variable_bytes=variable_bytes, bandwidth=bandwidth,
+                      batch_size=batch_size, num_workers=n, devices_per_node=devices_per_node,
+                      latency_s=latency_s)
+        per_update = []
+        for update in ("parameter_server", "distributed_replicated"):
+            candidates = [predict(**common, num_ps=m, variable_update=update, ps_strategy=s)
+                          for m in range(1, n + 1) for s in STRATEGIES]
+            predictions += candidates
+            recommended_ps[(n, update)] = _best_ps(candidates)
+            per_update.append(recommended_ps[(n, update)])
+        ring = predict(**common, variable_update="allreduce")
+        predictions.append(ring)
+        recommended[n] = max([*per_update, ring], key=lambda p: p.images_per_sec)
+    return Advice(predictions, recommended, recommended_ps)
+
+
+def format_advice(advice: Advice) -> str:
+    """The recommendations as a Markdown table: per worker count and update, the best PS setup."""
+    rows = []
+    for (n, _), p in sorted(advice.recommended_ps.items()):
+        rows.append(_prediction_row(p, recommended=advice.recommended[n] == p))
+    for n, best in sorted(advice.recommended.items()):
+        if best.variable_update == "allreduce" or n not in {k[0] for k in advice.recommended_ps}:
+            rows.append(_prediction_row(best, recommended=True))
+    rows.sort(key=lambda r: (r["num_workers"], r["variable_update"]))
+    columns = ["num_workers", "variable_update", "num_ps", "ps_strategy", "compute_ms",
+               "communication_ms", "images_per_sec", "best"]
+    return report.markdown_table(rows, columns)
+
+
+def _prediction_row(p: Prediction, recommended: bool) -> dict:
+    return {**asdict(p), "compute_ms": p.compute_s * 1e3, "communication_ms": p.communication_s * 1e3,
+            "best": "<- best" if recommended else ""}
+
+
+# ---- predicted vs measured ---------------------------------------------------------------------
+def _step_compute_s(record: dict) -> float:
+    """A record's compute time per step: measured when the harness split it out, else the step."""
+    if record.get("compute_s_per_step"):
+        return record["compute_s_per_step"]
+    settings = record["settings"]
+    return settings["batch_size"] * settings.get("devices_per_node", 1) / record["images_per_sec_mean"]
+
+
+def _record_bandwidth(record: dict, bandwidth: str | float | None) -> float:
+    """The link speed behind a record: given, the shaped network, or bytes/communication measured."""
+    if bandwidth is not None:
+        return parse_bandwidth(bandwidth)
+    network = record["settings"].get("network", "none")
+    if network in NETWORK_BYTES_PER_SEC:
+        return NETWORK_BYTES_PER_SEC[network]
+    links = record.get("bytes_per_step") or {}
+    moved = sum(b for link, b in links.items() if "worker/0" in link)
+    if moved and record.get("communication_s_per_step"):
+        return moved / record["communication_s_per_step"]
+    raise ValueError("no link bandwidth for an unshaped network: the record has no bytes_per_step and "
+                     "communication_s_per_step to measure it from; give one (--bandwidth 2GB/s)")
+
+
+def _calibration_key(settings: dict) -> tuple:
+    return tuple(settings.get(k) for k in ("model", "batch_size", "devices_per_node", "data_format",
+                                           "data_dir", "network"))
+
+
+def compare(records: Sequence[dict], bandwidth: str | float | None = None,
+            variable_bytes: dict[str, Sequence[int]] | None = None,
+            latency_s: float = LATENCY_S) -> list[dict]:
+    """Each record's measured images/sec beside the model's prediction, with the error.
+
+    The prediction for a point uses only what a single-worker run tells: the compute time
+    of the record with the fewest workers of the same model, batch, data and network, its
+    ``param_bytes`` (or ``variable_bytes[model]``, the sizes in creation order, for the
+    placement's imbalance) and the link's bandwidth (given; else the shaped ``network``;
+    else measured from the baseline's bytes and communication time).
+    """
+    baselines: dict[tuple, dict] = {}
+    for record in records:
+        key, workers = _calibration_key(record["settings"]), record["settings"]["num_workers"]
+        if key not in baselines or workers < baselines[key]["settings"]["num_workers"]:
+            baselines[key] = record
+    rows = []
+    for record in records:
+        s = record["settings"]
+        base = baselines[_calibration_key(s)]
+        sizes = (variable_bytes or {}).get(s["model"]) or int(base["param_bytes"])
+        update = s["variable_update"] if s["variable_update"] in VARIABLE_UPDATES else "parameter_server"
+        p = predict(_step_compute_s(base), sizes, _record_bandwidth(base, bandwidth), s["batch_size"],
+                    s["num_workers"], max(1, s.get("num_ps", 1)), update, s.get("ps_strategy", "round_robin"),
+                    s.get("devices_per_node", 1), latency_s)
+        measured = record["images_per_sec_mean"]
+        rows.append({**{k: s.get(k) for k in report.ROW_SETTINGS}, "predicted": p.images_per_sec,
+                     "measured": measured, "error_percent": (p.images_per_sec - measured) / measured * 100})
+    return rows
+
+
+def format_compare(rows: Sequence[dict]) -> str:
+    """Predicted vs measured as a Markdown table, with the mean absolute error under it."""
+    columns = ["model", "batch_size", "num_workers", "num_ps", "variable_update", "network",
+               "predicted", "measured", "error_percent"]
+    table = report.markdown_table(rows, columns)
+    if not rows:
+        return table
+    mean_error = statistics.fmean(abs(r["error_percent"]) for r in rows)
+    return f"{table}\n\nmean absolute error: {mean_error:.1f}% over {len(rows)} points"
+
+
+# ---- the model's variables ---------------------------------------------------------------------
+def model_variable_bytes(model: str) -> list[int]:
+    """The byte sizes of a model's trainable variables, in creation order (PS placement order).
+
+    >>> sum(model_variable_bytes("mnist_dnn"))
+    2678824
+    """
+    import numpy
+
+    import dflow as tf
+    from dflow.models import get_model
+
+    spec = get_model(model)
+    graph = tf.Graph()
+    with graph.as_default():
+        spec(tf.placeholder(tf.float32, [1, *spec.input_shape]))
+    return [int(numpy.prod(v.shape)) * v.dtype.size for v in graph.get_collection("trainable_variables")]
+
+
+# ---- command line ------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``dflow bench advise``'s arguments."""
+    parser.add_argument("--step_time", type=float,
+                        help="one worker's compute seconds per step (compute_s_per_step of a 1-worker run)")
+    parser.add_argument("--model", help="take the variable sizes from this model (dflow.models)")
+    parser.add_argument("--param_bytes", type=int, help="the variables' total bytes (instead of --model)")
+    parser.add_argument("--bandwidth", help="link bytes/sec or 1gbit, 10gbit, 2GB/s (default for advice: "
+                                            "1gbit; for --sweep: each record's network or its measurement)")
+    parser.add_argument("--batch_size", type=int, default=100, help="per device (default 100)")
+    parser.add_argument("--workers", default="1,2,4,8", type=lambda s: [int(n) for n in s.split(",")],
+                        help="comma-separated worker counts (default 1,2,4,8)")
+    parser.add_argument("--devices_per_node", type=int, default=1)
+    parser.add_argument("--latency_ms", type=float, default=LATENCY_S * 1e3,
+                        help="per message (default: 1 ms, loopback)")
+    parser.add_argument("--sweep", help="a sweep's PRESET.jsonl: show predicted vs measured per point")
+
+
+def main(args: argparse.Namespace, echo=print) -> int:
+    """Run ``dflow bench advise``: the advice table, the comparison with a sweep, or both."""
+    latency = args.latency_ms / 1e3
+    if args.step_time is None and args.sweep is None:
+        echo("dflow bench advise: give --step_time (with --model or --param_bytes) or --sweep FILE.jsonl")
+        return 2
+    sizes = {args.model: model_variable_bytes(args.model)} if args.model else {}
+    if args.step_time is not None:
+        variables = sizes.get(args.model) or args.param_bytes
+        if variables is None:
+            echo("dflow bench advise: --step_time needs the variables: --model NAME or --param_bytes N")
+            return 2
+        advice = advise(args.step_time, variables, args.bandwidth or "1gbit", args.batch_size, args.workers,
+                        args.devices_per_node, latency)
+        echo(format_advice(advice))
+    if args.sweep is not None:
+        records = report.load_records(args.sweep)
+        for model in {r["settings"]["model"] for r in records} - set(sizes):
+            sizes[model] = model_variable_bytes(model)
+        echo(format_compare(compare(records, args.bandwidth, sizes, latency)))
+    return 0
