@@ -103,6 +103,18 @@ def test_10gbit_is_faster_and_nothing_is_left_after_an_exception(gbit_cluster):
     assert _driver_links() == links_before
 
 
+@needs_shaping
+def test_a_role_that_dies_at_start_is_named_with_its_last_words_and_nothing_is_left(monkeypatch):
+    namespaces_before, links_before = set(dflow_namespaces()), _driver_links()
+    dying = [sys.executable, "-c", "raise SystemExit('no GPU here')"]
+    monkeypatch.setattr(network, "worker_command", lambda *args, **kwargs: (dying, dict(os.environ)))
+    expected = r"^worker/0 exited with status 1 before the cluster was up; its last output: no GPU here$"
+    with pytest.raises(NetworkError, match=expected), shaped_cluster(ps=0, workers=1, timeout=20):
+        pass
+    assert set(dflow_namespaces()) == namespaces_before
+    assert _driver_links() == links_before
+
+
 _RUN_UNTIL_SIGNALLED = """
 import sys, time
 from dflow.bench.network import shaped_cluster

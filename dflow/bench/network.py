@@ -180,7 +180,12 @@ class _Bridge:
         self.driver_link = f"dfl{tag}"  # in the root namespace: at most 15 characters
         self.subnet = _free_subnet()
         self.namespaces: list[str] = []
-        self.hub = self._add_namespace("hub")
+        self.hub = self.prefix + "hub"
+
+    def create(self) -> None:
+        """The hub namespace, its bridge and the driver's link (apart from __init__, so that
+        what a failure here leaves is known to :meth:`delete`)."""
+        self._add_namespace("hub")
         _run("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
         _run("ip", "-n", self.hub, "link", "set", "br0", "up")
         # the driver's link: its client reaches the scheduler, and dflow sessions reach the workers
@@ -354,6 +359,7 @@ def shaped_cluster(ps: int, workers: int, network: str = "1gbit", *, threads_per
     with _sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="dflow-network-") as logs:
         try:
             bridge = _Bridge(rate)
+            bridge.create()
             address = _start_scheduler(bridge, processes, Path(logs))
             for role in roles:
                 job = role.split("/")[0]
