@@ -1,9 +1,11 @@
 """``dflow train`` on a cluster, and ``dflow worker``.
 
 Training is between-graph replication, as the seeds trained: every worker task runs
-the same program (:func:`_replica`) that builds the model under
-``replica_device_setter``, reads its own shard of the data and trains through the
-PS tasks, asynchronously or with ``SyncReplicasOptimizer`` (``--sync``). The chief
+the same program (:func:`_replica`) that builds the model where
+``--variable_update`` puts its variables (:class:`dflow.train.VariableUpdate`: on
+the PS tasks, asynchronously or with ``SyncReplicasOptimizer`` (``--sync``), or as
+copies on every worker kept equal by allreduce), reads its own shard of the data
+and trains. The chief
 (worker 0) initializes or restores the variables, saves checkpoints and reports
 progress to the client through a Dask queue every ``--log_every`` global steps; the
 client prints it, and at the end the chief's test evaluation.
@@ -24,6 +26,9 @@ import uuid
 import numpy as np
 
 from .errors import OpError
+from .train.variable_update import VARIABLE_UPDATES
+
+SYNCHRONOUS_UPDATES = ("replicated", "allreduce")  # every replica applies the same summed update
 
 __all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker"]
 
@@ -36,17 +41,37 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
     where.add_argument("--workers", type=int, default=2, help="worker tasks, one replica each (default 2)")
     where.add_argument("--sync", action="store_true",
-                       help="synchronous updates (SyncReplicasOptimizer) instead of asynchronous")
+                       help="synchronous updates (SyncReplicasOptimizer) instead of asynchronous; "
+                            "replicated and allreduce are always synchronous")
+    where.add_argument("--variable_update", choices=VARIABLE_UPDATES, default="parameter_server",
+                       help="where the variables live and how replicas share updates (default "
+                            "parameter_server; see README, 'Variable updates')")
+    where.add_argument("--devices_per_node", type=int,
+                       help="worker tasks per node for replicated/distributed_replicated (default: per host)")
     where.add_argument("--cluster", metavar="ADDRESS",
                        help="a running Dask scheduler whose workers `dflow worker` started "
                             "(--ps/--workers then come from its roles)")
 
 
 def check_cluster_arguments(args, parser) -> None:
-    if args.local and (args.sync or args.cluster):
-        parser.error("--local trains in this process: it takes neither --sync nor --cluster")
-    if args.ps < 1 or args.workers < 1:
-        parser.error(f"--ps and --workers must be at least 1, got --ps {args.ps} --workers {args.workers}")
+    if args.local and (args.sync or args.cluster or args.variable_update != "parameter_server"):
+        parser.error("--local trains in this process: it takes no --sync, --cluster or --variable_update")
+    if args.ps < 0 or args.workers < 1:
+        parser.error(f"--ps must be 0 or more and --workers at least 1, got --ps {args.ps} "
+                     f"--workers {args.workers}")
+    if args.variable_update in SYNCHRONOUS_UPDATES:
+        args.sync = True
+    if not args.local and not args.cluster:  # (a running cluster's roles are known once connected)
+        from .cluster import ClusterSpec
+        from .train import VariableUpdate
+
+        spec = ClusterSpec({"ps": [""] * args.ps, "worker": [""] * args.workers} if args.ps
+                           else {"worker": [""] * args.workers})
+        try:  # the mode's own checks (a PS mode without PS tasks, ...), before starting a cluster
+            VariableUpdate(args.variable_update, spec, 0, sync=args.sync,
+                           devices_per_node=args.devices_per_node)
+        except ValueError as error:
+            parser.error(str(error))
 
 
 def _open_cluster(args):
@@ -66,7 +91,7 @@ def run_cluster_train(args, settings, steps: int, report) -> int:
     from .distributed.replicate import start_replicas
 
     with _open_cluster(args) as cluster:
-        print(f"cluster: {args.ps} PS + {args.workers} workers, "
+        print(f"cluster: {args.ps} PS + {args.workers} workers, {args.variable_update}, "
               f"{'synchronous' if args.sync else 'asynchronous'} updates; roles {cluster.spec.roles()}; "
               f"dashboard {cluster.dashboard_link or '(install bokeh to serve it)'}", flush=True)
         progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
@@ -151,22 +176,21 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
     data = _load(settings["dataset"], model)
     chief = task_index == 0
     tf.set_random_seed(args.seed)  # the chief's initializers give the weights local training would
-    with tf.device(tf.train.replica_device_setter(worker_device=f"/job:worker/task:{task_index}",
-                                                  cluster=spec_of_cluster)):
-        g = _build(tf, model, settings, args,
-                   sync_replicas=args.workers if args.sync else None)
-    hooks = [tf.train.StopAtStepHook(last_step=steps)]
-    if args.sync:
-        hooks.append(g.optimizer.make_session_run_hook(is_chief=chief))
+    update = tf.train.VariableUpdate(args.variable_update, spec_of_cluster, task_index, sync=args.sync,
+                                     devices_per_node=args.devices_per_node)
+    with tf.device(update.device()):
+        g = _build(tf, model, settings, args, optimizer_wrapper=update.optimizer)
+    hooks = [tf.train.StopAtStepHook(last_step=steps)] + update.hooks()
     batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
                                  shard=(task_index, args.workers))  # each worker reads its own examples
-    images_per_step = settings["batch_size"] * (args.workers if args.sync else 1)
+    images_per_step = update.images_per_step(settings["batch_size"])
     queue = distributed.Queue(progress_name) if chief else None
     losses, staleness, local_steps = [], [], 0
     _STOP.clear()
+    checkpoint_dir = args.checkpoint_dir if update.saves_checkpoints else None
     with tf.train.MonitoredTrainingSession(
-            target, is_chief=chief, hooks=hooks, checkpoint_dir=args.checkpoint_dir,
-            save_checkpoint_steps=args.checkpoint_every if args.checkpoint_dir else None) as sess:
+            target, is_chief=update.is_chief, hooks=hooks, checkpoint_dir=checkpoint_dir,
+            save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None) as sess:
         last_step, last_time = int(sess.run(g.global_step)), time.perf_counter()
         if queue is not None and last_step > 0:  # the chief restored a checkpoint
             queue.put(("restored", tf.train.latest_checkpoint(args.checkpoint_dir), last_step))

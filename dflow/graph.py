@@ -44,6 +44,7 @@ class GraphKeys:
     GLOBAL_VARIABLES = "variables"
     TRAINABLE_VARIABLES = "trainable_variables"
     LOCAL_VARIABLES = "local_variables"
+    LOCAL_INIT_OP = "local_init_op"  # run by every replica once the global variables are ready
     GLOBAL_STEP = "global_step"
     LOSSES = "losses"
     REGULARIZATION_LOSSES = "regularization_losses"

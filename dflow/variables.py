@@ -106,9 +106,15 @@ class Variable(_Operators):
         return self._variable.op.device
 
     def value(self) -> Tensor:
+        """The variable's value, read by the one read op made with it."""
         return self._snapshot
 
-    read_value = value
+    def read_value(self) -> Tensor:
+        """A new read of the variable, under the control dependencies open now (so it sees
+        the updates they name, where ``value()`` may have been read before them)."""
+        graph = self.graph
+        with graph.colocate_with(self._variable.op):
+            return graph.create_op("ReadVariable", [self._variable], name="read").outputs[0]
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
         return state_ops.assign(self, value, name=name)
@@ -314,7 +320,8 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
     if scope.reuse is True:
         raise ValueError(f"Variable {full} does not exist, or was not created with get_variable(); "
                          "set reuse=tf.AUTO_REUSE to create it on first use")
-    initializer = initializer or scope.initializer
+    if initializer is None:  # (not `or`: a Tensor initializer has no truth value)
+        initializer = scope.initializer
     dtype = dtypes.as_dtype(dtype)
     if initializer is None:
         initializer = glorot_uniform_initializer() if dtype.is_floating else zeros_initializer()

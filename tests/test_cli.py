@@ -177,13 +177,17 @@ WORKER_LINE = re.compile(r"^worker (\d): (\d+) steps, last loss \d+\.\d{4}, "
                          r"staleness mean \d+\.\d\d max \d+$")
 
 
-@pytest.mark.parametrize("sync", [False, True])
-def test_train_on_the_embedded_cluster(sync, capsys):
-    args = ["train", "--model", "mnist_dnn", "--steps", "20", "--log_every", "10", "--batch_size", "32"]
-    assert main(args + (["--sync"] if sync else [])) == 0
+@pytest.mark.parametrize("mode, ps, sync", [
+    ("parameter_server", 1, False), ("parameter_server", 1, True), ("allreduce", 0, True)])
+def test_train_on_the_embedded_cluster(mode, ps, sync, capsys):
+    args = ["train", "--model", "mnist_dnn", "--steps", "20", "--log_every", "10", "--batch_size", "32",
+            "--variable_update", mode, "--ps", str(ps)]
+    assert main(args + (["--sync"] if sync and mode == "parameter_server" else [])) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith(f"cluster: 1 PS + 2 workers, {'synchronous' if sync else 'asynchronous'} "
-                               "updates; roles ['ps/0', 'worker/0', 'worker/1']; dashboard http")
+    roles = "['ps/0', 'worker/0', 'worker/1']" if ps else "['worker/0', 'worker/1']"
+    assert lines[1].startswith(f"cluster: {ps} PS + 2 workers, {mode}, "
+                               f"{'synchronous' if sync else 'asynchronous'} updates; roles {roles}; "
+                               "dashboard http")
     progress = [PROGRESS.match(line) for line in lines if line.startswith("step ")]
     assert all(progress) and progress[-1].group(1, 2) == ("20", "20")
     workers = [WORKER_LINE.match(line) for line in lines if line.startswith("worker ")]
@@ -192,6 +196,12 @@ def test_train_on_the_embedded_cluster(sync, capsys):
     assert steps == [20, 20] if sync else sum(steps) >= 20
     accuracy = ACCURACY.match(lines[-1])
     assert accuracy and float(accuracy.group(1)) > 0.3
+
+
+def test_a_variable_update_the_cluster_cannot_hold_is_refused_before_it_starts(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--model", "mnist_dnn", "--variable_update", "parameter_server", "--ps", "0"])
+    assert "keeps variables on PS tasks, but the cluster has none" in capsys.readouterr().err
 
 
 def test_cluster_training_resumes_from_the_chiefs_checkpoint(tmp_path, capsys):

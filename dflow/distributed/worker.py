@@ -213,6 +213,7 @@ class DflowWorker(WorkerPlugin):
         staleness = None  # updates other steps applied here between this step's reads and its own
         updates_at_start = self.updates_applied
         communicator = self.state.communicator
+        communicator.timeout_s = timeout  # ConfigProto.operation_timeout_in_ms bounds collectives too
         collective_bytes, collective_s = dict(communicator.bytes_sent), communicator.busy_s
         step_start = time.time()
         compute_s = waited_s = 0.0

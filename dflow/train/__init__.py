@@ -13,6 +13,7 @@
 """
 
 from ..cluster import ClusterSpec, Server
+from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
 from .monitored_session import (
     CheckpointSaverHook,
@@ -33,6 +34,7 @@ from .optimizers import (
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
 from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
+from .variable_update import VARIABLE_UPDATES, DistributedReplicatedOptimizer, VariableUpdate
 
 __all__ = [
     "Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
@@ -41,5 +43,6 @@ __all__ = [
     "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
-    "SyncReplicasOptimizer", "ClusterSpec", "Server",
+    "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
+    "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
 ]

@@ -3,7 +3,9 @@
 As in TF 1.x: the chief (``is_chief=True``, task 0 by convention) restores the
 latest checkpoint of ``checkpoint_dir`` or runs the initializers; every other
 worker waits until the variables it uses are initialized (on the PS tasks they
-share), then trains. Hooks see each ``run`` and can stop the loop.
+share). Then every replica initializes its local variables and runs the ops of
+``GraphKeys.LOCAL_INIT_OP`` (its copies taken from the shared masters), and
+trains. Hooks see each ``run`` and can stop the loop.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -25,9 +27,14 @@ import time
 from typing import Any, NamedTuple
 
 from ..errors import DeadlineExceededError
-from ..graph import get_default_graph
+from ..graph import GraphKeys, get_default_graph
 from ..runtime.session import ConfigProto, Session
-from ..variables import global_variables, global_variables_initializer, report_uninitialized_variables
+from ..variables import (
+    global_variables,
+    global_variables_initializer,
+    local_variables_initializer,
+    report_uninitialized_variables,
+)
 from .saver import Saver, latest_checkpoint
 from .training_util import get_global_step
 
@@ -182,6 +189,7 @@ class MonitoredTrainingSession:
             hook.begin()
         variables = global_variables()
         init_op, not_ready = global_variables_initializer(), report_uninitialized_variables(variables)
+        local_init = local_variables_initializer()
         self._session = Session(master, graph, config)
         if is_chief:
             restore_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
@@ -192,6 +200,8 @@ class MonitoredTrainingSession:
                 self._session.run(init_op)
         else:
             self._wait_until_ready(not_ready, [v.op.name for v in variables], max_wait_secs)
+        # each replica's own variables (copies of the shared ones), once those are ready
+        self._session.run([local_init, graph.get_collection(GraphKeys.LOCAL_INIT_OP)])
         for hook in self._hooks:
             hook.after_create_session(self._session, None)
         self._stop = False

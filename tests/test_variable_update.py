@@ -1,0 +1,173 @@
+"""The variable_update modes on a real LocalCluster (1 PS + 4 workers, two "nodes" of two):
+each trains the same model code and ends with the parameters single-process SGD reaches on
+the concatenated batch; the errors of a dead member and of mismatched replicas are clear."""
+
+import numpy as np
+import pytest
+
+import dflow as tf
+
+WORKERS, STEPS, BATCH = 4, 3, 4
+W1 = np.linspace(-0.5, 0.5, 5 * 6, dtype=np.float32).reshape(5, 6)
+W2 = np.linspace(0.4, -0.3, 6 * 3, dtype=np.float32).reshape(6, 3)
+
+
+def batch(step: int, replica: int):
+    rng = np.random.default_rng(100 * step + replica)
+    return rng.normal(size=(BATCH, 5)).astype(np.float32), rng.integers(0, 3, BATCH).astype(np.int64)
+
+
+def model(x, y):
+    w1 = tf.get_variable("w1", initializer=tf.constant(W1))
+    b1 = tf.get_variable("b1", [6], initializer=tf.zeros_initializer())
+    w2 = tf.get_variable("w2", initializer=tf.constant(W2))
+    logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+
+def train_replica(task_index, target, spec, mode, sync=True, options=None):
+    options = {"devices_per_node": 2, **(options or {})}
+    update = tf.train.VariableUpdate(mode, spec, task_index, sync=sync, **options)
+    with tf.device(update.device()):
+        x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
+        loss = model(x, y)
+        step = tf.train.get_or_create_global_step()
+        train_op = update.optimizer(tf.train.GradientDescentOptimizer(0.5)).minimize(loss, global_step=step)
+    names = ["w1", "b1", "w2"]
+    hooks = [tf.train.StopAtStepHook(last_step=STEPS)] + update.hooks()
+    traffic = []
+    with tf.train.MonitoredTrainingSession(target, is_chief=update.is_chief, hooks=hooks) as sess:
+        done = 0
+        while not sess.should_stop():
+            xs, ys = batch(done, task_index)
+            sess.run(train_op, {x: xs, y: ys})
+            traffic.append(dict(sess.last_run_stats.bytes_sent))
+            done += 1
+        graph = tf.get_default_graph()
+        values = sess.run({n: graph.get_tensor_by_name(f"{n}:0") for n in names})
+    return values, done, traffic
+
+
+def single_process(replicas):
+    """SGD on the batches of ``replicas`` concatenated, in one process."""
+    with tf.Graph().as_default():
+        x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
+        loss = model(x, y)
+        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for step in range(STEPS):
+                parts = [batch(step, r) for r in replicas]
+                sess.run(train, {x: np.concatenate([p[0] for p in parts]),
+                                 y: np.concatenate([p[1] for p in parts])})
+            graph = tf.get_default_graph()
+            return sess.run({n: graph.get_tensor_by_name(f"{n}:0") for n in ["w1", "b1", "w2"]})
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tf.cluster.local(ps=1, workers=WORKERS) as c:
+        yield c
+
+
+@pytest.fixture
+def target(cluster):
+    yield cluster.target
+    tf.Session.reset(cluster.target)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, options", [
+    ("parameter_server", {}),
+    ("replicated", {"devices_per_node": 4}),
+    ("allreduce", {}),
+    ("allreduce", {"algorithm": "ring", "fusion_bytes": 0}),
+    ("allreduce", {"algorithm": "tree", "overlap": False}),
+    ("distributed_replicated", {}),
+    ("distributed_replicated", {"ps_strategy": "greedy", "compression": "fp16"}),
+])
+def test_synchronous_modes_match_one_process_on_the_whole_batch(cluster, target, mode, options):
+    results = tf.replicate(train_replica, cluster, target, cluster.spec, mode, True, options)
+    expected = single_process(range(WORKERS))
+    tolerance = dict(rtol=1e-2, atol=1e-3) if options.get("compression") else dict(rtol=1e-5, atol=1e-6)
+    for values, steps, _ in results:
+        assert steps == STEPS
+        for name, value in expected.items():
+            np.testing.assert_allclose(values[name], value, err_msg=f"{mode} {name}", **tolerance)
+    for other, _, _ in results[1:]:  # every replica's copy is bitwise the same
+        assert all(np.array_equal(other[name], results[0][0][name]) for name in expected)
+
+
+@pytest.mark.slow
+def test_independent_replicas_each_train_on_their_own_batches(cluster, target):
+    results = tf.replicate(train_replica, cluster, target, cluster.spec, "independent")
+    for task, (values, _, traffic) in enumerate(results):
+        for name, value in single_process([task]).items():
+            np.testing.assert_allclose(values[name], value, rtol=1e-5, atol=1e-6)
+        assert not any(traffic[-1]), "independent replicas exchange nothing"
+
+
+def mismatched_replica(task_index, target, spec):
+    update = tf.train.VariableUpdate("allreduce", spec, task_index)
+    with tf.device(update.device()):
+        x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
+        loss = model(x, y)
+        if task_index == 1:  # a replica whose model has one more variable
+            loss += tf.reduce_sum(tf.get_variable("extra", [2], initializer=tf.ones_initializer()))
+        train_op = update.optimizer(tf.train.GradientDescentOptimizer(0.5)).minimize(loss)
+    config = tf.ConfigProto(operation_timeout_in_ms=30_000)
+    with tf.train.MonitoredTrainingSession(target, hooks=update.hooks(), config=config) as sess:
+        sess.run(train_op, dict(zip((x, y), batch(0, task_index))))
+
+
+@pytest.mark.slow
+def test_replicas_reducing_different_variables_are_named(cluster, target):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"reduce different variables.*extra \[2\]"):
+        tf.replicate(mismatched_replica, cluster, target, cluster.spec)
+
+
+def dying_replica(task_index, target, spec):
+    import os
+
+    update = tf.train.VariableUpdate("allreduce", spec, task_index)
+    with tf.device(update.device()):
+        x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
+        train_op = update.optimizer(tf.train.GradientDescentOptimizer(0.5)).minimize(model(x, y))
+    with tf.train.MonitoredTrainingSession(target, hooks=update.hooks()) as sess:
+        if task_index == 1:
+            os._exit(1)  # its worker process dies between steps
+        sess.run(train_op, dict(zip((x, y), batch(0, task_index))))
+
+
+@pytest.mark.slow
+def test_an_allreduce_whose_member_died_names_it_within_seconds():
+    from dflow.distributed.replicate import start_replicas
+
+    with tf.cluster.local(ps=0, workers=2) as cluster:
+        futures = start_replicas(dying_replica, cluster, cluster.target, cluster.spec)
+        dead = r"/job:worker/task:1 at tcp://\S+ does not answer"
+        with pytest.raises(tf.errors.UnavailableError, match=dead):
+            futures[0].result(timeout=60)
+
+
+def test_a_mode_that_cannot_run_on_the_cluster_says_why():
+    spec = tf.train.ClusterSpec({"worker": ["a:1", "b:1"]})
+    with pytest.raises(ValueError, match="keeps variables on PS tasks, but the cluster has none"):
+        tf.train.VariableUpdate("parameter_server", spec, 0)
+    with pytest.raises(ValueError, match="allreduce is synchronous"):
+        tf.train.VariableUpdate("allreduce", spec, 0, sync=False)
+    with pytest.raises(ValueError, match="replicated shares gradients among the workers of one node"):
+        tf.train.VariableUpdate("replicated", spec, 0)  # two hosts: two nodes
+    with pytest.raises(ValueError, match="unknown variable_update 'ring'"):
+        tf.train.VariableUpdate("ring", spec, 0)
+
+
+def test_gradients_are_fused_into_buckets_from_the_last_layer():
+    from dflow.train.allreduce import fuse
+
+    with tf.Graph().as_default():
+        sizes = [100, 10, 10, 300]
+        variables = [tf.Variable(np.zeros(n, np.float32), name=f"v{i}") for i, n in enumerate(sizes)]
+        pairs = [(v.value(), v) for v in variables]
+        assert [[v.op.name for _, v in b] for b in fuse(pairs, 1000)] == [["v3"], ["v2", "v1", "v0"]]
+        assert len(fuse(pairs, 0)) == 4
