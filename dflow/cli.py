@@ -185,8 +185,9 @@ class TrainingGraph(NamedTuple):
     metric: object  # per batch: correct predictions (classifiers) or summed squared error
 
 
-def _build(tf, spec, settings, args, sync_replicas: int | None = None) -> TrainingGraph:
-    """The training graph; ``sync_replicas`` workers aggregate their gradients (``--sync``)."""
+def _build(tf, spec, settings, args, optimizer_wrapper=None) -> TrainingGraph:
+    """The training graph; ``optimizer_wrapper`` (a ``VariableUpdate.optimizer``) wraps the
+    optimizer as the replicas' variable update needs."""
     classifier = spec.num_classes is not None
     inputs = tf.placeholder(tf.float32, [None, *spec.input_shape], name="inputs")
     targets = tf.placeholder(tf.int64 if classifier else tf.float32, [None], name="targets")
@@ -195,9 +196,8 @@ def _build(tf, spec, settings, args, sync_replicas: int | None = None) -> Traini
     loss = spec.loss(outputs, targets)
     global_step = tf.train.get_or_create_global_step()
     optimizer = _optimizer(tf, settings["optimizer"], settings["learning_rate"], args.momentum)
-    if sync_replicas:
-        optimizer = tf.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=sync_replicas,
-                                                   total_num_replicas=sync_replicas)
+    if optimizer_wrapper is not None:
+        optimizer = optimizer_wrapper(optimizer)
     train_op = optimizer.minimize(loss, global_step=global_step)
     if classifier:
         metric = tf.reduce_sum(tf.cast(tf.nn.in_top_k(outputs, targets, 1), tf.int32))
@@ -322,35 +322,15 @@ def _report(spec, total: float, n: int, weights: list[float]) -> None:
 
 # ---- dflow bench ---------------------------------------------------------------------------------
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    from .bench import distributed
+    from .bench.cli import add_arguments
 
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--local", action="store_true",
-                      help="the single-process CPU benchmark: batch sizes 1..400, against PyTorch")
-    mode.add_argument("--distributed", action="store_true",
-                      help="CIFAR-10 batch 100: local Session vs 1 PS + 1 worker (images/sec, ratio, "
-                           "bytes per link), and the per-step overhead of 1 PS + 2 workers")
-    p.add_argument("--batch_sizes", type=lambda s: [int(b) for b in s.split(",")],
-                   default=[1, 10, 50, 100, 200, 400], help="--local: comma-separated (default: the seed's)")
-    p.add_argument("--num_warmup_batches", type=int, default=10)
-    p.add_argument("--num_batches", type=int, default=20,
-                   help="timed steps per batch size (--local) or per session (--distributed)")
-    p.add_argument("--no_torch", action="store_true", help="--local: skip the PyTorch comparison")
-    p.add_argument("--output", help="write the results as JSON here")
-    distributed.add_arguments(p, common=False)  # --batch_size --block_steps --overhead_steps --input
+    add_arguments(p)
 
 
 def run_bench(args, parser) -> int:
-    if args.distributed:
-        from .bench import distributed
+    from .bench.cli import run
 
-        return distributed.run(args)
-    from .bench import local
-
-    local.run(args.batch_sizes, warmup=args.num_warmup_batches, steps=args.num_batches,
-              output=args.output, torch=False if args.no_torch else None,
-              echo=lambda line: print(line, flush=True))
-    return 0
+    return run(args, parser)
 
 
 COMMANDS: dict[str, Command] = {

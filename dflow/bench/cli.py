@@ -1,0 +1,173 @@
+"""``dflow bench``: its arguments and what runs.
+
+    $ dflow bench --model cifar10 --batch_size 64 --num_workers 2 --num_ps 1 --repeats 3
+    $ dflow bench --model mnist_dnn --variable_update allreduce --num_workers 2 --num_ps 0
+    $ dflow bench sweep tiny                  # a seed's experiment as a grid of runs
+    $ dflow bench advise --sweep bench_results/tiny.jsonl
+    $ dflow bench --local                     # the single-process benchmark against PyTorch
+    $ dflow bench --distributed               # local Session vs 1 PS + 1 worker
+
+Without ``--local``/``--distributed`` or a sub-command, one configuration runs in the
+style of tf_cnn_benchmarks (:func:`dflow.bench.harness.run_benchmark`); its flags keep
+tf_cnn_benchmarks' names where it had one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .harness import BENCH_MODELS, CLUSTERS, DEFAULT_SETTINGS, NETWORKS, OPTIMIZERS, UNAVAILABLE_MODELS
+
+__all__ = ["add_arguments", "run", "SUBCOMMANDS"]
+
+#: ``dflow bench NAME``: (help, module of dflow.bench with add_arguments(parser) and main(args))
+SUBCOMMANDS = {
+    "sweep": ("run a seed's experiment (a preset) as a grid of benchmark runs, then its table and plot",
+              "sweeps"),
+    "advise": ("predict images/sec for N workers x M PS from a step time and the variables' bytes, "
+               "and advise a PS count and placement", "advise"),
+}
+# the settings the harness takes from the command line (each flag has the setting's name)
+_HARNESS_FLAGS = tuple(key for key in DEFAULT_SETTINGS if key not in ("num_warmup_batches", "num_batches"))
+_LEGACY_DEFAULTS = {"batch_size": 100, "num_batches": 20}  # --local / --distributed, as before
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Every ``dflow bench`` argument: the harness's, --local's and --distributed's, the sub-commands."""
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (f"models: {', '.join(BENCH_MODELS)} ({', '.join(UNAVAILABLE_MODELS)}: not in dflow)\n"
+                "examples:\n  dflow bench --model cifar10 --batch_size 64 --num_workers 2 --num_ps 1\n"
+                "  dflow bench --model mnist_dnn --variable_update allreduce --num_workers 2 --num_ps 0\n"
+                "  dflow bench sweep tiny\n  dflow bench --local")
+    _add_legacy_arguments(p)
+    _add_harness_arguments(p)
+    commands = p.add_subparsers(dest="bench_command", metavar="{" + ",".join(SUBCOMMANDS) + "}",
+                                required=False, title="sub-commands (instead of one run)")
+    for name, (help_text, module) in SUBCOMMANDS.items():
+        _module(module).add_arguments(commands.add_parser(name, help=help_text, description=help_text))
+
+
+def _module(name: str):
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def _add_harness_arguments(p: argparse.ArgumentParser) -> None:
+    from ..models import DATA_FORMATS
+    from ..train.variable_update import PS_STRATEGIES, VARIABLE_UPDATES
+
+    d = DEFAULT_SETTINGS
+    run = p.add_argument_group("one configuration, as tf_cnn_benchmarks (the default)")
+    run.add_argument("--model", help=f"{', '.join(BENCH_MODELS)} (default {d['model']})")
+    # --batch_size is --distributed's too (added with its arguments): one flag, two defaults
+    batch_size = next(a for a in p._actions if a.dest == "batch_size")
+    batch_size.help = "images per step per worker device (default: the model's; --distributed: 100)"
+    run.add_argument("--num_workers", type=int, help=f"worker nodes (default {d['num_workers']})")
+    run.add_argument("--devices_per_node", type=int,
+                     help=f"worker devices per node, one replica each (default {d['devices_per_node']})")
+    run.add_argument("--num_ps", type=int, help=f"parameter-server tasks (default {d['num_ps']})")
+    run.add_argument("--variable_update", choices=VARIABLE_UPDATES,
+                     help=f"where variables live and how they are updated (default {d['variable_update']})")
+    sync = run.add_mutually_exclusive_group()
+    sync.add_argument("--sync", dest="sync", action="store_const", const=True,
+                      help="synchronous updates (the default)")
+    sync.add_argument("--async", dest="sync", action="store_const", const=False,
+                      help="asynchronous updates (parameter_server, distributed_replicated, independent)")
+    run.add_argument("--data_dir", help="a store from `dflow data prepare` (default: synthetic data)")
+    run.add_argument("--data_format", choices=DATA_FORMATS, help="convolution layout (default NHWC)")
+    run.add_argument("--repeats", type=int, help=f"runs averaged (default {d['repeats']})")
+    run.add_argument("--cluster", help=f"{' | '.join(CLUSTERS)} | a scheduler ADDRESS (default local)")
+    run.add_argument("--network", choices=NETWORKS,
+                     help="shape each role's link on this machine (root; default none)")
+    run.add_argument("--ps_strategy", choices=PS_STRATEGIES,
+                     help="variables over the PS tasks: round_robin (default) or greedy by bytes")
+    run.add_argument("--optimizer", choices=tuple(OPTIMIZERS), help="default sgd")
+    run.add_argument("--eval_accuracy", action="store_const", const=True,
+                     help="after the last repeat, the chief's test accuracy (real data only)")
+    run.add_argument("--trace", metavar="FILE", help="Chrome trace of the last repeat's timed steps")
+
+
+def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:
+    from . import distributed
+
+    legacy = p.add_argument_group("the fixed benchmarks (instead of one configuration)")
+    mode = legacy.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true",
+                      help="the single-process CPU benchmark: batch sizes 1..400, against PyTorch")
+    mode.add_argument("--distributed", action="store_true",
+                      help="CIFAR-10 batch 100: local Session vs 1 PS + 1 worker (images/sec, ratio, "
+                           "bytes per link), and the per-step overhead of 1 PS + 2 workers")
+    legacy.add_argument("--batch_sizes", type=lambda s: [int(b) for b in s.split(",")],
+                        default=[1, 10, 50, 100, 200, 400],
+                        help="--local: comma-separated (default: the seed's)")
+    legacy.add_argument("--no_torch", action="store_true", help="--local: skip the PyTorch comparison")
+    distributed.add_arguments(legacy, common=False)  # --batch_size --block_steps --overhead_steps --input
+    p.add_argument("--num_warmup_batches", type=int, default=DEFAULT_SETTINGS["num_warmup_batches"])
+    p.add_argument("--num_batches", type=int,
+                   help=f"timed steps (default {DEFAULT_SETTINGS['num_batches']}; "
+                        f"--local/--distributed: {_LEGACY_DEFAULTS['num_batches']})")
+    p.add_argument("--output", help="append the run's record as a JSON line here (--local/--distributed: "
+                                    "write their results as JSON)")
+    p.set_defaults(batch_size=None, sync=None)  # None: the harness's or the model's, or the legacy one
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run what the arguments ask for; the exit status."""
+    command = getattr(args, "bench_command", None)
+    if command is not None:
+        return _module(SUBCOMMANDS[command][1]).main(args)
+    if args.local or args.distributed:
+        return _run_legacy(args, parser)
+    return _run_harness(args, parser)
+
+
+def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    given = [f"--{key}" for key in _HARNESS_FLAGS if getattr(args, key) is not None and key != "batch_size"]
+    given += ["--trace"] if args.trace else []
+    if given:
+        parser.error(f"--local and --distributed are fixed benchmarks; {', '.join(given)} set one run "
+                     "of the harness (leave out --local/--distributed for it)")
+    for key, default in _LEGACY_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
+    if args.distributed:
+        from . import distributed
+
+        return distributed.run(args)
+    from . import local
+
+    local.run(args.batch_sizes, warmup=args.num_warmup_batches, steps=args.num_batches,
+              output=args.output, torch=False if args.no_torch else None,
+              echo=lambda line: print(line, flush=True))
+    return 0
+
+
+def _harness_settings(args: argparse.Namespace) -> dict:
+    keys = (*_HARNESS_FLAGS, "num_warmup_batches", "num_batches")
+    return {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
+
+
+def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..errors import OpError
+    from .harness import SettingsError, append_record, resolve_settings, run_benchmark
+    from .network import NetworkError
+
+    settings = _harness_settings(args)
+    try:
+        resolve_settings(settings)
+    except SettingsError as error:
+        parser.error(str(error))
+    try:
+        record = run_benchmark(settings, echo=lambda line: print(line, flush=True), trace=args.trace)
+    except (SettingsError, NetworkError) as error:  # the cluster it got cannot run the settings
+        print(f"dflow bench: error: {error}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, RuntimeError, OpError) as error:  # raised in a replica
+        print(f"dflow bench: error on the cluster: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    if args.output:
+        append_record(args.output, record)
+        print(f"record appended to {args.output}", flush=True)
+    return 0
