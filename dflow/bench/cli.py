@@ -4,6 +4,7 @@
     $ dflow bench --model mnist_dnn --variable_update allreduce --num_workers 2 --num_ps 0
     $ dflow bench sweep tiny                  # a seed's experiment as a grid of runs
     $ dflow bench advise --sweep bench_results/tiny.jsonl
+    $ dflow bench modes --model cifar10 --num_workers 2 --techniques
     $ dflow bench --local                     # the single-process benchmark against PyTorch
     $ dflow bench --distributed               # local Session vs 1 PS + 1 worker
 
@@ -25,6 +26,8 @@ __all__ = ["add_arguments", "run", "SUBCOMMANDS"]
 SUBCOMMANDS = {
     "sweep": ("run a seed's experiment (a preset) as a grid of benchmark runs, then its table and plot",
               "sweeps"),
+    "modes": ("the variable-update modes side by side: images/sec and bytes per worker per step "
+              "against what each mode must send", "modes"),
     "advise": ("predict images/sec for N workers x M PS from a step time and the variables' bytes, "
                "and advise a PS count and placement", "advise"),
 }
@@ -55,6 +58,7 @@ def _module(name: str):
 
 
 def _add_harness_arguments(p: argparse.ArgumentParser) -> None:
+    from ..distributed.collective import ALGORITHMS
     from ..models import DATA_FORMATS
     from ..train.variable_update import PS_STRATEGIES, VARIABLE_UPDATES
 
@@ -87,6 +91,16 @@ def _add_harness_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--eval_accuracy", action="store_const", const=True,
                      help="after the last repeat, the chief's test accuracy (real data only)")
     run.add_argument("--trace", metavar="FILE", help="Chrome trace of the last repeat's timed steps")
+    collective = p.add_argument_group("the allreduce (replicated, distributed_replicated, allreduce)")
+    collective.add_argument("--fusion_bytes", type=int,
+                            help=f"gradients packed per allreduce, in bytes; 0: one per gradient "
+                                 f"(default {d['fusion_bytes']})")
+    collective.add_argument("--no_overlap", dest="overlap", action="store_const", const=False,
+                            help="start the allreduce after the whole backward pass, not per bucket")
+    collective.add_argument("--compact_gradient_transfer", action="store_const", const=True,
+                            help="send gradients as float16 (half the bytes)")
+    collective.add_argument("--allreduce_algorithm", choices=ALGORITHMS,
+                            help="ring, tree (recursive doubling) or auto: tree below 64 KiB (default)")
 
 
 def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:

@@ -55,6 +55,7 @@ from typing import TextIO
 
 import numpy as np
 
+from ..train.allreduce import DEFAULT_FUSION_BYTES
 from .trace import TraceEvent, role, timeline_events, write_chrome_trace
 
 __all__ = ["run_benchmark", "resolve_settings", "speed_stats", "images_per_sec_stats", "perf_timing_str",
@@ -67,6 +68,9 @@ DEFAULT_SETTINGS: Mapping = MappingProxyType({
     "variable_update": "parameter_server", "sync": True, "data_dir": None, "data_format": "NHWC",
     "num_warmup_batches": 10, "num_batches": 100, "repeats": 5, "cluster": "local", "network": "none",
     "ps_strategy": "round_robin", "devices_per_node": 1, "optimizer": "sgd", "eval_accuracy": False,
+    # the allreduce's techniques (replicated, distributed_replicated, allreduce)
+    "fusion_bytes": DEFAULT_FUSION_BYTES, "overlap": True, "compact_gradient_transfer": False,
+    "allreduce_algorithm": "auto",
 })
 BENCH_MODELS = ("cifar10", "deep_mnist", "mnist_dnn")
 UNAVAILABLE_MODELS = MappingProxyType({
@@ -131,19 +135,21 @@ def _check_model(name: str):
 
 def _check_numbers(s: dict) -> None:
     at_least = {"batch_size": 1, "num_workers": 1, "num_batches": 1, "repeats": 1, "devices_per_node": 1,
-                "num_ps": 0, "num_warmup_batches": 0}
+                "num_ps": 0, "num_warmup_batches": 0, "fusion_bytes": 0}
     for key, low in at_least.items():
         if not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < low:
             raise SettingsError(f"{key} must be an integer of at least {low}, got {s[key]!r}")
 
 
 def _check_choices(s: dict) -> None:
+    from ..distributed.collective import ALGORITHMS
     from ..models import DATA_FORMATS
     from ..train.variable_update import PS_STRATEGIES, VARIABLE_UPDATES
 
     choices = {"variable_update": VARIABLE_UPDATES, "data_format": DATA_FORMATS, "network": NETWORKS,
                "ps_strategy": PS_STRATEGIES, "optimizer": tuple(OPTIMIZERS), "sync": (True, False),
-               "eval_accuracy": (True, False)}
+               "eval_accuracy": (True, False), "overlap": (True, False),
+               "compact_gradient_transfer": (True, False), "allreduce_algorithm": ALGORITHMS}
     for key, allowed in choices.items():
         if s[key] not in allowed:
             raise SettingsError(f"{key} must be one of {', '.join(map(str, allowed))}, got {s[key]!r}")
@@ -179,7 +185,10 @@ def _variable_update(s: Mapping, spec, task_index: int):
 
     try:
         return VariableUpdate(s["variable_update"], spec, task_index, sync=s["sync"],
-                              devices_per_node=s["devices_per_node"], ps_strategy=s["ps_strategy"])
+                              devices_per_node=s["devices_per_node"], ps_strategy=s["ps_strategy"],
+                              fusion_bytes=s["fusion_bytes"], overlap=s["overlap"],
+                              compression="fp16" if s["compact_gradient_transfer"] else None,
+                              algorithm=s["allreduce_algorithm"])
     except ValueError as error:
         raise SettingsError(str(error)) from error
 
@@ -341,7 +350,9 @@ class _Steps:
     def _record(self, stats, step_s: float, data_s: float, stamps: tuple[float, float, float]) -> None:
         self.times.append(step_s)
         self.data_wait.append(data_s)
-        self.compute.append(stats.compute_s.get(self.task, 0.0))
+        # a collective's wait is inside the executor's time: count it as communication
+        self.compute.append(max(stats.compute_s.get(self.task, 0.0) - stats.collective_s.get(self.task, 0.0),
+                                0.0))
         for (source, dest), count in stats.bytes_sent.items():
             link = f"{role(source)}->{role(dest)}"
             self.links[link] = self.links.get(link, 0) + count
