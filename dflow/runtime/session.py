@@ -93,7 +93,7 @@ class Session:
         threads = self.config.inter_op_parallelism_threads
         self.num_threads = threads if threads > 0 else 1
         self.state = SessionState()
-        self.last_run_stats = RunStats()
+        self._stats = threading.local()  # per thread: a chief's queue runner runs steps beside the loop's
         self._plans: dict[tuple, Schedule] = {}
         self._closed = False
         self._contexts: list = []
@@ -154,6 +154,11 @@ class Session:
             runner.close()
 
     # ---- running ---------------------------------------------------------------
+    @property
+    def last_run_stats(self) -> RunStats:
+        """What this thread's last ``run`` measured (:class:`~dflow.runtime.executor.RunStats`)."""
+        return getattr(self._stats, "last", None) or RunStats()
+
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Evaluate ``fetches`` (a tensor, op, name or nested list/tuple/dict of them).
 
@@ -174,7 +179,7 @@ class Session:
             values.update({name: feeds[name] for name in key[0] if name in feeds})
         else:
             values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)
-        self.last_run_stats = stats
+        self._stats.last = stats
         results = [_to_host(values[f.name]) if isinstance(f, Tensor) else None for f in flat]
         return rebuild(results)
 
