@@ -229,8 +229,42 @@ def _record_bandwidth(record: dict, bandwidth: str | float | None) -> float:
 
 
 def _calibration_key(settings: dict) -> tuple:
-    return tuple(settings.get(k) for k in ("model", "batch_size", "devices_per_node", "data_format",
-                                           "data_dir", "network"))
+    # in-graph replication grows by devices in one node: its baseline is the fewest devices
+    per_node = None if settings.get("variable_update") == "replicated" else settings.get("devices_per_node")
+    return (per_node, *(settings.get(k) for k in ("model", "batch_size", "data_format", "data_dir",
+                                                  "network")))
+
+
+def _devices(record: dict) -> int:
+    return record["settings"]["num_workers"] * record["settings"].get("devices_per_node", 1)
+
+
+def _communicates(settings: dict) -> bool:
+    alone = settings["num_workers"] * settings.get("devices_per_node", 1) == 1
+    return not (settings["variable_update"] == "independent" or
+                (settings["variable_update"] == "replicated" and alone))
+
+
+def _link_bandwidth(base: dict, group: Sequence[dict], bandwidth: str | float | None) -> float:
+    """The baseline's link speed; a baseline that sent nothing (one device, no PS) borrows it from
+    the fewest-device record of its group that did."""
+    senders = [r for r in group if r.get("bytes_per_step")]
+    source = base if base.get("bytes_per_step") or not senders else min(senders, key=_devices)
+    return _record_bandwidth(source, bandwidth)
+
+
+def _predict_record(s: dict, base: dict, link: float | None, sizes, latency_s: float) -> float:
+    """images/sec the model predicts for a record's settings, calibrated on ``base``."""
+    compute, devices = _step_compute_s(base), s["num_workers"] * s.get("devices_per_node", 1)
+    if link is None:  # nothing shared: each device alone
+        return devices * s["batch_size"] / compute
+    if s["variable_update"] == "replicated":  # in-graph: the node's devices reduce as a ring
+        return predict(compute, sizes, link, s["batch_size"], devices, 0, "allreduce",
+                       latency_s=latency_s).images_per_sec
+    update = s["variable_update"] if s["variable_update"] in VARIABLE_UPDATES else "parameter_server"
+    return predict(compute, sizes, link, s["batch_size"], s["num_workers"], max(1, s.get("num_ps", 1)),
+                   update, s.get("ps_strategy", "round_robin"), s.get("devices_per_node", 1),
+                   latency_s).images_per_sec
 
 
 def compare(records: Sequence[dict], bandwidth: str | float | None = None,
@@ -244,30 +278,28 @@ def compare(records: Sequence[dict], bandwidth: str | float | None = None,
     placement's imbalance) and the link's bandwidth (given; else the shaped ``network``;
     else measured from the baseline's bytes and communication time).
     """
-    baselines: dict[tuple, dict] = {}
+    groups: dict[tuple, list[dict]] = {}
     for record in records:
-        key, workers = _calibration_key(record["settings"]), record["settings"]["num_workers"]
-        if key not in baselines or workers < baselines[key]["settings"]["num_workers"]:
-            baselines[key] = record
+        groups.setdefault(_calibration_key(record["settings"]), []).append(record)
+    baselines = {key: min(group, key=_devices) for key, group in groups.items()}
     rows = []
     for record in records:
         s = record["settings"]
-        base = baselines[_calibration_key(s)]
+        key = _calibration_key(s)
+        base = baselines[key]
         sizes = (variable_bytes or {}).get(s["model"]) or int(base["param_bytes"])
-        update = s["variable_update"] if s["variable_update"] in VARIABLE_UPDATES else "parameter_server"
-        p = predict(_step_compute_s(base), sizes, _record_bandwidth(base, bandwidth), s["batch_size"],
-                    s["num_workers"], max(1, s.get("num_ps", 1)), update, s.get("ps_strategy", "round_robin"),
-                    s.get("devices_per_node", 1), latency_s)
+        link = _link_bandwidth(base, groups[key], bandwidth) if _communicates(s) else None
+        predicted = _predict_record(s, base, link, sizes, latency_s)
         measured = record["images_per_sec_mean"]
-        rows.append({**{k: s.get(k) for k in report.ROW_SETTINGS}, "predicted": p.images_per_sec,
-                     "measured": measured, "error_percent": (p.images_per_sec - measured) / measured * 100})
+        rows.append({**{k: s.get(k) for k in report.ROW_SETTINGS}, "predicted": predicted,
+                     "measured": measured, "error_percent": (predicted - measured) / measured * 100})
     return rows
 
 
 def format_compare(rows: Sequence[dict]) -> str:
     """Predicted vs measured as a Markdown table, with the mean absolute error under it."""
-    columns = ["model", "batch_size", "num_workers", "num_ps", "variable_update", "network",
-               "predicted", "measured", "error_percent"]
+    columns = ["model", "batch_size", "num_workers", "devices_per_node", "num_ps", "variable_update",
+               "network", "predicted", "measured", "error_percent"]
     table = report.markdown_table(rows, columns)
     if not rows:
         return table
