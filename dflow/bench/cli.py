@@ -100,7 +100,7 @@ def _add_harness_arguments(p: argparse.ArgumentParser) -> None:
     collective.add_argument("--compact_gradient_transfer", action="store_const", const=True,
                             help="send gradients as float16 (half the bytes)")
     collective.add_argument("--allreduce_algorithm", choices=ALGORITHMS,
-                            help="ring, tree (recursive doubling) or auto: tree below 64 KiB (default)")
+                            help="ring, tree (recursive doubling) or auto: tree below 1 MiB (default)")
 
 
 def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:

@@ -111,6 +111,58 @@ def table(results: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
+def _time_allreduce(task_index: int, target: str, workers: int, sizes, algorithms, steps: int) -> dict:
+    """One replica of :func:`time_algorithms`: the median seconds of each (algorithm, size)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    import dflow as tf
+    from dflow.ops import collective_ops
+
+    group = [f"/job:worker/task:{i}" for i in range(workers)]
+    timings = {}
+    with tf.device(group[task_index]):
+        ops = {}
+        for algorithm in algorithms:
+            for size in sizes:
+                x = tf.placeholder(tf.float32, [size // 4])
+                key = f"time/{algorithm}/{size}"
+                (total,) = collective_ops.all_reduce([x], group, key, algorithm=algorithm)
+                ops[algorithm, size] = (x, total)
+    with tf.Session(target) as sess:
+        for (algorithm, size), (x, total) in ops.items():
+            value, seconds = np.ones(size // 4, np.float32), []
+            for _ in range(steps + 2):  # two to warm up
+                start = time.perf_counter()
+                sess.run(total.op, {x: value})
+                seconds.append(time.perf_counter() - start)
+            timings[f"{algorithm} {size}"] = statistics.median(seconds[2:])
+    return timings
+
+
+def time_algorithms(workers: int, sizes=(1024, 16 * 1024, 256 * 1024, 2**20, 4 * 2**20, 16 * 2**20),
+                    algorithms=("ring", "tree"), steps: int = 10, network: str = "none") -> dict:
+    """Median milliseconds of one allreduce per (algorithm, buffer bytes) on ``workers`` workers:
+    what ``algorithm="auto"``'s threshold (:data:`~dflow.distributed.collective.TREE_MAX_BYTES`)
+    is chosen from."""
+    import contextlib
+
+    import dflow as tf
+
+    if network == "none":
+        cluster = tf.cluster.local(ps=0, workers=workers)
+    else:
+        from .network import shaped_cluster
+
+        cluster = shaped_cluster(0, workers, network)
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(cluster)
+        results = tf.replicate(_time_allreduce, cluster, cluster.target, workers, sizes, algorithms, steps)
+    return {key: 1000 * max(r[key] for r in results) for key in results[0]}  # the slowest member's
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="cifar10", help="default cifar10 (1.07M parameters)")
     p.add_argument("--batch_size", type=int, help="per worker (default: the model's)")
@@ -128,6 +180,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num_batches", type=int, default=30)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--output", help="append each run's record as a JSON line here")
+    p.add_argument("--algorithms", action="store_true",
+                   help="instead: time one allreduce, ring vs tree, over buffer sizes (1 KiB .. 16 MiB)")
 
 
 def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
@@ -141,6 +195,14 @@ def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         print(f"dflow bench modes: error: unknown mode(s) {', '.join(unknown)}; the modes are "
               f"{', '.join(VARIABLE_UPDATES)}", file=sys.stderr)
         return 2
+    if args.algorithms:
+        workers = args.num_workers * args.devices_per_node
+        timings = time_algorithms(workers, network=args.network)
+        echo(f"one allreduce on {workers} workers, network {args.network}: median ms (slowest member)")
+        echo("| bytes | ring | tree |\n| ---: | ---: | ---: |")
+        for size in sorted({int(key.split()[1]) for key in timings}):
+            echo(f"| {size:,} | {timings[f'ring {size}']:.2f} | {timings[f'tree {size}']:.2f} |")
+        return 0
     base = {key: getattr(args, key) for key in ("model", "batch_size", "num_workers", "devices_per_node",
                                                  "num_ps", "network", "num_warmup_batches", "num_batches",
                                                  "repeats") if getattr(args, key) is not None}

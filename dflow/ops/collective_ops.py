@@ -107,7 +107,7 @@ def all_reduce(tensors, group, instance_key: str, average: bool = False, algorit
     instance_key : str
         Names this collective; the members' ops must share it.
     algorithm : str
-        ``"ring"``, ``"tree"`` (recursive doubling) or ``"auto"`` (tree below 64 KiB).
+        ``"ring"``, ``"tree"`` (recursive doubling) or ``"auto"`` (tree below 1 MiB).
     names : list of str, optional
         What each tensor is (e.g. its variable's name), compared across members so that
         replicas of different models are named in the error instead of summed.
