@@ -1,5 +1,6 @@
 import importlib.util
 
+import numpy as np
 import pytest
 
 import dflow as tf
@@ -28,3 +29,42 @@ def fresh_default_graph():
     tf.reset_default_graph()
     yield
     tf.reset_default_graph()
+
+
+def local_cluster_fixture(ps: int, workers: int):
+    """A module's ``cluster`` fixture: one embedded cluster for the module's tests.
+
+    >>> cluster = local_cluster_fixture(ps=1, workers=2)  # doctest: +SKIP
+    """
+
+    @pytest.fixture(scope="module")
+    def cluster():
+        with tf.cluster.local(ps=ps, workers=workers) as c:
+            yield c
+
+    return cluster
+
+
+@pytest.fixture
+def target(request):
+    """The module's cluster's target; its variables are forgotten after each test."""
+    cluster = request.getfixturevalue("cluster")
+    yield cluster.target
+    tf.Session.reset(cluster.target)
+
+
+def train_linear_regression(cluster, steps: int = 10) -> list[float]:
+    """Fit y = 3x + 2 with the variables on the cluster's PS; the loss of each step."""
+    rng = np.random.default_rng(0)
+    xs = rng.uniform(-1, 1, (64, 1)).astype(np.float32)
+    ys = 3.0 * xs + 2.0 + rng.normal(0, 0.05, xs.shape).astype(np.float32)
+    x = tf.placeholder(tf.float32, [None, 1], name="x")
+    y = tf.placeholder(tf.float32, [None, 1], name="y")
+    with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):  # variables on /job:ps/task:0
+        weights = tf.Variable(tf.zeros([1, 1]), name="weights")
+        bias = tf.Variable(tf.zeros([1]), name="bias")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
+        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+    with tf.Session(cluster.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        return [float(sess.run([train, loss], {x: xs, y: ys})[1]) for _ in range(steps)]

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import local_cluster_fixture
 from distributed.comm.core import CommClosedError
 
 import dflow as tf
@@ -18,16 +19,7 @@ from dflow.runtime.session import prune
 PS0, PS1, W0, W1 = "/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0", "/job:worker/task:1"
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with tf.cluster.local(ps=2, workers=2) as c:
-        yield c
-
-
-@pytest.fixture
-def target(cluster):
-    yield cluster.target
-    tf.Session.reset(cluster.target)
+cluster = local_cluster_fixture(ps=2, workers=2)
 
 
 # ---- the shared suite: one builder, two sessions, the same numbers ---------------------------

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from conftest import train_linear_regression
 
 import dflow as tf
 from dflow.bench import network
@@ -44,22 +44,6 @@ def _network_namespace_of_each_role(cluster) -> dict[str, str]:
     return dict(found.values())
 
 
-def _train_linear_regression(cluster, steps: int = 10) -> list[float]:
-    rng = np.random.default_rng(0)
-    xs = rng.uniform(-1, 1, (64, 1)).astype(np.float32)
-    ys = 3.0 * xs + 2.0
-    x = tf.placeholder(tf.float32, [None, 1], name="x")
-    y = tf.placeholder(tf.float32, [None, 1], name="y")
-    with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):  # variables on /job:ps/task:0
-        weights = tf.Variable(tf.zeros([1, 1]), name="weights")
-        bias = tf.Variable(tf.zeros([1]), name="bias")
-        loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
-        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
-    with tf.Session(cluster.target) as sess:
-        sess.run(tf.global_variables_initializer())
-        return [float(sess.run([train, loss], {x: xs, y: ys})[1]) for _ in range(steps)]
-
-
 @pytest.fixture(scope="module")
 def gbit_cluster():
     with shaped_cluster(ps=1, workers=2, network="1gbit") as cluster:
@@ -76,7 +60,7 @@ def test_each_role_has_its_own_namespace_and_a_session_step_runs(gbit_cluster):
     assert os.readlink("/proc/self/ns/net") not in namespaces.values()
     owned = [name for name, owner in dflow_namespaces().items() if owner == os.getpid()]
     assert {name.split("-", 3)[3] for name in owned} == {"hub", "scheduler", "ps-0", "worker-0", "worker-1"}
-    losses = _train_linear_regression(gbit_cluster)
+    losses = train_linear_regression(gbit_cluster)
     assert losses[-1] < 0.1 * losses[0]
     tf.Session.reset(gbit_cluster.target)
 

@@ -5,6 +5,7 @@ training of the same model."""
 
 import numpy as np
 import pytest
+from conftest import local_cluster_fixture
 
 import dflow as tf
 
@@ -25,16 +26,7 @@ def linear_model(x, y):
     return tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y)), (w, b)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with tf.cluster.local(ps=1, workers=WORKERS) as c:
-        yield c
-
-
-@pytest.fixture
-def target(cluster):
-    yield cluster.target
-    tf.Session.reset(cluster.target)
+cluster = local_cluster_fixture(ps=1, workers=WORKERS)
 
 
 def single_process(steps: int, learning_rate: float):

@@ -9,8 +9,8 @@ import shutil
 import subprocess
 import time
 
-import numpy as np
 import pytest
+from conftest import train_linear_regression
 
 import dflow as tf
 
@@ -59,22 +59,6 @@ def _print_logs(log_dir) -> None:
         print(f"---- {path.name}\n{path.read_text()[-3000:]}")
 
 
-def _train_linear_regression(cluster, steps: int = 15) -> list[float]:
-    rng = np.random.default_rng(0)
-    xs = rng.uniform(-1, 1, (64, 1)).astype(np.float32)
-    ys = 3.0 * xs + 2.0 + rng.normal(0, 0.05, xs.shape).astype(np.float32)
-    x = tf.placeholder(tf.float32, [None, 1], name="x")
-    y = tf.placeholder(tf.float32, [None, 1], name="y")
-    with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):  # variables on /job:ps/task:0
-        weights = tf.Variable(tf.zeros([1, 1]), name="weights")
-        bias = tf.Variable(tf.zeros([1]), name="bias")
-        loss = tf.reduce_mean(tf.square(tf.matmul(x, weights) + bias - y))
-        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
-    with tf.Session(cluster.target) as sess:
-        sess.run(tf.global_variables_initializer())
-        return [float(sess.run([train, loss], {x: xs, y: ys})[1]) for _ in range(steps)]
-
-
 def _slurm_job_of_each_role(cluster) -> dict[str, str]:
     """Role -> the Slurm job its worker process runs in; checks each role's resource and BLAS threads."""
     seen = cluster.client.run(lambda dask_worker: (
@@ -108,7 +92,7 @@ def test_each_role_is_a_slurm_job_and_a_model_trains_with_its_variables_on_the_p
                                                  job_ids["worker/0"]: ("dflow-worker-0", "RUNNING"),
                                                  job_ids["worker/1"]: ("dflow-worker-1", "RUNNING")}
 
-            losses = _train_linear_regression(cluster)
+            losses = train_linear_regression(cluster, steps=15)
             assert losses[-1] < 0.05 * losses[0], losses
             held = cluster.client.run(
                 lambda dask_worker: sorted(dask_worker.plugins["dflow"].state.variables))

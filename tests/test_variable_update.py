@@ -4,6 +4,7 @@ the concatenated batch; the errors of a dead member and of mismatched replicas a
 
 import numpy as np
 import pytest
+from conftest import local_cluster_fixture
 
 import dflow as tf
 
@@ -64,16 +65,7 @@ def single_process(replicas):
             return sess.run({n: graph.get_tensor_by_name(f"{n}:0") for n in ["w1", "b1", "w2"]})
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with tf.cluster.local(ps=1, workers=WORKERS) as c:
-        yield c
-
-
-@pytest.fixture
-def target(cluster):
-    yield cluster.target
-    tf.Session.reset(cluster.target)
+cluster = local_cluster_fixture(ps=1, workers=WORKERS)
 
 
 @pytest.mark.slow

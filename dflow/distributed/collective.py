@@ -160,8 +160,8 @@ class _Collective:
                     self.comm._post(peer, kind="fail", key=self.key, reason=reason)
             raise
         finally:
-            self.comm.busy_s += time.perf_counter() - begin
-            with self.comm._runs_lock:
+            with self.comm._runs_lock:  # (collectives of several buckets finish concurrently)
+                self.comm.busy_s += time.perf_counter() - begin
                 self.comm.events.append((self.key[0], wall, time.time()))
 
     # ---- the algorithms -----------------------------------------------------------------
