@@ -87,3 +87,20 @@ def test_advise_predicts_one_device_and_in_graph_sweeps_from_their_fewest_device
                     record(800.0, "replicated", 2, 0.2, bytes_per_step=two, communication_s_per_step=0.04)])
     # the 2-device point: the 1-device compute, a ring of 2 moving 4 MB at 8 MB / 40 ms, 2 messages
     assert rows[1]["predicted"] == pytest.approx(200 / (0.2 + 0.02 + 0.002))
+
+
+def test_io_overhead_compares_the_best_on_real_data_with_the_best_on_synthetic():
+    from dflow.bench import report, sweeps
+
+    def record(ips, update, data_dir=None):
+        settings = {**sweeps.DEFAULT_SETTINGS, "variable_update": update, "data_dir": data_dir}
+        return {"settings": settings, "images_per_sec": [ips], "images_per_sec_mean": ips,
+                "images_per_sec_std": 0.0}
+
+    records = [record(500.0, "parameter_server"), record(400.0, "distributed_replicated"),
+               record(300.0, "parameter_server", "store.zarr"),
+               record(450.0, "distributed_replicated", "store.zarr")]
+    figure = sweeps.PRESETS["bugliarello2017-ps-sweep"].figure
+    real = next(r for r in report.rows(records, figure) if r["data"] == "real")
+    assert real["variable_update"] == "distributed_replicated"  # each data's best, not the same setup
+    assert real["io_overhead_percent"] == pytest.approx((500 - 450) / 500 * 100)
