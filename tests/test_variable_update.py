@@ -163,3 +163,22 @@ def test_gradients_are_fused_into_buckets_from_the_last_layer():
         pairs = [(v.value(), v) for v in variables]
         assert [[v.op.name for _, v in b] for b in fuse(pairs, 1000)] == [["v3"], ["v2", "v1", "v0"]]
         assert len(fuse(pairs, 0)) == 4
+
+
+def copies_at_start(task_index, target, spec, mode):
+    update = tf.train.VariableUpdate(mode, spec, task_index, devices_per_node=2)
+    with tf.device(update.device()):
+        x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
+        weights = tf.get_variable("w", [5, 3])  # a random initializer: each replica draws its own
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=x @ weights))
+        update.optimizer(tf.train.GradientDescentOptimizer(0.1)).minimize(
+            loss, global_step=tf.train.get_or_create_global_step())
+    with tf.train.MonitoredTrainingSession(target, is_chief=update.is_chief, hooks=update.hooks()) as sess:
+        return sess.run(weights)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["distributed_replicated", "allreduce"])
+def test_every_copy_starts_from_the_same_values(cluster, target, mode):
+    values = tf.replicate(copies_at_start, cluster, target, cluster.spec, mode)
+    assert all(np.array_equal(v, values[0]) for v in values[1:])

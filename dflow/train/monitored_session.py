@@ -200,8 +200,10 @@ class MonitoredTrainingSession:
                 self._session.run(init_op)
         else:
             self._wait_until_ready(not_ready, [v.op.name for v in variables], max_wait_secs)
-        # each replica's own variables (copies of the shared ones), once those are ready
-        self._session.run([local_init, graph.get_collection(GraphKeys.LOCAL_INIT_OP)])
+        # each replica's own variables, then (a run later: after, not beside, their initializers)
+        # the ops that make them copies of the shared ones
+        self._session.run(local_init)
+        self._session.run(graph.get_collection(GraphKeys.LOCAL_INIT_OP))
         for hook in self._hooks:
             hook.after_create_session(self._session, None)
         self._stop = False
