@@ -31,6 +31,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from ..distributed.collective import ring_bytes
 from ..train.variable_update import VARIABLE_UPDATES
 
 __all__ = ["add_arguments", "main", "compare", "expected_sent_per_worker", "measured", "TECHNIQUES"]
@@ -48,10 +49,10 @@ def expected_sent_per_worker(mode: str, param_bytes: int, workers: int, devices_
     if mode == "parameter_server":
         return float(param_bytes)
     if mode in ("replicated", "allreduce"):
-        return 2 * (workers - 1) / workers * param_bytes
+        return ring_bytes(param_bytes, workers)
     if mode == "distributed_replicated":
         d = devices_per_node
-        per_node = d * 2 * (d - 1) / d * param_bytes + param_bytes + (d - 1) * param_bytes
+        per_node = d * ring_bytes(param_bytes, d) + param_bytes + (d - 1) * param_bytes
         return per_node / d
     return 0.0
 
