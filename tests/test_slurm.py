@@ -127,3 +127,14 @@ def test_slurm_refusing_or_queueing_the_jobs_says_why(slurm_here, tmp_path):
                          local_directory=str(tmp_path))
     job_ids = re.findall(r"\(job (\d+)\)", str(error.value))
     assert len(job_ids) == 2 and _gone_from_squeue(job_ids)
+
+
+@pytest.mark.slurm
+def test_the_allreduce_runs_between_slurm_jobs(slurm_here):
+    from dflow.bench.harness import run_benchmark
+
+    record = run_benchmark({"model": "mnist_dnn", "cluster": "slurm", "num_workers": 2, "num_ps": 0,
+                            "variable_update": "allreduce", "batch_size": 8, "num_warmup_batches": 1,
+                            "num_batches": 3, "repeats": 1}, echo=lambda line: None)
+    params = record["param_bytes"]  # a ring of 2 sends each worker's whole buffer to the other
+    assert record["bytes_per_step"] == {"worker/0->worker/1": params, "worker/1->worker/0": params}
