@@ -130,8 +130,10 @@ def test_slurm_refusing_or_queueing_the_jobs_says_why(slurm_here, tmp_path):
 
 
 @pytest.mark.slurm
-def test_the_allreduce_runs_between_slurm_jobs(slurm_here):
+def test_the_allreduce_runs_between_slurm_jobs(slurm_here, tmp_path, monkeypatch):
     from dflow.bench.harness import run_benchmark
+
+    monkeypatch.chdir(tmp_path)  # where sbatch writes the jobs' slurm-N.out
 
     record = run_benchmark({"model": "mnist_dnn", "cluster": "slurm", "num_workers": 2, "num_ps": 0,
                             "variable_update": "allreduce", "batch_size": 8, "num_warmup_batches": 1,
