@@ -233,14 +233,46 @@ def test_sweep_command_line_rewrites_the_report(tmp_path):
 # ---- advice ------------------------------------------------------------------------------------
 def test_predict_ps_distributed_replicated_and_allreduce_traffic():
     common = dict(step_time_s=0.1, variable_bytes=1_000_000, bandwidth=1e6, batch_size=10, latency_s=0.0)
-    ps = advise.predict(**common, num_workers=4, num_ps=2, devices_per_node=2)
-    assert ps.busiest_link_bytes == 2 * 1e6 * 8 / 2  # per device, shared by 2 PS
-    replicated = advise.predict(**common, num_workers=4, num_ps=2, devices_per_node=2,
+    ps = advise.predict(**common, num_workers=8, num_ps=2, devices_per_node=2)
+    assert ps.busiest_link_bytes == 1e6 * 16 / 2  # per device, each way at once, shared by 2 PS
+    replicated = advise.predict(**common, num_workers=8, num_ps=2, devices_per_node=2,
                                 variable_update="distributed_replicated")
-    assert replicated.busiest_link_bytes == 2 * 1e6 * 4 / 2  # per node
+    assert replicated.busiest_link_bytes == 1e6 * 8 / 2  # per node
     ring = advise.predict(**common, num_workers=4, variable_update="allreduce")
     assert ring.busiest_link_bytes == 2 * 3 / 4 * 1e6 and ring.num_ps == 0
     assert ring.images_per_sec == pytest.approx(40 / (0.1 + 1.5))
+
+
+def test_a_ps_link_carries_reads_and_gradients_at_once_a_worker_link_in_turn():
+    common = dict(step_time_s=0.0, variable_bytes=1_000_000, bandwidth=1e6, batch_size=10, latency_s=0.0)
+    alone = advise.predict(**common, num_workers=1)
+    assert alone.communication_s == pytest.approx(2.0)  # its reads, then its gradients
+    two = advise.predict(**common, num_workers=2)
+    assert two.communication_s == pytest.approx(2.0)  # the PS: 2 MB out while 2 MB come in
+    four = advise.predict(**common, num_workers=4)
+    assert four.communication_s == pytest.approx(4.0)  # the PS's link is the busier now
+
+
+def test_devices_on_one_machine_share_its_cores():
+    assert advise.core_sharing(1, cores=2) == 1.0 and advise.core_sharing(2, cores=2) == 2.0
+    assert advise.core_sharing(4, cores=2) == 4.0 and advise.core_sharing(3, cores=8) == 4.0
+    assert advise.core_sharing(4, cores=None) == 1.0
+    common = dict(step_time_s=0.1, variable_bytes=0, bandwidth=1e6, batch_size=10, latency_s=0.0)
+    assert advise.predict(**common, num_workers=2, cores=2).compute_s == pytest.approx(0.2)
+    assert advise.predict(**common, num_workers=2).compute_s == pytest.approx(0.1)
+
+
+def test_compare_slows_compute_by_the_cores_a_record_shared():
+    def run(workers: int, compute: float, ips: float, cluster: str = "local") -> dict:
+        result = record(ips, num_workers=workers, variable_update="independent", num_ps=0, cluster=cluster)
+        return {**result, "compute_s_per_step": compute, "machine": {"cores": 2}}
+
+    # one worker on both cores: 0.1 s a step; two get a core each and take 0.2 s
+    rows = advise.compare([run(1, 0.1, 1000.0), run(2, 0.2, 1000.0)], bandwidth=1e9)
+    assert rows[1]["predicted"] == pytest.approx(1000.0)
+    # on a GPU cluster each device has its own: no slowdown
+    rows = advise.compare([run(1, 0.1, 1000.0, "cuda"), run(2, 0.1, 2000.0, "cuda")], bandwidth=1e9)
+    assert rows[1]["predicted"] == pytest.approx(2000.0)
 
 
 def test_greedy_placement_balances_what_round_robin_does_not():

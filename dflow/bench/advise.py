@@ -4,18 +4,27 @@ A simple analytic model: a synchronous step takes one worker device's compute
 time plus the time its busiest link needs to carry the step's bytes, plus a
 per-message latency::
 
-    images/sec = devices x batch / (compute + bytes on the busiest link / bandwidth + messages x latency)
+    images/sec = devices x batch / (compute x sharing + busiest link's bytes / bandwidth + messages x latency)
 
-What crosses the busiest link, per step, with P parameter bytes:
+What crosses the busiest link, per step, with P parameter bytes, counting a
+link's two directions as one would (full duplex) when they carry different
+workers' traffic at once, and adding them when they take turns:
 
 - ``parameter_server``: each worker device reads every variable and sends every
-  gradient back, so a PS's link carries 2 x P x share x N (N devices, share = the
-  busiest PS's part of P: 1/M when balanced; round-robin placement of unequal
-  variables is not balanced), and a worker's link 2 x P;
+  gradient back. A worker's link carries its reads, then (after its compute) its
+  gradients: 2 x P per device on it. A PS's link carries every device's reads out
+  and their gradients in at once: P x share x N (N devices, share = the busiest
+  PS's part of P: 1/M when balanced; round-robin placement of unequal variables
+  is not balanced). The busier of the two sets the time;
 - ``distributed_replicated``: each node first sums its devices' gradients, so the
-  PS traffic is per node instead of per device: 2 x P x share x nodes;
-- ``allreduce`` (ring): each worker sends and receives 2 (N-1)/N x P, in
+  PS traffic is per node instead of per device: P x share x nodes, and 2 x P on a node's link;
+- ``allreduce`` (ring): each worker sends and receives 2 (N-1)/N x P at once, in
   2 (N-1) messages, and there is no PS.
+
+``sharing`` is how much slower a device computes beside the others on one
+machine (:func:`core_sharing`): ``tf.cluster.local`` gives each of D workers
+``cores // D`` BLAS threads, so a lone worker computes on every core and two on
+half each; with a core or GPU per device (a cluster) it is 1.
 
 :func:`predict` gives one configuration, :func:`advise` tabulates worker and PS
 counts and recommends the PS count and placement, :func:`compare` puts a sweep's
@@ -23,10 +32,10 @@ measured images/sec beside the prediction from its own single-worker run.
 
 >>> p = predict(step_time_s=0.1, variable_bytes=4_000_000, bandwidth="1gbit", batch_size=100,
 ...             num_workers=4, num_ps=2)
->>> round(p.communication_s, 3)  # 2 x 4 MB x 4 workers / 2 PS = 16 MB at 125 MB/s, + 2 ms
-0.13
->>> round(p.images_per_sec)  # 400 images in 0.1 + 0.13 s
-1739
+>>> round(p.communication_s, 3)  # 4 MB x 4 workers / 2 PS = 8 MB each way at 125 MB/s, + 2 ms
+0.066
+>>> round(p.images_per_sec)  # 400 images in 0.1 + 0.066 s
+2410
 """
 
 from __future__ import annotations
@@ -39,9 +48,9 @@ from dataclasses import asdict, dataclass
 
 from . import report
 
-__all__ = ["Prediction", "Advice", "predict", "advise", "compare", "ps_loads", "parse_bandwidth",
-           "model_variable_bytes", "format_advice", "format_compare", "add_arguments", "main",
-           "VARIABLE_UPDATES", "NETWORK_BYTES_PER_SEC"]
+__all__ = ["Prediction", "Advice", "predict", "core_sharing", "advise", "compare", "ps_loads",
+           "parse_bandwidth", "model_variable_bytes", "format_advice", "format_compare", "add_arguments",
+           "main", "VARIABLE_UPDATES", "NETWORK_BYTES_PER_SEC"]
 
 VARIABLE_UPDATES = ("parameter_server", "distributed_replicated", "allreduce")
 STRATEGIES = ("round_robin", "greedy")
@@ -108,15 +117,32 @@ class Prediction:
     images_per_sec: float
 
 
+def core_sharing(devices: int, cores: int | None) -> float:
+    """How much slower each of ``devices`` worker devices on one machine of ``cores`` computes
+    than a lone device on all of them.
+
+    ``tf.cluster.local`` gives each worker ``cores // devices`` BLAS threads (the step is mostly
+    GEMM, which scales with them), so a device computes on that many cores, or on a
+    ``cores / devices`` share of one when they outnumber the cores; a lone device has all
+    ``cores``. ``cores=None``: each device has its own (a cluster, or GPUs), no slowdown.
+
+    >>> core_sharing(1, cores=2), core_sharing(2, cores=2), core_sharing(3, cores=8), core_sharing(8, None)
+    (1.0, 2.0, 4.0, 1.0)
+    """
+    return cores / min(max(1, cores // devices), cores / devices) if cores else 1.0
+
+
 def predict(step_time_s: float, variable_bytes: int | Sequence[int], bandwidth: str | float,
             batch_size: int, num_workers: int, num_ps: int = 1, variable_update: str = "parameter_server",
             ps_strategy: str = "round_robin", devices_per_node: int = 1,
-            latency_s: float = LATENCY_S) -> Prediction:
+            latency_s: float = LATENCY_S, cores: int | None = None) -> Prediction:
     """images/sec of ``num_workers`` nodes (``devices_per_node`` each) and ``num_ps`` PS.
 
-    ``step_time_s`` is one device's compute time for one batch (a single-worker run's
-    ``compute_s_per_step``); ``variable_bytes`` the model's trainable variables (sizes in
-    creation order, or their total); ``bandwidth`` a link's bytes/sec (or ``"1gbit"``).
+    ``step_time_s`` is one device's compute time for one batch with the cores to itself (a
+    single-worker run's ``compute_s_per_step``); ``variable_bytes`` the model's trainable
+    variables (sizes in creation order, or their total); ``bandwidth`` a link's bytes/sec (or
+    ``"1gbit"``); ``cores``: the cores of the one machine whose worker devices share them
+    (each one's compute slows by :func:`core_sharing`), or None when each has its own.
     """
     total = variable_bytes if isinstance(variable_bytes, int | float) else sum(variable_bytes)
     link = parse_bandwidth(bandwidth)
@@ -127,15 +153,18 @@ def predict(step_time_s: float, variable_bytes: int | Sequence[int], bandwidth: 
     elif variable_update in ("parameter_server", "distributed_replicated"):
         share = max(ps_loads(variable_bytes, num_ps, ps_strategy)) / total if total else 0
         senders = devices if variable_update == "parameter_server" else num_workers
+        # a worker reads, computes, then sends: its two directions take turns; a PS's
+        # reads out and gradients in come from different workers at once (full duplex)
         worker_link = 2 * total * (devices_per_node if variable_update == "parameter_server" else 1)
-        link_bytes = max(2 * total * share * senders, worker_link)
+        link_bytes = max(total * share * senders, worker_link)
         messages = 2
     else:
         raise ValueError(f"variable_update must be one of {VARIABLE_UPDATES}, got {variable_update!r}")
+    compute = step_time_s * core_sharing(devices, cores)
     communication = link_bytes / link + messages * latency_s
     return Prediction(variable_update, num_workers, num_ps, ps_strategy, devices_per_node, batch_size,
-                      step_time_s, communication, link_bytes,
-                      devices * batch_size / (step_time_s + communication))
+                      compute, communication, link_bytes,
+                      devices * batch_size / (compute + communication))
 
 
 # ---- advice ------------------------------------------------------------------------------------
@@ -253,18 +282,27 @@ def _link_bandwidth(base: dict, group: Sequence[dict], bandwidth: str | float | 
     return _record_bandwidth(source, bandwidth)
 
 
-def _predict_record(s: dict, base: dict, link: float | None, sizes, latency_s: float) -> float:
-    """images/sec the model predicts for a record's settings, calibrated on ``base``."""
-    compute, devices = _step_compute_s(base), s["num_workers"] * s.get("devices_per_node", 1)
-    if link is None:  # nothing shared: each device alone
-        return devices * s["batch_size"] / compute
+def _machine_cores(record: dict) -> int | None:
+    """The cores all of a record's workers and PS shared: one machine's, unless GPUs compute."""
+    on_one_machine = record["settings"].get("cluster", "local") == "local"
+    return (record.get("machine") or {}).get("cores") if on_one_machine else None
+
+
+def _prediction(s: dict, compute: float, link: float, sizes, latency_s: float,
+                cores: int | None) -> Prediction:
+    """The model's prediction for a record's settings."""
     if s["variable_update"] == "replicated":  # in-graph: the node's devices reduce as a ring
-        return predict(compute, sizes, link, s["batch_size"], devices, 0, "allreduce",
-                       latency_s=latency_s).images_per_sec
+        return predict(compute, sizes, link, s["batch_size"], _devices({"settings": s}), 0, "allreduce",
+                       latency_s=latency_s, cores=cores)
     update = s["variable_update"] if s["variable_update"] in VARIABLE_UPDATES else "parameter_server"
     return predict(compute, sizes, link, s["batch_size"], s["num_workers"], max(1, s.get("num_ps", 1)),
                    update, s.get("ps_strategy", "round_robin"), s.get("devices_per_node", 1),
-                   latency_s).images_per_sec
+                   latency_s, cores)
+
+
+def _unshared_compute_s(base: dict, cores: int | None) -> float:
+    """The baseline's compute per step on all the cores: measured, less its own sharing."""
+    return _step_compute_s(base) / core_sharing(_devices(base), cores)
 
 
 def compare(records: Sequence[dict], bandwidth: str | float | None = None,
@@ -276,7 +314,9 @@ def compare(records: Sequence[dict], bandwidth: str | float | None = None,
     of the record with the fewest workers of the same model, batch, data and network, its
     ``param_bytes`` (or ``variable_bytes[model]``, the sizes in creation order, for the
     placement's imbalance) and the link's bandwidth (given; else the shaped ``network``;
-    else measured from the baseline's bytes and communication time).
+    else measured from the baseline's bytes and communication time). Where the record ran on
+    one machine (``cluster="local"``), its ``machine.cores`` are shared: the baseline's compute
+    is divided by its own :func:`core_sharing` and each point's multiplied by its own.
     """
     groups: dict[tuple, list[dict]] = {}
     for record in records:
@@ -288,8 +328,14 @@ def compare(records: Sequence[dict], bandwidth: str | float | None = None,
         key = _calibration_key(s)
         base = baselines[key]
         sizes = (variable_bytes or {}).get(s["model"]) or int(base["param_bytes"])
-        link = _link_bandwidth(base, groups[key], bandwidth) if _communicates(s) else None
-        predicted = _predict_record(s, base, link, sizes, latency_s)
+        cores = _machine_cores(record)
+        compute = _unshared_compute_s(base, cores)
+        if _communicates(s):
+            link = _link_bandwidth(base, groups[key], bandwidth)
+            predicted = _prediction(s, compute, link, sizes, latency_s, cores).images_per_sec
+        else:  # nothing shared but the cores: each device alone
+            devices = _devices(record)
+            predicted = devices * s["batch_size"] / (compute * core_sharing(devices, cores))
         measured = record["images_per_sec_mean"]
         rows.append({**{k: s.get(k) for k in report.ROW_SETTINGS}, "predicted": predicted,
                      "measured": measured, "error_percent": (predicted - measured) / measured * 100})
