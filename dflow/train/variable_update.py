@@ -200,7 +200,7 @@ class DistributedReplicatedOptimizer(Optimizer):
     def __init__(self, opt: Optimizer, update: VariableUpdate, name: str = "DistributedReplicated",
                  **collective):
         super().__init__(False, name)
-        self._opt, self._update = opt, update
+        self._update = update
         self._node_sum = AllReduceOptimizer(opt, update.node, average=False, name=f"{name}/node",
                                             **collective)
         self._leader = update.worker_device == update.node[0]
@@ -240,8 +240,8 @@ class DistributedReplicatedOptimizer(Optimizer):
     def _masters(self, copies) -> list:
         """The PS copy of each local copy, named ``master/<name>``, round-robin or greedy over the PS."""
         graph, loads, masters = get_default_graph(), [0] * self._update.num_ps, []
+        greedy = self._update.ps_strategy == "greedy"
         for copy in copies:
-            greedy = self._update.ps_strategy == "greedy"
             task = loads.index(min(loads)) if greedy else len(masters) % len(loads)
             loads[task] += variable_bytes(copy)
             with graph.name_scope(None), graph.device(None), graph.device(f"/job:ps/task:{task}"):
