@@ -199,6 +199,9 @@ def _build(tf, spec, settings, args, optimizer_wrapper=None) -> TrainingGraph:
     if optimizer_wrapper is not None:
         optimizer = optimizer_wrapper(optimizer)
     train_op = optimizer.minimize(loss, global_step=global_step)
+    update_ops = tf.get_collection(tf.GraphKeys.UPDATE_OPS)  # batch norm's moving averages
+    if update_ops:
+        train_op = tf.group(train_op, *update_ops)
     if classifier:
         metric = tf.reduce_sum(tf.cast(tf.nn.in_top_k(outputs, targets, 1), tf.int32))
     else:
@@ -299,11 +302,15 @@ def _save(saver, sess, checkpoint_dir: str, step: int) -> None:
 
 def _evaluate(sess, g, data, regression: bool) -> tuple[float, int, list[float]]:
     """The test metric summed over the test split, its size, and (regression) weight and bias."""
+    from .models.layers import IS_TRAINING
+
     total, count = 0.0, 0
     for x, y in data.test_batches():
         feed = {g.inputs: x, g.targets: y}
         if g.keep_prob is not None:
             feed[g.keep_prob] = 1.0
+        for training in sess.graph.get_collection(IS_TRAINING):  # batch norm: the moving averages
+            feed[training] = False
         total += float(sess.run(g.metric, feed))
         count += len(y)
     trainable = sess.graph.get_collection("trainable_variables") if regression else []

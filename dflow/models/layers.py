@@ -1,0 +1,89 @@
+"""The building blocks of the ImageNet models (ResNet-50, Inception v3), as tf_cnn_benchmarks'
+``ConvNetBuilder`` has them: a convolution without bias, then batch normalization and ReLU.
+
+Batch normalization normalizes with the batch's moments while training and with
+moving averages of them at test time. Which one is a graph-wide flag,
+:func:`is_training` (a ``placeholder_with_default(True)``: feed it False to evaluate);
+the moving averages' updates go to ``GraphKeys.UPDATE_OPS``, which the train op
+runs, as in TF 1.x.
+
+>>> import dflow as tf
+>>> from dflow.models import layers
+>>> with tf.Graph().as_default():
+...     x = tf.placeholder(tf.float32, [None, 8, 8, 3])
+...     y = layers.conv_bn_relu(x, 16, 3, 2, "NHWC", name="conv0")
+...     y.shape.as_list(), len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+([None, 4, 4, 16], 2)
+"""
+
+from __future__ import annotations
+
+import math
+
+import dflow as tf
+
+from .layout import window
+
+__all__ = ["is_training", "conv2d", "batch_norm", "conv_bn_relu", "BATCH_NORM_DECAY",
+           "BATCH_NORM_EPSILON", "IS_TRAINING"]
+
+# tf_cnn_benchmarks' --batchnorm_decay and --batchnorm_epsilon defaults
+BATCH_NORM_DECAY = 0.997
+BATCH_NORM_EPSILON = 1e-5
+IS_TRAINING = "is_training"  # the collection that holds the graph's flag
+
+
+def is_training():
+    """The graph's train/test flag for batch normalization: True unless fed False."""
+    found = tf.get_collection(IS_TRAINING)
+    if found:
+        return found[0]
+    with tf.get_default_graph().name_scope(None):
+        flag = tf.placeholder_with_default(True, [], name="is_training")
+    tf.add_to_collection(IS_TRAINING, flag)
+    return flag
+
+
+def conv2d(x, filters: int, kernel: int | tuple[int, int], stride: int, data_format: str,
+           padding: str = "SAME", name: str = "conv"):
+    """A convolution without bias (batch normalization follows), He-initialized."""
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    channels = x.shape.as_list()[1 if data_format == "NCHW" else 3]
+    with tf.variable_scope(name):
+        weights = tf.get_variable(
+            "weights", [kh, kw, channels, filters],
+            initializer=tf.truncated_normal_initializer(stddev=math.sqrt(2.0 / (kh * kw * channels))))
+        return tf.nn.conv2d(x, weights, window(stride, data_format), padding=padding,
+                            data_format=data_format)
+
+
+def batch_norm(x, data_format: str, decay: float = BATCH_NORM_DECAY,
+               epsilon: float = BATCH_NORM_EPSILON, name: str = "batchnorm"):
+    """Normalize each channel of ``x`` (4-D, in ``data_format``), then scale and shift it."""
+    channel_axis = 1 if data_format == "NCHW" else 3
+    channels = x.shape.as_list()[channel_axis]
+    broadcast = [1, channels, 1, 1] if data_format == "NCHW" else [1, 1, 1, channels]
+    with tf.variable_scope(name):
+        gamma = tf.get_variable("gamma", [channels], initializer=tf.ones_initializer())
+        beta = tf.get_variable("beta", [channels], initializer=tf.zeros_initializer())
+        moving_mean = tf.get_variable("moving_mean", [channels], initializer=tf.zeros_initializer(),
+                                      trainable=False)
+        moving_variance = tf.get_variable("moving_variance", [channels],
+                                          initializer=tf.ones_initializer(), trainable=False)
+        batch_mean, batch_variance = tf.nn.moments(x, [a for a in range(4) if a != channel_axis])
+        for moving, batch in ((moving_mean, batch_mean), (moving_variance, batch_variance)):
+            tf.add_to_collection(tf.GraphKeys.UPDATE_OPS,
+                                 tf.assign_sub(moving, (moving - batch) * (1.0 - decay)))
+        training = is_training()
+        mean = tf.where(training, batch_mean, moving_mean.value())
+        variance = tf.where(training, batch_variance, moving_variance.value())
+        scale = tf.reshape(gamma * tf.rsqrt(variance + epsilon), broadcast)
+        return x * scale + tf.reshape(beta - mean * gamma * tf.rsqrt(variance + epsilon), broadcast)
+
+
+def conv_bn_relu(x, filters: int, kernel: int | tuple[int, int], stride: int, data_format: str,
+                 padding: str = "SAME", relu: bool = True, name: str = "conv"):
+    """``conv2d``, ``batch_norm`` and (``relu=True``) ReLU under one variable scope."""
+    with tf.variable_scope(name):
+        y = batch_norm(conv2d(x, filters, kernel, stride, data_format, padding), data_format)
+        return tf.nn.relu(y) if relu else y
