@@ -29,7 +29,7 @@ __all__ = ["TraceEvent", "chrome_trace", "write_chrome_trace", "check_chrome_tra
 
 #: the activities (threads) a benchmark trace shows, in display order
 ACTIVITIES = ("step", "waiting for data", "compute", "send/recv", "waiting for PS", "waiting for workers")
-_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)|/job:(\w+)/task:(\d+)")
+_TASK = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
 
 
 class TraceEvent(NamedTuple):
@@ -45,14 +45,13 @@ class TraceEvent(NamedTuple):
 def role(task: str) -> str:
     """A task's short name: ``/job:worker/task:0`` -> ``worker/0`` (other names unchanged).
 
-    >>> role("/job:ps/task:1"), role("client")
-    ('ps/1', 'client')
+    >>> role("/job:ps/task:1"), role("/job:worker/replica:0/task:2"), role("client")
+    ('ps/1', 'worker/2', 'client')
     """
     match = _TASK.fullmatch(task)
     if match is None:
         return task
-    job, index = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
-    return f"{job}/{index}"
+    return f"{match.group(1)}/{match.group(2)}"
 
 
 def _activity(task_role: str, label: str, has_ps: bool) -> str:
