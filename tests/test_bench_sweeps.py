@@ -283,6 +283,13 @@ def test_greedy_placement_balances_what_round_robin_does_not():
         advise.ps_loads(sizes, 0)
 
 
+def test_a_total_of_variable_bytes_may_be_a_float():
+    # what predict's own total accepts; ps_loads used to iterate over a float
+    assert advise.ps_loads(4e6, 2) == [2e6, 2e6]
+    assert advise.predict(0.1, 4e6, "1gbit", 100, num_workers=4, num_ps=2) == \
+        advise.predict(0.1, 4_000_000, "1gbit", 100, num_workers=4, num_ps=2)
+
+
 def test_advise_recommends_few_ps_when_one_variable_dominates():
     # one variable holds 90% of the bytes: past 2 PS, the one holding it stays the bottleneck
     advice = advise.advise(0.05, [9_000_000, 500_000, 500_000], "1gbit", 100, workers=[8])

@@ -80,19 +80,19 @@ def parse_bandwidth(value: str | float) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def ps_loads(variable_bytes: int | Sequence[int], num_ps: int, strategy: str = "round_robin") -> list[int]:
+def ps_loads(variable_bytes: float | Sequence[int], num_ps: int, strategy: str = "round_robin") -> list[float]:
     """Bytes held by each PS when the variables (in creation order) are placed by ``strategy``.
 
     ``round_robin`` is ``replica_device_setter``'s default; ``greedy`` puts each variable on
     the least-loaded PS (``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``). A total
-    alone (an int) is taken as perfectly divisible.
+    alone (a number) is taken as perfectly divisible.
 
     >>> ps_loads([400, 4, 400, 4], 2), ps_loads([400, 4, 400, 4], 2, "greedy")
     ([800, 8], [404, 404])
     """
     if num_ps < 1:
         raise ValueError(f"num_ps must be >= 1 for a PS update, got {num_ps}")
-    if isinstance(variable_bytes, int):
+    if isinstance(variable_bytes, int | float):
         return [variable_bytes / num_ps] * num_ps
     loads = [0] * num_ps
     for index, size in enumerate(variable_bytes):
@@ -132,7 +132,7 @@ def core_sharing(devices: int, cores: int | None) -> float:
     return cores / min(max(1, cores // devices), cores / devices) if cores else 1.0
 
 
-def predict(step_time_s: float, variable_bytes: int | Sequence[int], bandwidth: str | float,
+def predict(step_time_s: float, variable_bytes: float | Sequence[int], bandwidth: str | float,
             batch_size: int, num_workers: int, num_ps: int = 1, variable_update: str = "parameter_server",
             ps_strategy: str = "round_robin", devices_per_node: int = 1,
             latency_s: float = LATENCY_S, cores: int | None = None) -> Prediction:
@@ -186,7 +186,7 @@ def _best_ps(candidates: list[Prediction]) -> Prediction:
     return max(at_fewest, key=lambda p: (p.images_per_sec, p.ps_strategy == "round_robin"))
 
 
-def advise(step_time_s: float, variable_bytes: int | Sequence[int], bandwidth: str | float, batch_size: int,
+def advise(step_time_s: float, variable_bytes: float | Sequence[int], bandwidth: str | float, batch_size: int,
            workers: Sequence[int] = (1, 2, 4, 8), devices_per_node: int = 1,
            latency_s: float = LATENCY_S) -> Advice:
     """Predict every update, PS count 1..N and placement for each worker count; recommend.
