@@ -80,7 +80,8 @@ def parse_bandwidth(value: str | float) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def ps_loads(variable_bytes: float | Sequence[int], num_ps: int, strategy: str = "round_robin") -> list[float]:
+def ps_loads(variable_bytes: float | Sequence[int], num_ps: int,
+             strategy: str = "round_robin") -> list[float]:
     """Bytes held by each PS when the variables (in creation order) are placed by ``strategy``.
 
     ``round_robin`` is ``replica_device_setter``'s default; ``greedy`` puts each variable on
