@@ -46,16 +46,17 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from ..train.variable_update import PS_STRATEGIES
 from . import report
+from .network import RATES
 
 __all__ = ["Prediction", "Advice", "predict", "core_sharing", "advise", "compare", "ps_loads",
            "parse_bandwidth", "model_variable_bytes", "format_advice", "format_compare", "add_arguments",
            "main", "VARIABLE_UPDATES", "NETWORK_BYTES_PER_SEC"]
 
 VARIABLE_UPDATES = ("parameter_server", "distributed_replicated", "allreduce")
-STRATEGIES = ("round_robin", "greedy")
 #: the harness's shaped links (``network`` setting), in bytes/sec
-NETWORK_BYTES_PER_SEC = {"1gbit": 1e9 / 8, "10gbit": 10e9 / 8}
+NETWORK_BYTES_PER_SEC = {network: bits / 8 for network, bits in RATES.items() if bits}
 #: a worker-to-worker message on loopback costs ~1 ms (MEASURED.md, Dask on loopback)
 LATENCY_S = 0.001
 #: a PS count whose prediction is this close to the best is as good, and uses fewer machines
@@ -205,7 +206,7 @@ def advise(step_time_s: float, variable_bytes: float | Sequence[int], bandwidth:
         per_update = []
         for update in ("parameter_server", "distributed_replicated"):
             candidates = [predict(**common, num_ps=m, variable_update=update, ps_strategy=s)
-                          for m in range(1, n + 1) for s in STRATEGIES]
+                          for m in range(1, n + 1) for s in PS_STRATEGIES]
             predictions += candidates
             recommended_ps[(n, update)] = _best_ps(candidates)
             per_update.append(recommended_ps[(n, update)])
@@ -220,9 +221,9 @@ def format_advice(advice: Advice) -> str:
     rows = []
     for (n, _), p in sorted(advice.recommended_ps.items()):
         rows.append(_prediction_row(p, recommended=advice.recommended[n] == p))
-    for n, best in sorted(advice.recommended.items()):
-        if best.variable_update == "allreduce" or n not in {k[0] for k in advice.recommended_ps}:
-            rows.append(_prediction_row(best, recommended=True))
+    # a PS update's best is among those rows already
+    rows += [_prediction_row(best, recommended=True) for best in advice.recommended.values()
+             if best.variable_update == "allreduce"]
     rows.sort(key=lambda r: (r["num_workers"], r["variable_update"]))
     columns = ["num_workers", "variable_update", "num_ps", "ps_strategy", "compute_ms",
                "communication_ms", "images_per_sec", "best"]
