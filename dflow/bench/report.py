@@ -26,7 +26,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["Figure", "load_records", "rows", "best_rows", "markdown_table", "plot",
            "speedup", "scaling_efficiency", "io_overhead_percent", "COLUMN_TITLES"]
@@ -73,7 +73,7 @@ class Figure:
     ideal: bool = False
     target_steps: int | None = None
     title: str = ""
-    extra_columns: tuple[str, ...] = field(default=())
+    extra_columns: tuple[str, ...] = ()
 
     def columns(self, present: Iterable[str] = ()) -> list[str]:
         """The table's columns: panels, series, x, images/sec, derived, then extras."""
@@ -228,7 +228,7 @@ def best_rows(table: Sequence[dict], over: Sequence[str]) -> list[dict]:
         key = _group_key(row, over)
         tried.setdefault(key, set()).add(row.get("num_ps"))
         if row["images_per_sec"] is not None and (
-                key not in best or row["images_per_sec"] > (best[key]["images_per_sec"] or 0)):
+                key not in best or row["images_per_sec"] > best[key]["images_per_sec"]):
             best[key] = row
     return [{**row, "ps_tried": _span(tried[key])} for key, row in best.items()]
 
@@ -364,11 +364,9 @@ def _draw_ideal(axis, points: Sequence[dict], figure: Figure, y: str) -> None:
     """The ideal line of Wang et al.'s Fig. 9: the baseline times the number of devices."""
     if not figure.ideal or y not in ("images_per_sec", "speedup"):
         return
-    key = "ideal_images_per_sec" if y == "images_per_sec" else None
-    xs = [r[figure.x] for r in points]
-    if key:
-        ideal = [r.get(key) for r in points]
+    if y == "images_per_sec":
+        ideal = [r.get("ideal_images_per_sec") for r in points]
     else:  # speedup: N / N0
         ideal = [r["devices"] / points[0]["devices"] for r in points]
     if all(v is not None for v in ideal):
-        axis.plot(xs, ideal, color="grey", linewidth=0.8, label=None)
+        axis.plot([r[figure.x] for r in points], ideal, color="grey", linewidth=0.8, label=None)
