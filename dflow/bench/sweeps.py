@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from . import report
+from .harness import append_record, run_benchmark
 from .report import Figure
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_SETTINGS", "SMALL_MACHINE", "SweepResult", "grid_points",
@@ -243,20 +244,6 @@ def _matches(point: Mapping, record: Mapping) -> bool:
     return all(settings.get(key, DEFAULT_SETTINGS.get(key)) == value for key, value in point.items())
 
 
-def _append(path: str, record: dict) -> None:
-    # one line per record, on disk before the next point starts: a Ctrl-C loses at most one
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _default_run(settings: dict, echo=print) -> dict:
-    from .harness import run_benchmark  # imported here: the sweeps work (and test) without it
-
-    return run_benchmark(settings, echo=echo)
-
-
 def _describe(point: Mapping, preset: Preset) -> str:
     keys = [*preset.axes, *(["data_dir"] if preset.real_data_axis and point["data_dir"] else [])]
     return " ".join(f"{key}={point[key]}" for key in dict.fromkeys(keys))
@@ -287,7 +274,7 @@ def run_sweep(preset: Preset | str, output_dir: str, run: Callable[..., dict] | 
     [10.0, 20.0]
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
-    run = run or _default_run
+    run = run or run_benchmark
     machine = machine if machine is not None else machine_devices(
         {**DEFAULT_SETTINGS, **preset.base, **(settings or {})}["cluster"])
     points, note = (scale_down(preset, *machine, settings=settings, full=full) if machine
@@ -327,7 +314,7 @@ def _run_point(preset: Preset, point: dict, index: int, total: int, records: lis
         echo(f"{label}: failed: {type(error).__name__}: {error}")
         return
     record = {**record, "preset": preset.name, "scaled_down": note}
-    _append(jsonl, record)
+    append_record(jsonl, record)
     records.append(record)
     echo(f"{label}: {record.get('images_per_sec_mean', float('nan')):.1f} images/sec")
 
