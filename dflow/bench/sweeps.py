@@ -28,14 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from . import report
-from .harness import append_record, run_benchmark
+from .harness import _gpu_names, append_record, run_benchmark
 from .report import Figure
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_SETTINGS", "SMALL_MACHINE", "SweepResult", "grid_points",
@@ -189,13 +187,7 @@ def _gpu_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(line.startswith("GPU ") for line in listing.stdout.splitlines())
+    return len(_gpu_names() or ())
 
 
 def scale_down(preset: Preset, cores: int, gpus: int, settings: Mapping | None = None,
