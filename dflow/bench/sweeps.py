@@ -32,20 +32,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from . import report
-from .harness import _gpu_names, append_record, run_benchmark
+from . import harness, report
 from .report import Figure
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_SETTINGS", "SMALL_MACHINE", "SweepResult", "grid_points",
            "scale_down", "worker_devices", "run_sweep", "write_report", "add_arguments", "main"]
 
-#: every harness setting, with the value a preset gets when it does not say
-DEFAULT_SETTINGS: Mapping = MappingProxyType({
-    "model": "cifar10", "batch_size": 100, "num_workers": 1, "num_ps": 1,
-    "variable_update": "parameter_server", "sync": True, "data_dir": None, "data_format": "NHWC",
-    "num_warmup_batches": 10, "num_batches": 100, "repeats": 5, "cluster": "local", "network": "none",
-    "ps_strategy": "round_robin", "devices_per_node": 1,
-})
+#: every harness setting, with the value a preset gets when it does not say: the harness's,
+#: but batch 100 (the seeds' CIFAR-10 runs) rather than each model's own
+DEFAULT_SETTINGS: Mapping = MappingProxyType({**harness.DEFAULT_SETTINGS, "batch_size": 100})
 
 #: the caps of a scaled-down sweep: enough steps for a stable mean on 2 cores, in minutes not hours
 SMALL_MACHINE: Mapping = MappingProxyType({"num_batches": 20, "num_warmup_batches": 3, "repeats": 2})
@@ -187,7 +182,7 @@ def _gpu_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    return len(_gpu_names() or ())
+    return len(harness._gpu_names() or ())
 
 
 def scale_down(preset: Preset, cores: int, gpus: int, settings: Mapping | None = None,
@@ -266,7 +261,7 @@ def run_sweep(preset: Preset | str, output_dir: str, run: Callable[..., dict] | 
     [10.0, 20.0]
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
-    run = run or run_benchmark
+    run = run or harness.run_benchmark
     machine = machine if machine is not None else machine_devices(
         {**DEFAULT_SETTINGS, **preset.base, **(settings or {})}["cluster"])
     points, note = (scale_down(preset, *machine, settings=settings, full=full) if machine
@@ -306,7 +301,7 @@ def _run_point(preset: Preset, point: dict, index: int, total: int, records: lis
         echo(f"{label}: failed: {type(error).__name__}: {error}")
         return
     record = {**record, "preset": preset.name, "scaled_down": note}
-    append_record(jsonl, record)
+    harness.append_record(jsonl, record)
     records.append(record)
     echo(f"{label}: {record.get('images_per_sec_mean', float('nan')):.1f} images/sec")
 
