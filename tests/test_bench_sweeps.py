@@ -220,6 +220,24 @@ def test_a_failed_point_is_reported_and_retried_on_the_next_run(tmp_path):
     assert len(result.records) == 2 and not result.failures
 
 
+def test_a_sweep_on_a_store_named_by_its_name_resumes(tmp_path, monkeypatch):
+    # the harness records data_dir NAME as the store's path, datasets/NAME.zarr
+    from dflow.bench.harness import resolve_settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "datasets" / "mnist.zarr").mkdir(parents=True)
+    calls = []
+
+    def as_the_harness_records(settings, echo=None):
+        calls.append(settings["num_workers"])
+        return {**deterministic_run(settings), "settings": resolve_settings(settings)}
+
+    for _ in range(2):
+        sweeps.run_sweep("tiny", "out", run=as_the_harness_records, echo=quiet, machine=(2, 0),
+                         settings={"data_dir": "mnist"})
+    assert calls == [1, 2]
+
+
 def test_sweep_command_line_rewrites_the_report(tmp_path):
     sweeps.run_sweep("tiny", str(tmp_path), run=deterministic_run, echo=quiet, machine=(2, 0))
     (tmp_path / "tiny.md").unlink()

@@ -262,8 +262,9 @@ def run_sweep(preset: Preset | str, output_dir: str, run: Callable[..., dict] | 
     """
     preset = PRESETS[preset] if isinstance(preset, str) else preset
     run = run or harness.run_benchmark
+    settings = _store_as_recorded(settings or {})
     machine = machine if machine is not None else machine_devices(
-        {**DEFAULT_SETTINGS, **preset.base, **(settings or {})}["cluster"])
+        {**DEFAULT_SETTINGS, **preset.base, **settings}["cluster"])
     points, note = (scale_down(preset, *machine, settings=settings, full=full) if machine
                     else (grid_points(preset, settings), None))
     os.makedirs(output_dir, exist_ok=True)
@@ -284,6 +285,17 @@ def run_sweep(preset: Preset | str, output_dir: str, run: Callable[..., dict] | 
         echo(f"{len(failures)} of {len(points)} points failed; rerun to retry them")
     files = write_report(preset, records, output_dir, note, echo)
     return SweepResult(records, failures, [jsonl, *files], note)
+
+
+def _store_as_recorded(settings: Mapping) -> Mapping:
+    """``settings`` with ``data_dir`` as the harness records it (``NAME``: ``datasets/NAME.zarr``),
+    so that the points of a rerun find their records."""
+    from ..cli_data import store_path
+
+    data_dir = settings.get("data_dir")
+    if data_dir is None:
+        return settings
+    return {**settings, "data_dir": store_path(str(data_dir)) or data_dir}  # no store: the harness says so
 
 
 def _run_point(preset: Preset, point: dict, index: int, total: int, records: list[dict],
