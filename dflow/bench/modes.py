@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 from ..distributed.collective import ring_bytes
 from ..train.variable_update import VARIABLE_UPDATES
+from .harness import NETWORKS
 
 __all__ = ["add_arguments", "main", "compare", "expected_sent_per_worker", "measured", "TECHNIQUES"]
 
@@ -148,18 +149,15 @@ def time_algorithms(workers: int, sizes=(1024, 16 * 1024, 256 * 1024, 2**20, 4 *
     """Median milliseconds of one allreduce per (algorithm, buffer bytes) on ``workers`` workers:
     what ``algorithm="auto"``'s threshold (:data:`~dflow.distributed.collective.TREE_MAX_BYTES`)
     is chosen from."""
-    import contextlib
-
     import dflow as tf
 
     if network == "none":
-        cluster = tf.cluster.local(ps=0, workers=workers)
+        started = tf.cluster.local(ps=0, workers=workers)
     else:
         from .network import shaped_cluster
 
-        cluster = shaped_cluster(0, workers, network)
-    with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(cluster)
+        started = shaped_cluster(0, workers, network)
+    with started as cluster:
         results = tf.replicate(_time_allreduce, cluster, cluster.target, workers, sizes, algorithms, steps)
     return {key: 1000 * max(r[key] for r in results) for key in results[0]}  # the slowest member's
 
@@ -175,7 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated (default all: {','.join(VARIABLE_UPDATES)})")
     p.add_argument("--techniques", action="store_true",
                    help="also allreduce without fusion, without overlap, and with fp16")
-    p.add_argument("--network", default="none", choices=("none", "1gbit", "10gbit"),
+    p.add_argument("--network", default="none", choices=NETWORKS,
                    help="shape each role's link (root; see dflow bench --network)")
     p.add_argument("--num_warmup_batches", type=int, default=5)
     p.add_argument("--num_batches", type=int, default=30)
@@ -196,8 +194,8 @@ def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
         print(f"dflow bench modes: error: unknown mode(s) {', '.join(unknown)}; the modes are "
               f"{', '.join(VARIABLE_UPDATES)}", file=sys.stderr)
         return 2
+    workers = args.num_workers * args.devices_per_node
     if args.algorithms:
-        workers = args.num_workers * args.devices_per_node
         timings = time_algorithms(workers, network=args.network)
         echo(f"one allreduce on {workers} workers, network {args.network}: median ms (slowest member)")
         echo("| bytes | ring | tree |\n| ---: | ---: | ---: |")
@@ -207,7 +205,6 @@ def main(args: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
     base = {key: getattr(args, key) for key in ("model", "batch_size", "num_workers", "devices_per_node",
                                                  "num_ps", "network", "num_warmup_batches", "num_batches",
                                                  "repeats") if getattr(args, key) is not None}
-    workers = args.num_workers * args.devices_per_node
     echo(f"{args.model}: {workers} workers ({args.num_workers} node(s) of {args.devices_per_node}), "
          f"synchronous, network {args.network}; each mode in turn")
     try:
