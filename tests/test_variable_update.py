@@ -192,3 +192,33 @@ def test_docstring_examples():
                  "dflow.distributed.collective", "dflow.bench.modes"):
         failed, _ = doctest.testmod(importlib.import_module(name))
         assert failed == 0, name
+
+
+def batch_norm_replica(task_index, target, spec, mode):
+    from dflow.models.layers import batch_norm
+
+    update = tf.train.VariableUpdate(mode, spec, task_index, devices_per_node=2)
+    with tf.device(update.device()):
+        x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
+        normalized = tf.reshape(batch_norm(tf.reshape(x, [-1, 1, 1, 5]), "NHWC"), [-1, 5])
+        loss = model(normalized, y)
+        step = tf.train.get_or_create_global_step()
+        minimize = update.optimizer(tf.train.GradientDescentOptimizer(0.5)).minimize(loss, global_step=step)
+        train_op = tf.group(minimize, *tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+    moving_mean = next(v for v in tf.global_variables() + tf.local_variables() if "moving_mean" in v.op.name)
+    hooks = [tf.train.StopAtStepHook(last_step=STEPS)] + update.hooks()
+    config = tf.ConfigProto(operation_timeout_in_ms=60_000)
+    with tf.train.MonitoredTrainingSession(target, is_chief=update.is_chief, hooks=hooks, config=config,
+                                           max_wait_secs=60) as sess:
+        while not sess.should_stop():
+            sess.run(train_op, dict(zip((x, y), batch(0, task_index))))
+        return sess.run(moving_mean)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["parameter_server", "distributed_replicated", "allreduce"])
+def test_batch_norm_moving_averages_update_in_every_mode(cluster, target, mode):
+    """Non-trainable variables beside the trained ones (batch norm's moving averages): on the PS
+    or on each replica, initialized and updated, never a replica waiting for them."""
+    means = tf.replicate(batch_norm_replica, cluster, target, cluster.spec, mode)
+    assert all(np.all(mean != 0) for mean in means)

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from .. import variables as variables_lib
 from ..graph import GraphKeys, get_default_graph
 from ..ops import array_ops, collective_ops, state_ops
+from ..placement import DeviceSpec
 from .allreduce import DEFAULT_FUSION_BYTES, AllReduceOptimizer, BroadcastGlobalVariablesHook, variable_bytes
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
 from .optimizers import Optimizer
@@ -250,12 +251,20 @@ class DistributedReplicatedOptimizer(Optimizer):
         return masters
 
     def _localize(self, copies, masters) -> None:
-        """Make the copies local variables, initialized on every replica from the masters."""
+        """Make the copies local variables, initialized on every replica from the masters.
+
+        The other variables on this replica's worker (batch norm's moving averages) become
+        local too: only this replica can initialize them, where the chief initializes the
+        global ones and the others wait for it.
+        """
         graph = get_default_graph()
         global_ref = graph.get_collection_ref(GraphKeys.GLOBAL_VARIABLES)
-        for copy in copies:
-            global_ref.remove(copy)
-            graph.add_to_collection(GraphKeys.LOCAL_VARIABLES, copy)
+        here = DeviceSpec.from_string(self._update.worker_device)
+        for variable in list(global_ref):
+            device = DeviceSpec.from_string(variable.device)
+            if variable in copies or (device.job, device.task) == (here.job, here.task):
+                global_ref.remove(variable)
+                graph.add_to_collection(GraphKeys.LOCAL_VARIABLES, variable)
         with graph.name_scope("refresh_from_master"):
             graph.add_to_collection(GraphKeys.LOCAL_INIT_OP, variables_lib.group(
                 *(state_ops.assign(c, m.value()) for c, m in zip(copies, masters))))
