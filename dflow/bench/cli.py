@@ -31,8 +31,10 @@ SUBCOMMANDS = {
     "advise": ("predict images/sec for N workers x M PS from a step time and the variables' bytes, "
                "and advise a PS count and placement", "advise"),
 }
-# the settings the harness takes from the command line (each flag has the setting's name)
-_HARNESS_FLAGS = tuple(key for key in DEFAULT_SETTINGS if key not in ("num_warmup_batches", "num_batches"))
+# the harness's settings whose flags (each named as its setting) --local and --distributed refuse:
+# all but the step counts and the batch size, which they take too
+_HARNESS_ONLY = tuple(key for key in DEFAULT_SETTINGS
+                      if key not in ("num_warmup_batches", "num_batches", "batch_size"))
 _LEGACY_DEFAULTS = {"batch_size": 100, "num_batches": 20}  # --local / --distributed, as before
 
 
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    given = [f"--{key}" for key in _HARNESS_FLAGS if getattr(args, key) is not None and key != "batch_size"]
+    given = [f"--{key}" for key in _HARNESS_ONLY if getattr(args, key) is not None]
     given += ["--trace"] if args.trace else []
     if given:
         parser.error(f"--local and --distributed are fixed benchmarks; {', '.join(given)} set one run "
@@ -158,17 +160,12 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return 0
 
 
-def _harness_settings(args: argparse.Namespace) -> dict:
-    keys = (*_HARNESS_FLAGS, "num_warmup_batches", "num_batches")
-    return {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
-
-
 def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ..errors import OpError
     from .harness import SettingsError, append_record, resolve_settings, run_benchmark
     from .network import NetworkError
 
-    settings = _harness_settings(args)
+    settings = {key: getattr(args, key) for key in DEFAULT_SETTINGS if getattr(args, key) is not None}
     try:
         resolve_settings(settings)
     except SettingsError as error:
