@@ -89,7 +89,8 @@ def _transforms(image_shape: tuple, input_shape: tuple, model: str, path: str) -
     shape = "x".join(map(str, input_shape))
     raise ValueError(f"model {model} takes {shape} images but {path} holds "
                      f"{'x'.join(map(str, image_shape))}: use a model made for this store "
-                     "(cifar10 for 32x32x3, deep_mnist or mnist_dnn for 28x28x1)")
+                     "(cifar10 for 32x32x3, deep_mnist or mnist_dnn for 28x28x1, resnet50 for 224x224x3, "
+                     "inception3 for 299x299x3)")
 
 
 def _test_split(path: str) -> str:

@@ -20,11 +20,9 @@ SMALL = 75  # the smallest input: its VALID convs and pools leave a 1x1 grid for
 # auxiliary head and with TF-slim's beta-only batch norm, reports 23,851,784 parameters:
 # 23,817,352 trainable and 34,432 non-trainable (a moving mean and variance for each of
 # 17,216 batch-norm channels). The trainable ones check out by hand: 21,751,136 conv
-# weights + 17,216 betas + 2048 * 1000 + 1000 dense = 23,817,352. layers.batch_norm
-# also learns a gamma per channel, which tf_cnn_benchmarks' Inception leaves out.
+# weights + 17,216 betas + 2048 * 1000 + 1000 dense = 23,817,352.
 BATCH_NORM_CHANNELS = 17_216
-KERAS_TRAINABLE = 23_817_352
-EXPECTED_TRAINABLE = KERAS_TRAINABLE + BATCH_NORM_CHANNELS  # 23,834,568
+EXPECTED_TRAINABLE = 23_817_352
 
 
 def build(size, data_format="NHWC", num_classes=inception.NUM_CLASSES, seed=1):

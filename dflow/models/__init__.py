@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from . import cifar10, deep_mnist, linear_regression, mnist_dnn
+from . import cifar10, deep_mnist, inception, linear_regression, mnist_dnn, resnet
 from .layout import DATA_FORMATS
 
 __all__ = ["ModelSpec", "MODELS", "get_model", "DATA_FORMATS",
-           "linear_regression", "mnist_dnn", "deep_mnist", "cifar10"]
+           "linear_regression", "mnist_dnn", "deep_mnist", "cifar10", "resnet", "inception"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,18 @@ MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in [
               train_defaults=dict(dataset="digits", optimizer="adam", learning_rate=1e-3,
                                   batch_size=64, steps=600),
               description="TF's CIFAR-10 tutorial CNN"),
+    # the ImageNet models train on a prepared store (`dflow data prepare imagenet --size 224|299`);
+    # their batch sizes and learning rates are tf_cnn_benchmarks' defaults, not measured here
+    ModelSpec("resnet50", resnet.resnet50, resnet.loss, input_shape=resnet.IMAGE_SHAPE,
+              num_classes=resnet.NUM_CLASSES, convolutional=True,
+              train_defaults=dict(dataset="imagenet", optimizer="momentum", learning_rate=0.005,
+                                  batch_size=64, steps=1000),
+              description="tf_cnn_benchmarks' ResNet-50 v1 (224x224 ImageNet)"),
+    ModelSpec("inception3", inception.inception3, inception.loss, input_shape=inception.IMAGE_SHAPE,
+              num_classes=inception.NUM_CLASSES, convolutional=True,
+              train_defaults=dict(dataset="imagenet", optimizer="momentum", learning_rate=0.005,
+                                  batch_size=32, steps=1000),
+              description="tf_cnn_benchmarks' Inception v3 (299x299 ImageNet)"),
 ]}
 
 

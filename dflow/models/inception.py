@@ -9,11 +9,10 @@ ReLU, with tf_cnn_benchmarks' Inception batch-norm settings (decay 0.999,
 epsilon 0.001).
 
 As tf_cnn_benchmarks' default (``auxiliary=False``), there is no auxiliary
-logits head, and no dropout (its Inception v4 has one, v3 not). Two known
-differences: the batch norms also learn a scale (gamma), which
-:func:`~dflow.models.layers.batch_norm` always creates and tf_cnn_benchmarks
-leaves out (``scale=False``), 17,216 parameters more; and the convs start from
-``layers.conv2d``'s He initialization, not ``variance_scaling_initializer()``.
+logits head, and no dropout (its Inception v4 has one, v3 not); the batch
+norms learn a shift but no scale (``scale=False``), as there. One known
+difference: the convs start from ``layers.conv2d``'s He initialization, not
+``variance_scaling_initializer()``.
 
 The final pool averages over whatever grid is left, so the model also runs on
 inputs down to 75x75, the smallest its VALID convs and pools allow (1x1 at the end).
@@ -28,11 +27,9 @@ inputs down to 75x75, the smallest its VALID convs and pools allow (1x1 at the e
 
 from __future__ import annotations
 
-import math
-
 import dflow as tf
 
-from .layers import batch_norm, conv2d
+from .layers import conv_bn_relu, global_pool_logits, loss_with_weight_decay
 from .layout import check_data_format, from_nhwc, window
 
 __all__ = ["inception3", "loss", "IMAGE_SHAPE", "NUM_CLASSES", "WEIGHT_DECAY"]
@@ -120,30 +117,13 @@ def inception3(images, data_format: str = "NHWC", num_classes: int = NUM_CLASSES
     for name, columns in MODULES:
         x = _inception_module(x, columns, data_format, name)
     # over the 8x8 grid at 299x299, as tf_cnn_benchmarks' 8x8 VALID average pool
-    features = tf.reduce_mean(x, [2, 3] if data_format == "NCHW" else [1, 2])
-    with tf.variable_scope("logits"):
-        width = features.shape.as_list()[1]
-        weights = tf.get_variable("weights", [width, num_classes],
-                                  initializer=tf.truncated_normal_initializer(
-                                      stddev=math.sqrt(1.0 / width)))
-        biases = tf.get_variable("biases", [num_classes], initializer=tf.zeros_initializer())
-        return tf.matmul(features, weights) + biases
+    return global_pool_logits(x, num_classes, data_format)
 
 
 def loss(logits, labels, weight_decay: float = WEIGHT_DECAY):
-    """Mean sparse softmax cross-entropy plus ``weight_decay`` times the L2 loss of the weights.
-
-    As tf_cnn_benchmarks, the decay covers every trainable variable of the
-    graph but the batch norms' (``'batchnorm'`` in the name); ``weight_decay=0``
-    leaves it out.
-    """
-    cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")
-    if not weight_decay:
-        return cross_entropy
-    weights = [v for v in tf.trainable_variables() if "batchnorm" not in v.name]
-    l2 = tf.add_n([tf.nn.l2_loss(v) for v in weights])
-    return tf.add(cross_entropy, weight_decay * l2, name="total_loss")
+    """Mean cross-entropy plus ``weight_decay`` times the L2 loss of the weights
+    (:func:`~dflow.models.layers.loss_with_weight_decay`)."""
+    return loss_with_weight_decay(logits, labels, weight_decay)
 
 
 def _inception_module(x, columns: list, data_format: str, name: str):
@@ -175,8 +155,5 @@ def _layer(x, layer: tuple, data_format: str, name: str):
 
 def _conv_bn_relu(x, filters: int, kernel_height: int, kernel_width: int, stride: int = 1,
                   padding: str = "SAME", *, data_format: str, name: str):
-    # layers.conv_bn_relu has no batch-norm settings; Inception's differ from ResNet's
-    with tf.variable_scope(name):
-        y = conv2d(x, filters, (kernel_height, kernel_width), stride, data_format, padding)
-        y = batch_norm(y, data_format, decay=BATCH_NORM_DECAY, epsilon=BATCH_NORM_EPSILON)
-        return tf.nn.relu(y)
+    return conv_bn_relu(x, filters, (kernel_height, kernel_width), stride, data_format, padding,
+                        name=name, decay=BATCH_NORM_DECAY, epsilon=BATCH_NORM_EPSILON, scale=False)

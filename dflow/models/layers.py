@@ -24,8 +24,8 @@ import dflow as tf
 
 from .layout import window
 
-__all__ = ["is_training", "conv2d", "batch_norm", "conv_bn_relu", "BATCH_NORM_DECAY",
-           "BATCH_NORM_EPSILON", "IS_TRAINING"]
+__all__ = ["is_training", "conv2d", "batch_norm", "conv_bn_relu", "global_pool_logits",
+           "loss_with_weight_decay", "BATCH_NORM_DECAY", "BATCH_NORM_EPSILON", "IS_TRAINING"]
 
 # tf_cnn_benchmarks' --batchnorm_decay and --batchnorm_epsilon defaults
 BATCH_NORM_DECAY = 0.997
@@ -58,13 +58,15 @@ def conv2d(x, filters: int, kernel: int | tuple[int, int], stride: int, data_for
 
 
 def batch_norm(x, data_format: str, decay: float = BATCH_NORM_DECAY,
-               epsilon: float = BATCH_NORM_EPSILON, name: str = "batchnorm"):
-    """Normalize each channel of ``x`` (4-D, in ``data_format``), then scale and shift it."""
+               epsilon: float = BATCH_NORM_EPSILON, scale: bool = True, name: str = "batchnorm"):
+    """Normalize each channel of ``x`` (4-D, in ``data_format``), then scale (``scale=True``:
+    a learned gamma) and shift it (a learned beta)."""
     channel_axis = 1 if data_format == "NCHW" else 3
     channels = x.shape.as_list()[channel_axis]
     broadcast = [1, channels, 1, 1] if data_format == "NCHW" else [1, 1, 1, channels]
     with tf.variable_scope(name):
-        gamma = tf.get_variable("gamma", [channels], initializer=tf.ones_initializer())
+        gamma = (tf.get_variable("gamma", [channels], initializer=tf.ones_initializer()) if scale
+                 else tf.ones([channels]))
         beta = tf.get_variable("beta", [channels], initializer=tf.zeros_initializer())
         moving_mean = tf.get_variable("moving_mean", [channels], initializer=tf.zeros_initializer(),
                                       trainable=False)
@@ -82,8 +84,39 @@ def batch_norm(x, data_format: str, decay: float = BATCH_NORM_DECAY,
 
 
 def conv_bn_relu(x, filters: int, kernel: int | tuple[int, int], stride: int, data_format: str,
-                 padding: str = "SAME", relu: bool = True, name: str = "conv"):
-    """``conv2d``, ``batch_norm`` and (``relu=True``) ReLU under one variable scope."""
+                 padding: str = "SAME", relu: bool = True, name: str = "conv", **batch_norm_options):
+    """``conv2d``, ``batch_norm`` (with ``batch_norm_options``: decay, epsilon, scale) and
+    (``relu=True``) ReLU under one variable scope."""
     with tf.variable_scope(name):
-        y = batch_norm(conv2d(x, filters, kernel, stride, data_format, padding), data_format)
+        y = conv2d(x, filters, kernel, stride, data_format, padding)
+        y = batch_norm(y, data_format, **batch_norm_options)
         return tf.nn.relu(y) if relu else y
+
+
+def global_pool_logits(x, num_classes: int, data_format: str, name: str = "logits"):
+    """tf_cnn_benchmarks' head: the mean over the remaining grid (any size), then its final
+    ``affine`` (weights truncated normal with stddev 1/sqrt(fan-in), zero bias)."""
+    features = tf.reduce_mean(x, [2, 3] if data_format == "NCHW" else [1, 2], name="global_pool")
+    fan_in = features.shape.as_list()[1]
+    with tf.variable_scope(name):
+        weights = tf.get_variable(
+            "weights", [fan_in, num_classes],
+            initializer=tf.truncated_normal_initializer(stddev=math.sqrt(1.0 / fan_in)))
+        biases = tf.get_variable("biases", [num_classes], initializer=tf.zeros_initializer())
+        return tf.nn.bias_add(tf.matmul(features, weights), biases)
+
+
+def loss_with_weight_decay(logits, labels, weight_decay: float):
+    """Mean sparse softmax cross-entropy plus ``weight_decay`` times the L2 loss of the weights.
+
+    As tf_cnn_benchmarks (``filter_l2_loss_vars``), the decay covers every trainable
+    variable of the graph but batch normalization's (``batchnorm`` in the name), so build
+    one model per graph or share its variables; ``weight_decay=0`` leaves it out.
+    """
+    cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")
+    decayed = [v for v in tf.trainable_variables() if "batchnorm" not in v.name]
+    if not weight_decay or not decayed:
+        return cross_entropy
+    l2 = tf.add_n([tf.nn.l2_loss(v) for v in decayed], name="weights_l2")
+    return tf.add(cross_entropy, weight_decay * l2, name="total_loss")

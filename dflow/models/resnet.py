@@ -31,11 +31,9 @@ inputs (32x32, 64x64) work too.
 
 from __future__ import annotations
 
-import math
-
 import dflow as tf
 
-from .layers import BATCH_NORM_EPSILON, batch_norm, conv2d
+from .layers import BATCH_NORM_EPSILON, conv_bn_relu, global_pool_logits, loss_with_weight_decay
 from .layout import check_data_format, from_nhwc, window
 
 __all__ = ["resnet50", "loss", "IMAGE_SHAPE", "NUM_CLASSES", "STAGES", "BATCH_NORM_DECAY",
@@ -67,27 +65,13 @@ def resnet50(images, data_format: str = "NHWC", num_classes: int = NUM_CLASSES):
             # stage 1 follows the max pool, so it keeps the resolution; later stages halve it
             stride = 2 if block == 1 and stage > 1 else 1
             x = _bottleneck_block(x, bottleneck, stride, data_format, name=f"stage{stage}/block{block}")
-    features = tf.reduce_mean(x, [2, 3] if data_format == "NCHW" else [1, 2], name="global_pool")
-    return _dense(features, num_classes, name="logits")
+    return global_pool_logits(x, num_classes, data_format)
 
 
 def loss(logits, labels, weight_decay: float = WEIGHT_DECAY):
-    """Mean cross-entropy plus ``weight_decay`` times the L2 loss of the weights.
-
-    As tf_cnn_benchmarks does, the decay covers every trainable variable of the
-    graph except batch normalization's (``filter_l2_loss_vars``): the conv
-    weights and the dense layer's weights and biases. So build one ResNet per
-    graph, or share its variables (``variable_scope(reuse=True)``).
-    """
-    labels = tf.cast(labels, tf.int64)
-    cross_entropy = tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
-        name="cross_entropy")
-    decayed = [v for v in tf.trainable_variables() if "batchnorm" not in v.name]
-    if not weight_decay or not decayed:
-        return cross_entropy
-    l2 = tf.add_n([tf.nn.l2_loss(v) for v in decayed], name="weights_l2")
-    return tf.add(cross_entropy, weight_decay * l2, name="total_loss")
+    """Mean cross-entropy plus ``weight_decay`` times the L2 loss of the conv weights and the
+    dense layer (:func:`~dflow.models.layers.loss_with_weight_decay`)."""
+    return loss_with_weight_decay(logits, labels, weight_decay)
 
 
 def _bottleneck_block(x, bottleneck: int, stride: int, data_format: str, name: str):
@@ -119,18 +103,5 @@ def _conv_bn(x, filters: int, kernel: int, stride: int, data_format: str, relu: 
         pads = [[0, 0], [0, 0], spatial, spatial] if data_format == "NCHW" else \
             [[0, 0], spatial, spatial, [0, 0]]
         x, padding = tf.pad(x, pads), "VALID"
-    with tf.variable_scope(name):
-        y = conv2d(x, filters, kernel, stride, data_format, padding)
-        y = batch_norm(y, data_format, decay=BATCH_NORM_DECAY, epsilon=BATCH_NORM_EPSILON)
-        return tf.nn.relu(y) if relu else y
-
-
-def _dense(x, units: int, name: str):
-    """tf_cnn_benchmarks' final ``affine``: truncated normal with stddev 1/sqrt(fan-in), zero bias."""
-    fan_in = x.shape.as_list()[1]
-    with tf.variable_scope(name):
-        weights = tf.get_variable(
-            "weights", [fan_in, units],
-            initializer=tf.truncated_normal_initializer(stddev=math.sqrt(1.0 / fan_in)))
-        biases = tf.get_variable("biases", [units], initializer=tf.zeros_initializer())
-        return tf.nn.bias_add(tf.matmul(x, weights), biases)
+    return conv_bn_relu(x, filters, kernel, stride, data_format, padding, relu, name,
+                        decay=BATCH_NORM_DECAY, epsilon=BATCH_NORM_EPSILON)
