@@ -158,6 +158,16 @@ def test_full_grid_runs_unchanged_on_a_big_machine_or_with_full():
     assert sweeps.scale_down(preset, cores=2, gpus=0, full=True) == (sweeps.grid_points(preset), None)
 
 
+def test_a_small_machine_runs_the_stand_in_model_and_says_so():
+    preset = sweeps.PRESETS["bugliarello2017-ps-sweep"]
+    assert {p["model"] for p in sweeps.grid_points(preset)} == {"inception3"}  # the paper's
+    points, note = sweeps.scale_down(preset, cores=2, gpus=0)
+    assert {p["model"] for p in points} == {"cifar10"} and "model cifar10 instead of inception3" in note
+    points, note = sweeps.scale_down(preset, cores=2, gpus=0, settings={"model": "resnet50"})
+    assert {p["model"] for p in points} == {"resnet50"} and "instead of" not in note  # the user's choice
+    assert {p["model"] for p in sweeps.scale_down(preset, cores=2, gpus=0, full=True)[0]} == {"inception3"}
+
+
 def test_cuda_sweeps_count_gpus_not_cores():
     preset = sweeps.PRESETS["wang2017-ingraph"]
     points, note = sweeps.scale_down(preset, cores=64, gpus=2, settings={"cluster": "cuda"})

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .harness import BENCH_MODELS, CLUSTERS, DEFAULT_SETTINGS, NETWORKS, OPTIMIZERS, UNAVAILABLE_MODELS
+from .harness import BENCH_MODELS, CLUSTERS, DEFAULT_SETTINGS, NETWORKS, OPTIMIZERS
 
 __all__ = ["add_arguments", "run", "SUBCOMMANDS"]
 
@@ -41,7 +41,7 @@ _LEGACY_DEFAULTS = {"batch_size": 100, "num_batches": 20}  # --local / --distrib
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Every ``dflow bench`` argument: the harness's, --local's and --distributed's, the sub-commands."""
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = (f"models: {', '.join(BENCH_MODELS)} ({', '.join(UNAVAILABLE_MODELS)}: not in dflow)\n"
+    p.epilog = (f"models: {', '.join(BENCH_MODELS)}\n"
                 "examples:\n  dflow bench --model cifar10 --batch_size 64 --num_workers 2 --num_ps 1\n"
                 "  dflow bench --model mnist_dnn --variable_update allreduce --num_workers 2 --num_ps 0\n"
                 "  dflow bench sweep tiny\n  dflow bench --local")
