@@ -85,8 +85,9 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
         for spec in MODELS.values())
     p.add_argument("--model", required=True, choices=list(MODELS))
     p.add_argument("--dataset", default=None,
-                   help="digits (default; linear_regression uses 'line', synthetic y = 3x + noise), or a "
-                        "store from `dflow data prepare`: its path or URL, or NAME for datasets/NAME.zarr")
+                   help="digits (the small models' default; linear_regression uses 'line', synthetic "
+                        "y = 3x + noise; resnet50 and inception3 'imagenet'), or a store from `dflow data "
+                        "prepare`: its path or URL, or NAME for datasets/NAME.zarr")
     p.add_argument("--batch_size", type=int, help="examples per step (default: per model)")
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--steps", type=int, help="training steps (default: per model)")
