@@ -225,3 +225,16 @@ def test_real_data_streams_from_a_store_and_the_chief_evaluates(tmp_path):
     assert f"Dataset:     real: {store}" in lines
     assert record["settings"]["data_dir"] == store and record["data_wait_s_per_step"] >= 0
     assert 0 <= record["accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_resnet50_runs_at_full_size_with_its_batch_norm_updates():
+    record = run_benchmark({"model": "resnet50", "batch_size": 1, "num_workers": 1, "data_format": "NCHW",
+                            "num_warmup_batches": 1, "num_batches": 2, "repeats": 1},
+                           echo=lambda line: None, progress=None)
+    parameters = 4 * 25_557_032  # float32, as tests/test_model_resnet.py counts them
+    assert record["param_bytes"] == parameters and record["images_per_sec_mean"] > 0
+    # the worker reads every weight and sends every gradient, plus the batch norms' statistics
+    # (2 x 26,560 channels: read for the moving averages, sent to update them)
+    assert parameters < record["bytes_per_step"]["worker/0->ps/0"] < parameters + 4 * 2 * 26_560 + 4096
+    assert parameters < record["bytes_per_step"]["ps/0->worker/0"] < parameters + 4 * 2 * 26_560 + 4096

@@ -224,3 +224,43 @@ def test_config_soft_placement_off_and_blas_threads():
         assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
         assert sess.run(y) == 2.0
     assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
+
+
+def _arrives_later(xp, x, seconds):
+    """An asynchronous kernel: its output arrives ``seconds`` later, as a collective's does."""
+    from concurrent.futures import Future
+
+    arrived = Future()
+    threading.Timer(seconds, arrived.set_result, [(x,)]).start()
+    return arrived
+
+
+def _computes_for(xp, x, seconds):
+    import time
+
+    time.sleep(seconds)
+    return x
+
+
+def test_the_executor_counts_only_the_waits_for_asynchronous_ops_that_nothing_hid():
+    from dflow.ops.registry import OP_DEFS, defop
+    from dflow.runtime.executor import RunStats
+
+    if "TestArrivesLater" not in OP_DEFS:
+        same = lambda inputs, **_: list(inputs)  # noqa: E731
+        defop("TestArrivesLater", same, _arrives_later, num_outputs=None, asynchronous=True)
+        defop("TestComputesFor", same, _computes_for)
+    feeds = {"x:0": np.ones(2)}
+
+    def waited(compute_s: float) -> float:
+        # (the ready ops run last-first: the message starts, then the work runs)
+        nodes = [OpNode("work", "TestComputesFor", {"seconds": compute_s}, ("x:0",), (), 1),
+                 OpNode("message", "TestArrivesLater", {"seconds": 0.3}, ("x:0",), (), 1),
+                 OpNode("both", "Add", {}, ("message:0", "work:0"), (), 1)]
+        stats = RunStats()
+        out = execute(schedule(nodes, {"x:0"}, ["both:0"]), feeds, SessionState(), {"CPU": xp}, stats=stats)
+        np.testing.assert_array_equal(out["both:0"], [2.0, 2.0])
+        return stats.async_wait_s
+
+    assert 0.25 < waited(0.0) < 0.6  # nothing to do meanwhile: the whole 0.3 s shows
+    assert waited(0.4) < 0.05  # computing while the message travels hides it

@@ -84,7 +84,6 @@ class Communicator:
         self._runs_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(COLLECTIVE_THREADS, thread_name_prefix="dflow-collective")
         self.bytes_sent: dict[str, int] = defaultdict(int)  # peer task -> bytes, since the start
-        self.busy_s = 0.0  # seconds collectives ran here, summed over collectives
         self.events: deque[tuple[str, float, float]] = deque(maxlen=10_000)  # (instance, start, end)
 
     # ---- what the ops call -------------------------------------------------------------
@@ -147,7 +146,7 @@ class _Collective:
         self.sends: list[Future] = []
 
     def guarded(self, method, buffer, **options):
-        begin, wall = time.perf_counter(), time.time()
+        begin = time.time()
         try:
             result = method(buffer, **options)
             for sent in self.sends:
@@ -161,8 +160,7 @@ class _Collective:
             raise
         finally:
             with self.comm._runs_lock:  # (collectives of several buckets finish concurrently)
-                self.comm.busy_s += time.perf_counter() - begin
-                self.comm.events.append((self.key[0], wall, time.time()))
+                self.comm.events.append((self.key[0], begin, time.time()))
 
     # ---- the algorithms -----------------------------------------------------------------
     def all_reduce(self, buffer, algorithm: str = "auto", compression: str | None = None):

@@ -40,7 +40,7 @@ from threadpoolctl import threadpool_limits
 
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError
 from ..runtime.devices import gpu_namespace, numpy_namespace
-from ..runtime.executor import execute
+from ..runtime.executor import RunStats, execute
 from ..runtime.state import SessionState
 from .collective import Communicator
 
@@ -214,9 +214,9 @@ class DflowWorker(WorkerPlugin):
         updates_at_start = self.updates_applied
         communicator = self.state.communicator
         communicator.timeout_s = timeout  # ConfigProto.operation_timeout_in_ms bounds collectives too
-        collective_bytes, collective_s = dict(communicator.bytes_sent), communicator.busy_s
+        collective_bytes = dict(communicator.bytes_sent)
         step_start = time.time()
-        compute_s = waited_s = 0.0
+        compute_s = waited_s = collective_s = 0.0
         try:
             for stage in stages:
                 inputs = {name: feeds[name] for name in stage.from_client}
@@ -233,9 +233,11 @@ class DflowWorker(WorkerPlugin):
                         staleness = self.updates_applied - updates_at_start
                         self.updates_applied += 1
                 start = time.time()
-                values = execute(stage.schedule, inputs, self.state, self.namespaces)
+                stage_stats = RunStats()
+                values = execute(stage.schedule, inputs, self.state, self.namespaces, stats=stage_stats)
                 timeline.append(("compute", start, time.time()))
                 compute_s += timeline[-1][2] - start
+                collective_s += stage_stats.async_wait_s
                 for dest, names in stage.sends.items():
                     payload = {n: None if n.startswith("^") else values[n] for n in names}
                     sent[dest] += sum(nbytes(v) for v in payload.values())
@@ -254,7 +256,7 @@ class DflowWorker(WorkerPlugin):
         timeline += [(f"collective {name}", start, end)
                      for name, start, end in communicator.events_since(step_start)]
         return {"fetches": fetched, "sent": dict(sent), "staleness": staleness, "compute_s": compute_s,
-                "waited_s": waited_s, "collective_s": communicator.busy_s - collective_s,
+                "waited_s": waited_s, "collective_s": collective_s,
                 "timeline": timeline}
 
 

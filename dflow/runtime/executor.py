@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import queue
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -68,7 +69,9 @@ class RunStats:
     staleness: int | None = None  # updates other replicas applied between this step's reads and its own
     compute_s: dict[str, float] = field(default_factory=dict)  # per task: running its ops
     waited_s: dict[str, float] = field(default_factory=dict)  # per task: waiting for other tasks
-    collective_s: dict[str, float] = field(default_factory=dict)  # per task: collectives in flight
+    # per task: waiting for its collectives with no other op to run (communication not hidden by compute)
+    collective_s: dict[str, float] = field(default_factory=dict)
+    async_wait_s: float = 0.0  # this run, in this process: the same wait, for asynchronous ops
     # per task: (task, what, start, end) in time.time() seconds: waits, computes, collectives
     timeline: list[tuple[str, str, float, float]] = field(default_factory=list)
 
@@ -132,7 +135,7 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
     # asynchronous ones (collectives) return a future and report to `done` when it resolves,
     # so the ops after them in the ready list run meanwhile
     done: queue.SimpleQueue = queue.SimpleQueue()
-    in_flight = 0
+    in_flight = asynchronous_in_flight = 0
     pool = ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op") if num_threads > 1 else None
     try:
         while ready or in_flight:
@@ -142,14 +145,19 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
                 if get_opdef(node.type).asynchronous:
                     _start_async(done, node, args, state, xp)
                     in_flight += 1
+                    asynchronous_in_flight += 1
                 elif pool is None:
                     finish(node, run_op(node, args, state, xp))
                 else:
                     pool.submit(_run_into, done, node, args, state, xp)
                     in_flight += 1
             if in_flight:
+                only_asynchronous, start = in_flight == asynchronous_in_flight, time.perf_counter()
                 node, outputs, error = done.get()
+                if only_asynchronous:  # nothing to compute meanwhile: the wait shows in the step
+                    stats.async_wait_s += time.perf_counter() - start
                 in_flight -= 1
+                asynchronous_in_flight -= get_opdef(node.type).asynchronous
                 if error is not None:
                     raise error
                 finish(node, outputs)
