@@ -253,6 +253,19 @@ def test_decode_and_crop_keeps_aspect_and_centers(tmp_path):
     assert crop[:, 8:-8].min() == 255
 
 
+@pytest.mark.slow
+def test_resnet50_trains_on_a_prepared_imagenet_store_and_evaluates_with_moving_averages(tmp_path, capsys):
+    from dflow.cli import main
+
+    write_imagenet(tmp_path / "ILSVRC")
+    store = prepare("imagenet", str(tmp_path / "ILSVRC"), str(tmp_path / "imagenet.zarr"), size=224,
+                    echo=None)
+    assert main(["train", "--model", "resnet50", "--dataset", store, "--local", "--steps", "2",
+                 "--batch_size", "3", "--log_every", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "step 2/2" in out and "test accuracy: " in out and "(6 images)" in out
+
+
 def test_imagenet_bad_layouts(tmp_path):
     root = tmp_path / "ILSVRC"
     with pytest.raises(SourceError, match="has no train/ folder.*image-net.org"):
