@@ -109,6 +109,10 @@ def windowed_rows():
         rows.append(pytest.param(
             "Conv2D", dict(strides=four, padding=padding, data_format=data_format, dilations=dil),
             [x, w], [True, False], ref_conv2d(x, w, s, d, padding), id=f"conv2d-{tag}"))
+        pointwise = rng_inputs((1, 1, 3, 4), seed=2)[0]  # 1x1: one matmul, its own lowering
+        rows.append(pytest.param(
+            "Conv2D", dict(strides=four, padding=padding, data_format=data_format, dilations=dil),
+            [x, pointwise], [True, False], ref_conv2d(x, pointwise, s, d, padding), id=f"conv1x1-{tag}"))
         if d != 1:
             continue
         attrs = dict(ksize=ksize, strides=four, padding=padding, data_format=data_format)
@@ -264,6 +268,11 @@ def grad_rows():
             xp, "Conv2DBackpropInput", np.array(a[0].shape), a[1], dy, **c), id=f"conv-dx-{tag}"))
         rows.append(pytest.param("Conv2D", conv, [x, w], 1, lambda xp, a, y, dy, c=conv: run_kernel(
             xp, "Conv2DBackpropFilter", a[0], np.array(a[1].shape), dy, **c), id=f"conv-dw-{tag}"))
+        pointwise = rng_inputs((1, 1, 2, 3), seed=2)[0]
+        rows.append(pytest.param("Conv2D", conv, [x, pointwise], 0, lambda xp, a, y, dy, c=conv: run_kernel(
+            xp, "Conv2DBackpropInput", np.array(a[0].shape), a[1], dy, **c), id=f"conv1x1-dx-{tag}"))
+        rows.append(pytest.param("Conv2D", conv, [x, pointwise], 1, lambda xp, a, y, dy, c=conv: run_kernel(
+            xp, "Conv2DBackpropFilter", a[0], np.array(a[1].shape), dy, **c), id=f"conv1x1-dw-{tag}"))
         if d != 1:
             continue
         pool = dict(ksize=ksize, strides=four, padding=padding, data_format=data_format)
