@@ -230,7 +230,9 @@ class _Collective:
                 if now >= deadline:
                     raise DeadlineExceededError(
                         f"collective {self.key[0]} (run {self.key[1]}): {comm.task} waited "
-                        f"{comm.timeout_s:g} s for {peer}; does every replica run the same steps?")
+                        f"{comm.timeout_s:g} s for {peer}; does every replica run the same steps? "
+                        "(After a failed step the members may count this collective's runs "
+                        "differently: tf.Session.reset(target), then restart every replica.)")
                 if now >= next_check:
                     comm._arrived.release()  # ask without holding the mailbox
                     try:

@@ -141,7 +141,8 @@ class Session:
     @staticmethod
     def reset(target: str, containers=None, config: ConfigProto | None = None) -> None:
         """Forget every variable held by the tasks of the cluster at ``target`` (TF 1.x's
-        ``tf.Session.reset``); sessions that are open there must re-initialize them.
+        ``tf.Session.reset``), and every collective's run count; sessions that are open
+        there must re-initialize them.
 
         >>> tf.Session.reset(cluster.target)  # doctest: +SKIP
         """
