@@ -65,8 +65,7 @@ def batch_norm(x, data_format: str, decay: float = BATCH_NORM_DECAY,
     channels = x.shape.as_list()[channel_axis]
     broadcast = [1, channels, 1, 1] if data_format == "NCHW" else [1, 1, 1, channels]
     with tf.variable_scope(name):
-        gamma = (tf.get_variable("gamma", [channels], initializer=tf.ones_initializer()) if scale
-                 else tf.ones([channels]))
+        gamma = tf.get_variable("gamma", [channels], initializer=tf.ones_initializer()) if scale else None
         beta = tf.get_variable("beta", [channels], initializer=tf.zeros_initializer())
         moving_mean = tf.get_variable("moving_mean", [channels], initializer=tf.zeros_initializer(),
                                       trainable=False)
@@ -79,8 +78,10 @@ def batch_norm(x, data_format: str, decay: float = BATCH_NORM_DECAY,
         training = is_training()
         mean = tf.where(training, batch_mean, moving_mean.value())
         variance = tf.where(training, batch_variance, moving_variance.value())
-        scale = tf.reshape(gamma * tf.rsqrt(variance + epsilon), broadcast)
-        return x * scale + tf.reshape(beta - mean * gamma * tf.rsqrt(variance + epsilon), broadcast)
+        factor = tf.rsqrt(variance + epsilon)  # per channel: x * factor + (beta - mean * factor)
+        if gamma is not None:
+            factor = factor * gamma
+        return x * tf.reshape(factor, broadcast) + tf.reshape(beta - mean * factor, broadcast)
 
 
 def conv_bn_relu(x, filters: int, kernel: int | tuple[int, int], stride: int, data_format: str,
