@@ -241,12 +241,12 @@ def test_resnet50_runs_at_full_size_with_its_batch_norm_updates():
 
 
 def test_a_cuda_point_starts_as_many_gpu_workers_as_it_names(monkeypatch):
-    """A sweep over worker counts on one GPU box: each point its own number of GPUs (dask-cuda's
-    n_workers), not every GPU each time."""
+    """A sweep over worker counts on one GPU box: each point its own number of GPUs, not every
+    GPU each time."""
     import dflow as tf
 
     started = []
     monkeypatch.setattr(tf.cluster, "cuda", lambda **options: started.append(options))
     harness._start_cluster(resolve_settings({"model": "cifar10", "cluster": "cuda", "num_workers": 2,
                                              "devices_per_node": 2, "num_ps": 1}))
-    assert started == [{"ps": 1, "n_workers": 4}]
+    assert started == [{"ps": 1, "workers": 4}]

@@ -61,3 +61,21 @@ def test_cuda_without_dask_cuda_says_what_to_install():
             tf.cluster.cuda()
     else:
         pytest.skip("dask-cuda is installed here: the missing-package error cannot occur")
+
+
+def test_cuda_starts_as_many_gpu_workers_as_asked(monkeypatch):
+    """``workers`` reaches LocalCUDACluster as n_workers (its first N GPUs); the stand-in refuses
+    to start, as on a machine without a GPU, and the error says so."""
+    import sys
+    import types
+
+    asked = []
+
+    def local_cuda_cluster(**options):
+        asked.append(options)
+        raise RuntimeError("no CUDA devices")
+
+    monkeypatch.setitem(sys.modules, "dask_cuda", types.SimpleNamespace(LocalCUDACluster=local_cuda_cluster))
+    with pytest.raises(RuntimeError, match="dask-cuda could not start GPU workers.*no CUDA devices"):
+        tf.cluster.cuda(ps=1, workers=2)
+    assert asked == [{"n_workers": 2, "threads_per_worker": 1}]

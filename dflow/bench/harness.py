@@ -416,8 +416,8 @@ def _start_cluster(settings: dict):
         return shaped_cluster(ps, workers, settings["network"])
     if settings["cluster"] == "local":
         return tf.cluster.local(ps=ps, workers=workers)
-    if settings["cluster"] == "cuda":  # the first `workers` GPUs (dask-cuda's n_workers), not all
-        return tf.cluster.cuda(ps=ps, n_workers=workers)
+    if settings["cluster"] == "cuda":  # the first `workers` GPUs, not all
+        return tf.cluster.cuda(ps=ps, workers=workers)
     if settings["cluster"] == "slurm":
         return tf.cluster.slurm(ps=ps, workers=workers)
     return tf.cluster.connect(settings["cluster"])

@@ -151,10 +151,12 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
     return _start(dask_cluster, roles, timeout)
 
 
-def cuda(ps: int = 1, threads_per_worker: int = 1, timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
-    """One worker per GPU of this machine (``dask_cuda.LocalCUDACluster``: its CPU affinity and
-    memory settings), tagged ``{"worker": 1, "GPU": 1}`` with its GPU as ``/gpu:0``, plus ``ps``
-    PS workers on the CPU (the seeds found PS on CPU beside GPU workers fastest).
+def cuda(ps: int = 1, workers: int | None = None, threads_per_worker: int = 1,
+         timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
+    """One worker per GPU of this machine, or on its first ``workers`` GPUs
+    (``dask_cuda.LocalCUDACluster``: its CPU affinity and memory settings), tagged
+    ``{"worker": 1, "GPU": 1}`` with its GPU as ``/gpu:0``, plus ``ps`` PS workers on the CPU
+    (the seeds found PS on CPU beside GPU workers fastest).
 
     Keyword arguments go to ``LocalCUDACluster`` (``CUDA_VISIBLE_DEVICES="0,1"`` picks GPUs).
     Needs ``pip install dflow[gpu]`` and an NVIDIA GPU.
@@ -167,7 +169,7 @@ def cuda(ps: int = 1, threads_per_worker: int = 1, timeout: float = START_TIMEOU
                           "`pip install dflow[gpu]` on a machine with an NVIDIA GPU") from error
     try:
         # it starts one worker per visible GPU, named by device id; renamed to roles below
-        dask_cluster = LocalCUDACluster(threads_per_worker=threads_per_worker, **kwargs)
+        dask_cluster = LocalCUDACluster(n_workers=workers, threads_per_worker=threads_per_worker, **kwargs)
     except Exception as error:
         raise RuntimeError(f"dask-cuda could not start GPU workers ({type(error).__name__}: {error}); "
                            "is there an NVIDIA GPU and driver? Use dflow.cluster.local() on CPUs") from error
