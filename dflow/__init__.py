@@ -10,7 +10,9 @@
 [2.0, 4.0]
 """
 
-__version__ = "0.1.0"
+# the TF API level dflow implements: what the version checks in TF 1.x scripts compare against
+# (``tf.__version__.split('.')``, ``< '1.5'``); dflow's own release is DFLOW_VERSION
+__version__ = "1.15.0"
 
 from . import (
     cluster,
@@ -154,6 +156,16 @@ sub = subtract
 mul = multiply
 div = divide
 newaxis = None
+
+DFLOW_VERSION = "0.1.0"  # dflow's own release: setup.cfg's version, `dflow --version`
+VERSION = __version__
+GIT_VERSION = f"dflow-{DFLOW_VERSION}"  # TF's names the build here: this is dflow
+
+# tf.app, tf.flags, tf.logging, tf.gfile, tf.io.gfile, tf.compat (dflow/app.py, ...)
+from . import app, compat, flags, gfile  # noqa: E402
+from . import tf_io as io  # noqa: E402
+from . import tf_logging as logging  # noqa: E402
+from .compat import disable_eager_execution, disable_v2_behavior, executing_eagerly  # noqa: E402
 
 
 def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:  # noqa: F811

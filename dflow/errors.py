@@ -53,3 +53,10 @@ class OutOfRangeError(OpError):
 
 class DataLossError(OpError):
     """Stored data is unreadable or corrupt: a damaged chunk of a dataset store."""
+
+
+class AlreadyExistsError(OpError, FileExistsError):
+    """What was to be created exists: the target of ``tf.gfile.Copy``, the directory of ``MkDir``."""
+
+
+__all__ += ["AlreadyExistsError"]

@@ -263,4 +263,4 @@ def machine_info() -> dict:
 
     return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
             "python": platform.python_version(), "numpy": np.__version__, "dask": dask.__version__,
-            "dflow": dflow.__version__}
+            "dflow": dflow.DFLOW_VERSION}

@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 import zarr
 
-from .. import __version__
+from .. import DFLOW_VERSION as __version__  # dflow's release, not the TF API level
 from ..errors import DataLossError, FailedPreconditionError, NotFoundError
 
 __all__ = ["SplitSource", "DatasetSource", "write_store", "open_store", "describe", "chunk_examples_for",
