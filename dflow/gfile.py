@@ -198,7 +198,15 @@ def Glob(filename) -> list[str]:  # noqa: N802
         pattern = os.fsdecode(os.fspath(filename)).removeprefix("file://")
         return sorted(_glob.glob(pattern))
     filesystem, path = _filesystem(filename)
-    return sorted(filesystem.unstrip_protocol(match) for match in filesystem.glob(path))
+    return sorted(_in_the_form_of(filename, path, filesystem, match) for match in filesystem.glob(path))
+
+
+def _in_the_form_of(url: str, path: str, filesystem, match: str) -> str:
+    """``match`` (as fsspec knows it) written as ``url`` is: ``memory://x/a``, not ``memory:///x/a``."""
+    protocol, rest = url.split("://", 1)
+    if rest.lstrip("/") != path.lstrip("/"):  # the URL holds more than the path (a host): fsspec's form
+        return filesystem.unstrip_protocol(match)
+    return f"{protocol}://{match if rest.startswith('/') else match.lstrip('/')}"
 
 
 def Copy(oldpath, newpath, overwrite: bool = False) -> None:  # noqa: N802
