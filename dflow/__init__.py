@@ -98,6 +98,7 @@ from .ops.array_ops import (
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
 from .ops.math_ops import (
+    Assert,
     Print,
     abs,
     add,
@@ -106,6 +107,16 @@ from .ops.math_ops import (
     arg_min,
     argmax,
     argmin,
+    assert_equal,
+    assert_greater,
+    assert_greater_equal,
+    assert_less,
+    assert_less_equal,
+    assert_negative,
+    assert_non_negative,
+    assert_non_positive,
+    assert_none_equal,
+    assert_positive,
     cast,
     ceil,
     clip_by_global_norm,
@@ -193,6 +204,8 @@ from .variables import (
     glorot_uniform_initializer,
     group,
     initialize_all_variables,
+    initialize_local_variables,
+    initialize_variables,
     local_variables,
     local_variables_initializer,
     ones_initializer,

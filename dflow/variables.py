@@ -24,7 +24,8 @@ __all__ = [
     "Variable", "get_variable", "variable_scope", "get_variable_scope", "AUTO_REUSE",
     "global_variables", "trainable_variables", "local_variables", "variables_initializer",
     "global_variables_initializer", "local_variables_initializer", "initialize_all_variables",
-    "group", "zeros_initializer", "ones_initializer", "constant_initializer",
+    "group", "initialize_variables", "initialize_local_variables", "zeros_initializer",
+    "ones_initializer", "constant_initializer",
     "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
     "glorot_uniform_initializer", "report_uninitialized_variables",
 ]
@@ -191,6 +192,8 @@ def local_variables_initializer() -> Operation:
 
 
 initialize_all_variables = global_variables_initializer
+initialize_variables = variables_initializer  # TF 1.x's deprecated spellings
+initialize_local_variables = local_variables_initializer
 
 
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:

@@ -361,3 +361,23 @@ def test_softmax_regression_in_the_tf1_tutorial_style():
         for i in range(0, 600, 50):
             sess.run(train_step, feed_dict={x: data[i:i + 50], y_: onehot[i:i + 50]})
         assert sess.run(accuracy, feed_dict={x: data, y_: onehot}) > 0.95
+
+
+def test_assertions_fail_the_step_with_the_data():
+    x = tf.placeholder(tf.float32, [3])
+    with tf.control_dependencies([tf.assert_positive(x, message="x must be positive"),
+                                  tf.assert_less(x, 10.0)]):
+        y = tf.identity(x)
+    check = tf.Assert(tf.reduce_all(x > 0.0), [x], name="all_positive")
+    assert isinstance(check, tf.Operation) and check.name == "all_positive"
+    with tf.Session() as sess:
+        sess.run(tf.initialize_variables([]))
+        assert sess.run(y, {x: [1.0, 2.0, 3.0]}).tolist() == [1.0, 2.0, 3.0]
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"x must be positive Condition x > 0 did not hold \[1.0 -2.0 3.0\]"):
+            sess.run(y, {x: [1.0, -2.0, 3.0]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match="x < y"):
+            sess.run(y, {x: [1.0, 20.0, 3.0]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"assertion failed: \[0.0 1.0 2.0\]"):
+            sess.run(check, {x: [0.0, 1.0, 2.0]})
+        sess.run(tf.assert_equal(x, [1.0, 2.0, 3.0]), {x: [1.0, 2.0, 3.0]})

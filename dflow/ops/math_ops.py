@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from .. import dtypes
+from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from .array_ops import shape, shape_value
 from .registry import ShapeError, Spec, defop
@@ -24,7 +25,9 @@ __all__ = [
     "floormod", "mod", "floordiv", "squared_difference", "logical_xor", "reduce_any", "reduce_all",
     "reduce_logsumexp", "count_nonzero", "arg_max", "arg_min", "to_float", "to_double",
     "to_int32", "to_int64", "clip_by_value", "clip_by_norm", "global_norm", "clip_by_global_norm",
-    "norm", "Print", "print_tensor",
+    "norm", "Print", "print_tensor", "Assert", "assert_equal", "assert_none_equal", "assert_less",
+    "assert_less_equal", "assert_greater", "assert_greater_equal", "assert_positive",
+    "assert_negative", "assert_non_negative", "assert_non_positive",
 ]
 
 
@@ -621,3 +624,55 @@ def Print(input_, data, message=None, first_n=None, summarize=None, name=None) -
 
 
 print_tensor = Print
+
+
+# ---- assertions ------------------------------------------------------------------------------
+def _assert_kernel(xp, condition, *data, message, summarize):
+    if not bool(xp.all(condition)):
+        shown = " ".join(f"[{_summary(xp, d, summarize)}]" for d in data)
+        raise InvalidArgumentError(" ".join(p for p in ("assertion failed:", message, shown) if p))
+    return ()
+
+
+defop("Assert", lambda inputs, **_: [], _assert_kernel, num_outputs=0)
+
+
+def Assert(condition, data, summarize=None, name=None):  # noqa: N802 - TF's name
+    """An op that fails the step (``InvalidArgumentError``, showing ``data``) when ``condition``
+    is false somewhere; run it, or put it in ``tf.control_dependencies``."""
+    attrs = {"message": "", "summarize": 3 if summarize is None else int(summarize)}
+    return get_default_graph().create_op("Assert", [condition, *list(data or [])], attrs,
+                                         name=name or "Assert")
+
+
+def _assert_compare(condition_text, compare, default_y=None):
+    def build(x, y=None, data=None, summarize=None, message=None, name=None):
+        x, y = _pair(convert_to_tensor(x), default_y if y is None else y)
+        attrs = {"message": f"{message or ''} Condition {condition_text} did not hold".strip(),
+                 "summarize": 3 if summarize is None else int(summarize)}
+        shown = ([x] if default_y is not None else [x, y]) if data is None else list(data)
+        return get_default_graph().create_op("Assert", [compare(x, y), *shown], attrs,
+                                             name=name or "assert")
+
+    return build
+
+
+def _assert_sign(condition_text, compare):
+    check = _assert_compare(condition_text, compare, 0)
+
+    def build(x, data=None, summarize=None, message=None, name=None):
+        return check(x, None, data, summarize, message, name)
+
+    return build
+
+
+assert_equal = _assert_compare("x == y", equal)
+assert_none_equal = _assert_compare("x != y", not_equal)
+assert_less = _assert_compare("x < y", less)
+assert_less_equal = _assert_compare("x <= y", less_equal)
+assert_greater = _assert_compare("x > y", greater)
+assert_greater_equal = _assert_compare("x >= y", greater_equal)
+assert_positive = _assert_sign("x > 0", greater)
+assert_negative = _assert_sign("x < 0", less)
+assert_non_negative = _assert_sign("x >= 0", greater_equal)
+assert_non_positive = _assert_sign("x <= 0", less_equal)
