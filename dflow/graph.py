@@ -140,8 +140,9 @@ class Dimension:
     def __mod__(self, other):
         return self._apply(other, lambda a, b: a % b)
 
-    def __truediv__(self, other):  # TF 1.x under `from __future__ import division`: floor
-        return self.__floordiv__(other)
+    def __truediv__(self, other):
+        raise TypeError(f"unsupported operand type(s) for /: 'Dimension' and {type(other).__name__!r}, "
+                        "please use // instead (as TF 1.x)")
 
     def _compare(self, other, fn):
         other_value = _dim_value(other)
@@ -390,6 +391,39 @@ class _Operators:
     def __rpow__(self, other):
         return _math().pow(other, self)
 
+    def __floordiv__(self, other):
+        return _math().floordiv(self, other)
+
+    def __rfloordiv__(self, other):
+        return _math().floordiv(other, self)
+
+    def __mod__(self, other):
+        return _math().floormod(self, other)
+
+    def __rmod__(self, other):
+        return _math().floormod(other, self)
+
+    def __and__(self, other):
+        return _math().logical_and(self, other)
+
+    def __rand__(self, other):
+        return _math().logical_and(other, self)
+
+    def __or__(self, other):
+        return _math().logical_or(self, other)
+
+    def __ror__(self, other):
+        return _math().logical_or(other, self)
+
+    def __xor__(self, other):
+        return _math().logical_xor(self, other)
+
+    def __rxor__(self, other):
+        return _math().logical_xor(other, self)
+
+    def __invert__(self):
+        return _math().logical_not(self)
+
     def __neg__(self):
         return _math().negative(self)
 
@@ -412,6 +446,18 @@ class _Operators:
         from .ops import array_ops
 
         return array_ops.strided_slice(self, key)
+
+    def __iter__(self):
+        """``a, b = tensor`` along a first dim known at build time (TF 1.x's rule)."""
+        dims = self.get_shape().dims
+        if dims is None:
+            raise TypeError("Cannot iterate over a tensor with unknown shape.")
+        if not dims:
+            raise TypeError("Cannot iterate over a scalar tensor.")
+        if dims[0] is None:
+            raise TypeError("Cannot iterate over a tensor with unknown first dimension; "
+                            "use tf.unstack(x, num=...) with a known count")
+        return iter([self[i] for i in range(dims[0])])
 
     # Tensors are graph nodes: equality is identity, so they can key dicts (feed_dict).
     __eq__ = object.__eq__

@@ -381,3 +381,22 @@ def test_assertions_fail_the_step_with_the_data():
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"assertion failed: \[0.0 1.0 2.0\]"):
             sess.run(check, {x: [0.0, 1.0, 2.0]})
         sess.run(tf.assert_equal(x, [1.0, 2.0, 3.0]), {x: [1.0, 2.0, 3.0]})
+
+
+def test_python_operators_and_iteration_as_tf1():
+    a = tf.constant([7, -7, 5])
+    p = tf.constant([True, False, True])
+    q = tf.constant([True, True, False])
+    first, second = tf.constant([[1.0, 2.0], [3.0, 4.0]])  # a first dim known at build time
+    with tf.Session() as sess:
+        got = sess.run([a // 2, a % 3, 20 // a, p & q, p | q, p ^ q, ~p, first, second])
+    assert got[0].tolist() == [3, -4, 2] and got[1].tolist() == [1, 2, 2] and got[2].tolist() == [2, -3, 4]
+    assert got[3].tolist() == [True, False, False] and got[4].tolist() == [True, True, True]
+    assert got[5].tolist() == [False, True, True] and got[6].tolist() == [False, True, False]
+    assert got[7].tolist() == [1.0, 2.0] and got[8].tolist() == [3.0, 4.0]
+    with pytest.raises(TypeError, match="unknown first dimension"):
+        list(tf.placeholder(tf.float32, [None, 2]))
+    with pytest.raises(TypeError, match="scalar"):
+        iter(tf.constant(1.0))
+    with pytest.raises(TypeError, match="please use // instead"):
+        tf.Dimension(4) / 2
