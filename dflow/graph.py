@@ -31,7 +31,8 @@ from .ops.shape_rules import fmt
 from .placement import DeviceSpec
 
 __all__ = [
-    "Graph", "Operation", "Tensor", "TensorShape", "GraphKeys", "get_default_graph",
+    "Graph", "Operation", "Tensor", "TensorShape", "Dimension", "as_shape", "as_dimension",
+    "unknown_shape", "GraphKeys", "get_default_graph",
     "reset_default_graph", "set_random_seed", "get_collection", "add_to_collection", "name_scope",
     "control_dependencies", "device", "colocate_with",
     "convert_to_tensor",
@@ -53,11 +54,161 @@ class GraphKeys:
     SUMMARIES = "summaries"
 
 
-class TensorShape:
-    """A static shape: a tuple of ints with ``None`` for unknown dims, or unknown rank.
+class Dimension:
+    """One dim of a :class:`TensorShape`, as TF 1.x's: ``shape[1].value`` is an int or None.
 
-    >>> TensorShape((None, 784)).as_list()
-    [None, 784]
+    Known dims behave as their int (``int(d)``, ``d * 2``, ``d == 3``, ``range(d)``, a dim of
+    a NumPy shape); arithmetic with an unknown dim is unknown.
+
+    >>> d = Dimension(784)
+    >>> d.value, int(d // 2), (d + Dimension(None)).value
+    (784, 392, None)
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value):
+        if isinstance(value, Dimension):
+            value = value.value
+        if value is not None:
+            if hasattr(value, "_as_graph_element") or isinstance(value, Tensor):
+                raise TypeError(f"a Dimension is a static size, got the tensor {value!r}; "
+                                "use tf.shape(x)[i] for a size known only at run time")
+            integer = int(value)
+            if integer != value or integer < 0:
+                raise ValueError(f"a Dimension must be a non-negative int or None, got {value!r}")
+            value = integer
+        self._value = value
+
+    @property
+    def value(self) -> int | None:
+        return self._value
+
+    def is_compatible_with(self, other) -> bool:
+        other = as_dimension(other)
+        return self._value is None or other.value is None or self._value == other.value
+
+    def assert_is_compatible_with(self, other) -> None:
+        if not self.is_compatible_with(other):
+            raise ValueError(f"Dimensions {self} and {other} are not compatible")
+
+    def merge_with(self, other) -> Dimension:
+        """The more specific of two compatible dims."""
+        other = as_dimension(other)
+        self.assert_is_compatible_with(other)
+        return Dimension(self._value if self._value is not None else other.value)
+
+    def __int__(self) -> int:
+        if self._value is None:
+            raise TypeError("int() of an unknown Dimension (its size is known only at run time); "
+                            "use tf.shape(x)[i]")
+        return self._value
+
+    __index__ = __int__
+
+    def __float__(self) -> float:
+        return float(int(self))
+
+    def _apply(self, other, fn) -> Dimension:
+        other_value = _dim_value(other)
+        if self._value is None or other_value is None:
+            return Dimension(None)
+        return Dimension(fn(self._value, other_value))
+
+    def __add__(self, other):
+        return self._apply(other, lambda a, b: a + b)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._apply(other, lambda a, b: a - b)
+
+    def __rsub__(self, other):
+        return self._apply(other, lambda a, b: b - a)
+
+    def __mul__(self, other):
+        return self._apply(other, lambda a, b: a * b)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        return self._apply(other, lambda a, b: a // b)
+
+    def __rfloordiv__(self, other):
+        return self._apply(other, lambda a, b: b // a)
+
+    def __mod__(self, other):
+        return self._apply(other, lambda a, b: a % b)
+
+    def __truediv__(self, other):
+        raise TypeError(f"unsupported operand type(s) for /: 'Dimension' and {type(other).__name__!r}, "
+                        "please use // instead (as TF 1.x)")
+
+    def _compare(self, other, fn):
+        other_value = _dim_value(other)
+        return None if self._value is None or other_value is None else fn(self._value, other_value)
+
+    def __eq__(self, other):
+        if other is None:  # `None in shape` (and `shape[0] == None`) asks whether it is unknown
+            return self._value is None
+        try:
+            return self._compare(other, lambda a, b: a == b)
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is None or equal is NotImplemented else not equal
+
+    def __lt__(self, other):
+        return self._compare(other, lambda a, b: a < b)
+
+    def __le__(self, other):
+        return self._compare(other, lambda a, b: a <= b)
+
+    def __gt__(self, other):
+        return self._compare(other, lambda a, b: a > b)
+
+    def __ge__(self, other):
+        return self._compare(other, lambda a, b: a >= b)
+
+    def __hash__(self):
+        return hash(self._value)
+
+    def __reduce__(self):
+        return Dimension, (self._value,)
+
+    def __repr__(self) -> str:
+        return f"Dimension({self._value})"
+
+    def __str__(self) -> str:
+        return "?" if self._value is None else str(self._value)
+
+
+def _dim_value(d) -> int | None:
+    """A dim given as None, an int, a Dimension or anything with ``__index__``, as int or None."""
+    if d is None:
+        return None
+    if isinstance(d, Dimension):
+        return d.value
+    if isinstance(d, Tensor) or hasattr(d, "_as_graph_element"):
+        raise TypeError(f"a static shape takes ints or None, got the tensor {d!r}")
+    return int(d)
+
+
+def as_dimension(value) -> Dimension:
+    return value if isinstance(value, Dimension) else Dimension(value)
+
+
+class TensorShape:
+    """A static shape: dims that are ints or unknown (``None``), or an unknown rank.
+
+    As in TF 1.x, ``shape[i]`` is a :class:`Dimension` (``.value``, ``int()``); ``dims``
+    is the plain tuple (ints and None) that dflow's shape rules use.
+
+    >>> s = TensorShape((None, 784))
+    >>> s.as_list(), s[1].value, s.ndims, s[1:].as_list()
+    ([None, 784], 784, 2, [784])
     """
 
     __slots__ = ("dims",)
@@ -65,7 +216,9 @@ class TensorShape:
     def __init__(self, dims):
         if isinstance(dims, TensorShape):
             dims = dims.dims
-        self.dims = None if dims is None else tuple(None if d is None else int(d) for d in dims)
+        elif dims is not None and not isinstance(dims, (str, bytes)) and _is_single_dim(dims):
+            dims = (dims,)  # TF's rule: TensorShape(5) is the shape [5]
+        self.dims = None if dims is None else tuple(_dim_value(d) for d in dims)
 
     @property
     def ndims(self) -> int | None:
@@ -81,6 +234,10 @@ class TensorShape:
     def is_fully_defined(self) -> bool:
         return self.dims is not None and None not in self.dims
 
+    def assert_is_fully_defined(self) -> None:
+        if not self.is_fully_defined():
+            raise ValueError(f"Shape {self} is not fully defined")
+
     def num_elements(self) -> int | None:
         if not self.is_fully_defined():
             return None
@@ -90,42 +247,101 @@ class TensorShape:
         return n
 
     def is_compatible_with(self, other) -> bool:
-        other = TensorShape(other)
+        other = as_shape(other)
         if self.dims is None or other.dims is None:
             return True
         return len(self.dims) == len(other.dims) and all(
             a is None or b is None or a == b for a, b in zip(self.dims, other.dims)
         )
 
+    def assert_is_compatible_with(self, other) -> None:
+        if not self.is_compatible_with(other):
+            raise ValueError(f"Shapes {self} and {as_shape(other)} are incompatible")
+
+    def merge_with(self, other) -> TensorShape:
+        """The most specific shape compatible with both (a ValueError if they conflict)."""
+        other = as_shape(other)
+        self.assert_is_compatible_with(other)
+        if self.dims is None:
+            return other
+        if other.dims is None:
+            return self
+        return TensorShape([a if a is not None else b for a, b in zip(self.dims, other.dims)])
+
+    def concatenate(self, other) -> TensorShape:
+        other = as_shape(other)
+        if self.dims is None or other.dims is None:
+            return TensorShape(None)
+        return TensorShape(self.dims + other.dims)
+
+    __add__ = concatenate
+
+    def __radd__(self, other):
+        return as_shape(other).concatenate(self)
+
+    def with_rank(self, rank: int) -> TensorShape:
+        return self.merge_with(TensorShape([None] * rank))
+
+    def with_rank_at_least(self, rank: int) -> TensorShape:
+        if self.dims is not None and len(self.dims) < rank:
+            raise ValueError(f"Shape {self} must have rank at least {rank}")
+        return self
+
+    def assert_has_rank(self, rank: int) -> None:
+        if self.dims is not None and len(self.dims) != rank:
+            raise ValueError(f"Shape {self} must have rank {rank}")
+
     def __len__(self) -> int:
         if self.dims is None:
             raise ValueError("len() of a TensorShape of unknown rank")
         return len(self.dims)
 
+    def __bool__(self) -> bool:
+        return self.dims is not None
+
     def __iter__(self):
         if self.dims is None:
             raise ValueError("cannot iterate over a TensorShape of unknown rank")
-        return iter(self.dims)
+        return iter([Dimension(d) for d in self.dims])
 
     def __getitem__(self, key):
         if self.dims is None:
-            return None
+            if isinstance(key, slice):
+                return TensorShape(None)
+            return Dimension(None)
         result = self.dims[key]
-        return TensorShape(result) if isinstance(key, slice) else result
+        return TensorShape(result) if isinstance(key, slice) else Dimension(result)
 
     def __eq__(self, other) -> bool:
         try:
-            return self.dims == TensorShape(other).dims
-        except TypeError:
+            return self.dims == as_shape(other).dims
+        except (TypeError, ValueError):
             return NotImplemented
 
     def __hash__(self):
         return hash(self.dims)
 
+    def __reduce__(self):
+        return TensorShape, (self.dims,)
+
     def __repr__(self) -> str:
         if self.dims is None:
             return "TensorShape(None)"
         return fmt(self.dims)
+
+
+def _is_single_dim(value) -> bool:
+    return isinstance(value, Dimension) or (not hasattr(value, "__iter__") and hasattr(value, "__index__"))
+
+
+def as_shape(shape) -> TensorShape:
+    """A TensorShape for ``shape``: a TensorShape, a list/tuple of ints, None or Dimensions, an
+    int (a vector of that length, as TF), or None (unknown rank)."""
+    return shape if isinstance(shape, TensorShape) else TensorShape(shape)
+
+
+def unknown_shape(ndims=None) -> TensorShape:
+    return TensorShape(None if ndims is None else [None] * ndims)
 
 
 def _math():
@@ -175,6 +391,39 @@ class _Operators:
     def __rpow__(self, other):
         return _math().pow(other, self)
 
+    def __floordiv__(self, other):
+        return _math().floordiv(self, other)
+
+    def __rfloordiv__(self, other):
+        return _math().floordiv(other, self)
+
+    def __mod__(self, other):
+        return _math().floormod(self, other)
+
+    def __rmod__(self, other):
+        return _math().floormod(other, self)
+
+    def __and__(self, other):
+        return _math().logical_and(self, other)
+
+    def __rand__(self, other):
+        return _math().logical_and(other, self)
+
+    def __or__(self, other):
+        return _math().logical_or(self, other)
+
+    def __ror__(self, other):
+        return _math().logical_or(other, self)
+
+    def __xor__(self, other):
+        return _math().logical_xor(self, other)
+
+    def __rxor__(self, other):
+        return _math().logical_xor(other, self)
+
+    def __invert__(self):
+        return _math().logical_not(self)
+
     def __neg__(self):
         return _math().negative(self)
 
@@ -197,6 +446,18 @@ class _Operators:
         from .ops import array_ops
 
         return array_ops.strided_slice(self, key)
+
+    def __iter__(self):
+        """``a, b = tensor`` along a first dim known at build time (TF 1.x's rule)."""
+        dims = self.get_shape().dims
+        if dims is None:
+            raise TypeError("Cannot iterate over a tensor with unknown shape.")
+        if not dims:
+            raise TypeError("Cannot iterate over a scalar tensor.")
+        if dims[0] is None:
+            raise TypeError("Cannot iterate over a tensor with unknown first dimension; "
+                            "use tf.unstack(x, num=...) with a known count")
+        return iter([self[i] for i in range(dims[0])])
 
     # Tensors are graph nodes: equality is identity, so they can key dicts (feed_dict).
     __eq__ = object.__eq__

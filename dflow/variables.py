@@ -24,7 +24,8 @@ __all__ = [
     "Variable", "get_variable", "variable_scope", "get_variable_scope", "AUTO_REUSE",
     "global_variables", "trainable_variables", "local_variables", "variables_initializer",
     "global_variables_initializer", "local_variables_initializer", "initialize_all_variables",
-    "group", "zeros_initializer", "ones_initializer", "constant_initializer",
+    "group", "initialize_variables", "initialize_local_variables", "zeros_initializer",
+    "ones_initializer", "constant_initializer",
     "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
     "glorot_uniform_initializer", "report_uninitialized_variables",
 ]
@@ -191,6 +192,8 @@ def local_variables_initializer() -> Operation:
 
 
 initialize_all_variables = global_variables_initializer
+initialize_variables = variables_initializer  # TF 1.x's deprecated spellings
+initialize_local_variables = local_variables_initializer
 
 
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:
@@ -214,7 +217,10 @@ class _Initializer:
     dtype: object = dtypes.float32
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        return self.build([int(d) for d in shape], dtypes.as_dtype(dtype or self.dtype))
+        dims = array_ops.static_shape(shape)
+        if dims is None or None in dims:
+            raise ValueError(f"an initializer needs a fully known shape, got {dims}")
+        return self.build(dims, dtypes.as_dtype(dtype or self.dtype))
 
 
 def zeros_initializer(dtype=dtypes.float32):
@@ -303,9 +309,23 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
         _scope_stack(graph).pop()
 
 
-def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
-                 trainable=True, collections=None) -> Variable:
-    """Create a variable ``scope/name``, or return it when the scope reuses variables."""
+def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
+                 trainable=True, collections=None, caching_device=None, partitioner=None,
+                 validate_shape=True, use_resource=None, custom_getter=None, constraint=None,
+                 **_ignored) -> Variable:
+    """Create a variable ``scope/name``, or return it when the scope reuses variables.
+
+    ``dtype`` takes any TF spelling (``tf.float32``, ``"float"``, ``float``); the default is the
+    dtype of a tensor ``initializer``, else float32. ``partitioner`` is not supported."""
+    if partitioner is not None:
+        raise NotImplementedError("get_variable(partitioner=...): partitioned variables are not "
+                                  "supported by dflow; leave partitioner unset")
+    if trainable is None:
+        trainable = True
+    if dtype is None:
+        dtype = initializer.dtype if isinstance(initializer, (Tensor, Variable)) else dtypes.float32
+    if shape is not None:
+        shape = array_ops.static_shape(shape)
     graph = get_default_graph()
     scope = get_variable_scope()
     full = f"{scope.name}/{name}" if scope.name else name
@@ -333,7 +353,8 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
         initial = initializer
     # the variable is named by its variable scope, whatever name scope is open now
     with graph.name_scope(scope.name + "/" if scope.name else None):
-        var = Variable(initial, trainable=trainable, collections=collections, name=name, dtype=dtype)
+        var = Variable(initial, trainable=trainable, collections=collections, name=name, dtype=dtype,
+                       validate_shape=validate_shape)
     graph._variables_by_name[full] = var
     if regularizer is not None:
         with graph.name_scope(full + "/Regularizer/"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..graph import Tensor, convert_to_tensor, get_default_graph
+from ..graph import Tensor, TensorShape, as_shape, convert_to_tensor, get_default_graph
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
 
@@ -14,7 +14,8 @@ __all__ = [
     "shape", "size", "rank",
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
-    "ones_like", "fill", "range_",
+    "ones_like", "fill", "range_", "shape_tensor", "static_shape", "slice_", "linspace",
+    "reverse",
 ]
 
 
@@ -35,6 +36,47 @@ def shape_value(spec: Spec):
     return [None if v is None else int(v) for v in values]
 
 
+def _is_symbolic(value) -> bool:
+    return isinstance(value, Tensor) or hasattr(value, "_as_graph_element")
+
+
+def static_shape(shape, what="shape") -> list | None:
+    """A shape argument given as TF 1.x takes it (a list or tuple of ints/None/Dimensions, a
+    TensorShape, an int for a vector of that length, a NumPy array) as a list of ints and None;
+    None for an unknown rank."""
+    if _is_symbolic(shape):
+        raise TypeError(f"{what} must be static here, got the tensor {shape!r}")
+    if isinstance(shape, np.ndarray):
+        shape = shape.tolist()
+    dims = as_shape(shape).dims
+    return None if dims is None else list(dims)
+
+
+def shape_tensor(shape, name=None) -> Tensor:
+    """A shape argument as an int vector tensor: a tensor (``tf.shape(x)``) passes through; a
+    list may mix ints and scalar tensors (``[tf.shape(x)[0], -1]``: stacked); a TensorShape, an
+    int or a NumPy array becomes a constant."""
+    if _is_symbolic(shape):
+        return convert_to_tensor(shape)
+    if isinstance(shape, (list, tuple)) and any(_is_symbolic(d) for d in shape):
+        dims = [_as_int32(d) for d in shape]
+        return stack(dims, name=name or "shape")
+    dims = static_shape(shape)
+    if dims is None or None in dims:
+        raise ValueError(f"a shape for a value needs every dim, got {TensorShape(dims)}; "
+                         "use tf.shape(x) for dims known only at run time")
+    return constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32, name=name or "shape")
+
+
+def _as_int32(dim) -> Tensor:
+    if not _is_symbolic(dim):
+        return constant(int(dim), dtypes.int32)
+    dim = convert_to_tensor(dim)
+    return dim if dim.dtype == dtypes.int32 else _cast(dim, dtypes.int32)
+
+
+
+
 # ---- Const / Placeholder ----------------------------------------------------
 def _const_infer(inputs, value, dtype):
     return [Spec(tuple(value.shape), dtype, value)]
@@ -46,15 +88,28 @@ defop("Const", _const_infer, lambda xp, value, dtype: xp.asarray(value))
 def constant(value, dtype=None, shape=None, name="Const") -> Tensor:
     """A constant tensor. ``tf.constant([[1., 2.]])``; Python floats become float32."""
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(value)
-    array = np.asarray(value, dtype=dtype.as_numpy_dtype)
+    array = _string_array(value) if dtype == dtypes.string else np.asarray(value, dtype=dtype.as_numpy_dtype)
     if shape is not None:
-        shape = tuple(shape)
+        shape = tuple(static_shape(shape))
         array = np.broadcast_to(array, shape).copy() if array.size == 1 else array.reshape(shape)
     return _out("Const", [], {"value": array, "dtype": dtype}, name)
 
 
+def _string_array(value) -> np.ndarray:
+    """Strings as TF holds them: bytes (``str`` encoded as UTF-8), so a fetch gives ``b'Hello'``."""
+    array = np.asarray(value)
+    if array.dtype.kind == "U":
+        return np.char.encode(array, "utf-8")
+    if array.dtype.kind == "O":
+        return np.asarray([v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.ravel()]
+                          ).reshape(array.shape)
+    return array
+
+
 def _infer_dtype(value) -> dtypes.DType:
     array = np.asarray(value)
+    if array.dtype.kind in "USO":
+        return dtypes.string
     if array.dtype == np.float64 and not isinstance(value, np.ndarray | np.generic):
         return dtypes.float32  # Python floats default to float32, as in TF
     if array.dtype == np.int64 and not isinstance(value, np.ndarray | np.generic):
@@ -70,9 +125,15 @@ defop("Placeholder", lambda inputs, dtype, shape: [Spec(shape, dtype)], _placeho
 
 
 def placeholder(dtype, shape=None, name=None) -> Tensor:
-    """A tensor fed at run time: ``x = tf.placeholder(tf.float32, [None, 784])``."""
-    shape = None if shape is None else tuple(None if d is None or d == -1 else int(d) for d in shape)
+    """A tensor fed at run time: ``x = tf.placeholder(tf.float32, [None, 784])``; the dtype may
+    be ``"float"``, ``float``, ``np.float32``..., the shape a TensorShape or an int (a vector)."""
+    shape = _placeholder_shape(shape)
     return _out("Placeholder", [], {"dtype": dtypes.as_dtype(dtype), "shape": shape}, name)
+
+
+def _placeholder_shape(shape):
+    dims = static_shape(shape)
+    return None if dims is None else tuple(None if d is None or d == -1 else d for d in dims)
 
 
 def _with_default_infer(inputs, shape):
@@ -84,7 +145,7 @@ defop("PlaceholderWithDefault", _with_default_infer, lambda xp, x, shape: x, lam
 
 def placeholder_with_default(input, shape, name=None) -> Tensor:
     """``input`` unless fed: ``keep_prob = tf.placeholder_with_default(1.0, [])``."""
-    shape = None if shape is None else tuple(None if d is None or d == -1 else int(d) for d in shape)
+    shape = _placeholder_shape(shape)
     return _out("PlaceholderWithDefault", [input], {"shape": shape}, name)
 
 
@@ -141,7 +202,7 @@ def rank(input, name=None):
 
 def _resolve_reshape(in_shape, target):
     if None in target:
-        return tuple(None if d in (None, -1) else d for d in target)
+        return _resolve_partial_reshape(in_shape, target)
     known = num_elements(in_shape)
     if target.count(-1) > 1:
         raise ShapeError(f"reshape target {target} has more than one -1")
@@ -155,6 +216,19 @@ def _resolve_reshape(in_shape, target):
     if known is not None and known != num_elements(target):
         raise ShapeError(f"cannot reshape {fmt(in_shape)} ({known} elements) into {fmt(target)}")
     return tuple(target)
+
+
+def _resolve_partial_reshape(in_shape, target):
+    """Target dims known only at run time: TF's rule infers the -1 when the input has exactly
+    one unknown dim and the target one run-time dim (``[tf.shape(x)[0], -1]``: they cancel)."""
+    out = [None if d in (None, -1) else d for d in target]
+    if in_shape is None or target.count(-1) != 1 or target.count(None) != 1 or in_shape.count(None) != 1:
+        return tuple(out)
+    known_in = num_elements([d for d in in_shape if d is not None])
+    known_out = num_elements([d for d in target if d not in (None, -1)])
+    if known_out and known_in % known_out == 0:
+        out[target.index(-1)] = known_in // known_out
+    return tuple(out)
 
 
 def _reshape_infer(inputs):
@@ -175,11 +249,12 @@ defop("Reshape", _reshape_infer, _reshape_kernel,
 
 
 def reshape(tensor, shape, name=None) -> Tensor:
-    """``tensor`` with a new shape; one dim may be -1. ``tf.reshape(x, [-1, 784])``."""
-    if not isinstance(shape, Tensor):
-        shape = constant([int(d) for d in shape] if len(shape) else np.zeros(0, np.int32),
-                         dtypes.int32)
-    return _out("Reshape", [tensor, shape], name=name)
+    """``tensor`` with a new shape; one dim may be -1. ``tf.reshape(x, [-1, 784])``; dims may be
+    scalar tensors: ``tf.reshape(x, [tf.shape(x)[0], -1])``."""
+    if not _is_symbolic(shape) and not (isinstance(shape, (list, tuple)) and any(map(_is_symbolic, shape))):
+        dims = static_shape(shape)
+        shape = constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32)
+    return _out("Reshape", [tensor, shape_tensor(shape)], name=name)
 
 
 def _transpose_infer(inputs, perm):
@@ -234,7 +309,7 @@ def _concat_infer(inputs, axis):
 
 def _concat_grad(op, g):
     axis = op.attrs["axis"]
-    sizes = [t.shape[axis] for t in op.inputs]
+    sizes = [t.shape[axis].value for t in op.inputs]
     if None in sizes:
         raise ValueError(f"the gradient of {op.name} needs the sizes along axis {axis} at build time")
     return split(g, sizes, axis=axis)
@@ -244,8 +319,13 @@ defop("ConcatV2", _concat_infer, lambda xp, *xs, axis: xp.concat(xs, axis=axis),
 
 
 def concat(values, axis, name="concat") -> Tensor:
-    """Join tensors along ``axis``."""
-    return _out("ConcatV2", list(values), {"axis": int(axis)}, name)
+    """Join tensors along ``axis``. TF 0.x's order ``tf.concat(1, [a, b])`` is taken too."""
+    if isinstance(values, (int, np.integer)) and isinstance(axis, (list, tuple)):
+        values, axis = axis, values
+    values = list(values)
+    if len(values) == 1:
+        return identity(values[0], name=name)
+    return _out("ConcatV2", values, {"axis": int(axis)}, name)
 
 
 def _split_infer(inputs, sizes, axis):
@@ -279,7 +359,7 @@ def split(value, num_or_size_splits, axis=0, name="split") -> list[Tensor]:
     """Split into ``n`` equal pieces or pieces of the given sizes along ``axis``."""
     value = convert_to_tensor(value)
     if isinstance(num_or_size_splits, int):
-        dim = value.shape[axis]
+        dim = value.shape[axis].value
         if dim is None or dim % num_or_size_splits:
             raise ValueError(
                 f"cannot split dim {axis} of {value.shape} into {num_or_size_splits} equal pieces")
@@ -297,7 +377,16 @@ def _stack_infer(inputs, axis):
     if s is None:
         return [Spec(None, inputs[0].dtype)]
     (ax,) = normalize_axis(axis, len(s) + 1)
-    return [Spec(s[:ax] + (len(inputs),) + s[ax:], inputs[0].dtype)]
+    return [Spec(s[:ax] + (len(inputs),) + s[ax:], inputs[0].dtype, _stacked_value(inputs))]
+
+
+def _stacked_value(inputs):
+    """What is known of a stack of int scalars: a tuple with None for run-time entries."""
+    if not inputs[0].dtype.is_integer or any(i.shape != () for i in inputs):
+        return None
+    values = tuple(None if i.value is None or isinstance(i.value, tuple) else int(np.asarray(i.value))
+                   for i in inputs)
+    return None if all(v is None for v in values) else values
 
 
 defop("Pack", _stack_infer, lambda xp, *xs, axis: xp.stack(xs, axis=axis),
@@ -323,7 +412,7 @@ defop("Unpack", _unstack_infer,
 def unstack(value, num=None, axis=0, name="unstack") -> list[Tensor]:
     """Split along ``axis`` into ``num`` tensors of one rank less."""
     value = convert_to_tensor(value)
-    num = value.shape[axis] if num is None else num
+    num = value.shape[axis].value if num is None else num
     if num is None:
         raise ValueError(f"unstack needs num: dim {axis} of {value.shape} is unknown")
     return list(_op("Unpack", [value], {"num": int(num), "axis": int(axis)}, name).outputs)
@@ -372,9 +461,11 @@ defop("ExpandDims", _expand_infer, lambda xp, x, axis: xp.expand_dims(x, axis=ax
       _reshape_like_input)
 
 
-def expand_dims(input, axis, name=None) -> Tensor:
-    """Insert a dim of size 1 at ``axis``."""
-    return _out("ExpandDims", [input], {"axis": int(axis)}, name)
+def expand_dims(input, axis=None, name=None, dim=None) -> Tensor:
+    """Insert a dim of size 1 at ``axis`` (TF 1.x's deprecated ``dim=`` too)."""
+    if (axis is None) == (dim is None):
+        raise ValueError("expand_dims takes exactly one of axis and dim")
+    return _out("ExpandDims", [input], {"axis": int(dim if axis is None else axis)}, name)
 
 
 def _tile_infer(inputs, multiples):
@@ -504,6 +595,9 @@ def _decode_key(spec) -> tuple:
 
 
 def _slice_infer(inputs, spec):
+    known = _sliced_value(inputs[0], spec)
+    if known is not None:
+        return known
     s = inputs[0].shape
     if s is None or None in s:
         if s is not None and not any(k == "newaxis" or k == "ellipsis" for k, *_ in spec):
@@ -514,6 +608,19 @@ def _slice_infer(inputs, spec):
     except IndexError as e:
         raise ShapeError(f"cannot index {fmt(s)} with {_decode_key(spec)}: {e}") from None
     return [Spec(tuple(out), inputs[0].dtype)]
+
+
+def _sliced_value(vector, spec):
+    """``tf.shape(x)[1]`` of a partly known shape: the static dim (for reshape, zeros...)."""
+    if vector.value is None or vector.shape is None or len(vector.shape) != 1 or len(spec) != 1 \
+            or spec[0][0] not in ("index", "slice") or not vector.dtype.is_integer:
+        return None
+    picked = _decode_key(spec)[0]
+    values = tuple(None if v is None else int(v) for v in vector.value)[picked]
+    if isinstance(picked, int):
+        value = None if values is None else np.asarray(values, vector.dtype.as_numpy_dtype)
+        return [Spec((), vector.dtype, value)]
+    return [Spec((len(values),), vector.dtype, values)]
 
 
 def _sliced_shape_partial(s, spec):
@@ -573,9 +680,7 @@ defop("BroadcastTo", _broadcast_to_infer, _broadcast_to_kernel, _broadcast_to_gr
 
 def broadcast_to(input, shape, name=None) -> Tensor:
     """Broadcast ``input`` to ``shape`` (NumPy rules)."""
-    if not isinstance(shape, Tensor):
-        shape = constant([int(d) for d in shape], dtypes.int32)
-    return _out("BroadcastTo", [input, shape], name=name)
+    return _out("BroadcastTo", [input, shape_tensor(shape)], name=name)
 
 
 def _fill_infer(inputs, value, dtype):
@@ -588,14 +693,16 @@ defop("Fill", _fill_infer,
 
 
 def fill(dims, value, name=None, dtype=None) -> Tensor:
+    """A tensor of shape ``dims`` (a list, a TensorShape or a tensor such as ``tf.shape(x)``)
+    filled with ``value`` (a number, or a scalar tensor)."""
+    if _is_symbolic(value):
+        return _out("BroadcastTo", [value, shape_tensor(dims)], name=name or "Fill")  # value's gradient too
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(value)
-    if not isinstance(dims, Tensor):
-        dims = constant([int(d) for d in dims], dtypes.int32)
-    return _out("Fill", [dims], {"value": np.asarray(value).item(), "dtype": dtype}, name)
+    return _out("Fill", [shape_tensor(dims)], {"value": np.asarray(value).item(), "dtype": dtype}, name)
 
 
 def zeros(shape, dtype=dtypes.float32, name=None) -> Tensor:
-    """A tensor of zeros."""
+    """A tensor of zeros: ``tf.zeros([2, 3])``, ``tf.zeros(tf.shape(x))``."""
     return fill(shape, 0, name=name or "zeros", dtype=dtype)
 
 
@@ -638,3 +745,57 @@ def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
         start, limit = 0, start
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(start + limit + delta)
     return _out("Range", [], {"start": start, "limit": limit, "delta": delta, "dtype": dtype}, name)
+
+
+# ---- slice / reverse / linspace ------------------------------------------------------
+def slice_(input_, begin, size, name=None) -> Tensor:
+    """Exported as ``tf.slice``: ``size[i]`` elements from ``begin[i]`` along each axis (``-1``:
+    to the end); ``begin`` and ``size`` are known when the graph is built."""
+    if _is_symbolic(begin) or _is_symbolic(size):
+        raise NotImplementedError("tf.slice with tensor begin/size is not supported by dflow; give "
+                                  "lists of ints, or use tensor[a:b] slicing")
+    begin, size = [int(b) for b in begin], [int(n) for n in size]
+    if len(begin) != len(size):
+        raise ValueError(f"tf.slice: begin {begin} and size {size} differ in length")
+    key = tuple(slice(b, None if n == -1 else b + n) for b, n in zip(begin, size))
+    return strided_slice(input_, key, name=name or "Slice")
+
+
+def _reverse_infer(inputs, axis):
+    s = inputs[0].shape
+    if s is not None:
+        normalize_axis(axis, len(s))
+    return same_as_input(inputs)
+
+
+defop("ReverseV2", _reverse_infer, lambda xp, x, axis: xp.flip(x, axis=tuple(axis)),
+      lambda op, g: [reverse(g, op.attrs["axis"])])
+
+
+def reverse(tensor, axis, name=None) -> Tensor:
+    """``tensor`` reversed along the axes in ``axis``."""
+    axis = [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
+    return _out("ReverseV2", [tensor], {"axis": axis}, name)
+
+
+def _linspace_infer(inputs, num):
+    for spec in inputs:
+        if spec.shape not in (None, ()):
+            raise ShapeError(f"linspace needs scalar start and stop, got shape {fmt(spec.shape)}")
+        if not spec.dtype.is_floating:
+            raise ShapeError(f"linspace needs float start and stop, got {spec.dtype.name}")
+    return [Spec((num,), inputs[0].dtype)]
+
+
+def _linspace_kernel(xp, start, stop, num):
+    return xp.linspace(float(start), float(stop), num, dtype=start.dtype)
+
+
+defop("LinSpace", _linspace_infer, _linspace_kernel)
+
+
+def linspace(start, stop, num, name=None) -> Tensor:
+    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive: ``tf.linspace(0., 1., 5)``."""
+    start = convert_to_tensor(start)
+    stop = convert_to_tensor(stop, dtype=None if _is_symbolic(stop) else start.dtype)
+    return _out("LinSpace", [start, stop], {"num": int(num)}, name)

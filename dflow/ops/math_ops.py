@@ -6,7 +6,10 @@ gradient building graph. Binary ops broadcast like NumPy.
 
 from __future__ import annotations
 
+import sys
+
 from .. import dtypes
+from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from .array_ops import shape, shape_value
 from .registry import ShapeError, Spec, defop
@@ -18,6 +21,13 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
     "cast", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "add_n",
     "sum_to_shape", "logical_and", "logical_or", "logical_not", "where", "floor",
+    "log1p", "expm1", "reciprocal", "ceil", "round", "sin", "cos", "is_nan", "is_finite", "is_inf",
+    "floormod", "mod", "floordiv", "squared_difference", "logical_xor", "reduce_any", "reduce_all",
+    "reduce_logsumexp", "count_nonzero", "arg_max", "arg_min", "to_float", "to_double",
+    "to_int32", "to_int64", "clip_by_value", "clip_by_norm", "global_norm", "clip_by_global_norm",
+    "norm", "Print", "print_tensor", "Assert", "assert_equal", "assert_none_equal", "assert_less",
+    "assert_less_equal", "assert_greater", "assert_greater_equal", "assert_positive",
+    "assert_negative", "assert_non_negative", "assert_non_positive",
 ]
 
 
@@ -38,8 +48,16 @@ def _is_symbolic(v) -> bool:
     return isinstance(v, Tensor) or hasattr(v, "_as_graph_element")
 
 
+def _numeric(*specs) -> None:
+    """Strings in dflow are values to print, not to compute on: say so at build time."""
+    if any(spec.dtype == dtypes.string for spec in specs):
+        raise ShapeError("dflow does not compute on tf.string tensors (only constants, placeholders, "
+                         "identity and fetches hold strings); decode them outside the graph")
+
+
 def _binary_infer(inputs, **_):
     a, b = inputs
+    _numeric(a, b)
     return [Spec(broadcast(a.shape, b.shape), dtypes.promote(a.dtype, b.dtype))]
 
 
@@ -144,7 +162,11 @@ logical_or = _compare("LogicalOr", lambda xp, a, b: xp.logical_or(a, b))
 
 
 def _unary(op_type, kernel, grad=None, infer=same_as_input):
-    defop(op_type, infer, kernel, grad)
+    def checked_infer(inputs):
+        _numeric(*inputs)
+        return infer(inputs)
+
+    defop(op_type, checked_infer, kernel, grad)
 
     def build(x, name=None) -> Tensor:
         return _out(op_type, [x], name=name)
@@ -173,6 +195,38 @@ tanh = _unary("Tanh", lambda xp, x: xp.tanh(x),
               lambda op, g: [g * (1.0 - square(op.outputs[0]))], _float_infer)
 logical_not = _unary("LogicalNot", lambda xp, x: xp.logical_not(x))
 floor = _unary("Floor", lambda xp, x: xp.floor(x), lambda op, g: [None])
+ceil = _unary("Ceil", lambda xp, x: xp.ceil(x), lambda op, g: [None])
+round = _unary("Round", lambda xp, x: xp.round(x), lambda op, g: [None])  # noqa: A001 - TF's name
+log1p = _unary("Log1p", lambda xp, x: xp.log1p(x), lambda op, g: [g / (1.0 + op.inputs[0])], _float_infer)
+expm1 = _unary("Expm1", lambda xp, x: xp.expm1(x), lambda op, g: [g * (op.outputs[0] + 1.0)], _float_infer)
+reciprocal = _unary("Reciprocal", lambda xp, x: 1.0 / x,
+                    lambda op, g: [-g * square(op.outputs[0])], _float_infer)
+sin = _unary("Sin", lambda xp, x: xp.sin(x), lambda op, g: [g * cos(op.inputs[0])], _float_infer)
+cos = _unary("Cos", lambda xp, x: xp.cos(x), lambda op, g: [-g * sin(op.inputs[0])], _float_infer)
+
+
+def _bool_infer(inputs):
+    _float_infer(inputs)
+    return [Spec(inputs[0].shape, dtypes.bool)]
+
+
+is_nan = _unary("IsNan", lambda xp, x: xp.isnan(x), infer=_bool_infer)
+is_finite = _unary("IsFinite", lambda xp, x: xp.isfinite(x), infer=_bool_infer)
+is_inf = _unary("IsInf", lambda xp, x: xp.isinf(x), infer=_bool_infer)
+logical_xor = _compare("LogicalXor", lambda xp, a, b: xp.logical_xor(a, b))
+floordiv = _binary("FloorDiv", lambda xp, a, b: xp.floor_divide(a, b), lambda op, g: [None, None])
+floormod = _binary("FloorMod", lambda xp, a, b: xp.remainder(a, b),
+                   lambda op, g: _both(op, g, -g * floor(op.inputs[0] / op.inputs[1])))
+mod = floormod
+
+
+def _squared_difference_grad(op, g):
+    gx = g * 2.0 * (op.inputs[0] - op.inputs[1])
+    return _both(op, gx, -gx)
+
+
+squared_difference = _binary("SquaredDifference", lambda xp, a, b: (a - b) * (a - b),
+                             _squared_difference_grad)
 
 
 # ---- where / cast / add_n ------------------------------------------------------
@@ -209,7 +263,27 @@ def cast(x, dtype, name=None) -> Tensor:
     """``x`` converted to ``dtype``."""
     dtype = dtypes.as_dtype(dtype)
     x = convert_to_tensor(x)
+    if dtypes.string in (x.dtype, dtype) and x.dtype != dtype:
+        raise TypeError(f"tf.cast between {x.dtype!r} and {dtype!r} is not supported (TF has no such "
+                        "cast either); dflow does not compute on strings")
     return x if x.dtype == dtype else _out("Cast", [x], {"dtype": dtype}, name)
+
+
+def to_float(x, name="ToFloat") -> Tensor:
+    """``tf.cast(x, tf.float32)`` (TF 1.x spelling)."""
+    return cast(x, dtypes.float32, name=name)
+
+
+def to_double(x, name="ToDouble") -> Tensor:
+    return cast(x, dtypes.float64, name=name)
+
+
+def to_int32(x, name="ToInt32") -> Tensor:
+    return cast(x, dtypes.int32, name=name)
+
+
+def to_int64(x, name="ToInt64") -> Tensor:
+    return cast(x, dtypes.int64, name=name)
 
 
 def _add_n_infer(inputs):
@@ -287,22 +361,51 @@ def matmul(a, b, transpose_a=False, transpose_b=False, name=None) -> Tensor:
 
 # ---- reductions ------------------------------------------------------------------
 def _reduce_infer(inputs, axis, keepdims):
+    _numeric(*inputs)
     return [Spec(reduced(inputs[0].shape, axis, keepdims), inputs[0].dtype)]
 
 
-def _reduction(op_type, xp_name, grad):
+def _bool_reduce_infer(inputs, axis, keepdims):
+    if inputs[0].dtype != dtypes.bool:
+        raise ShapeError(f"needs a bool input, got {inputs[0].dtype.name}; compare first (tf.greater...)")
+    return _reduce_infer(inputs, axis, keepdims)
+
+
+def static_axis(axis, what="axis"):
+    """An axis argument (an int, a list of ints, a constant tensor, or None) as None or a list."""
+    if axis is None:
+        return None
+    if isinstance(axis, Tensor) or hasattr(axis, "_as_graph_element"):
+        value = convert_to_tensor(axis).spec.value
+        if value is None or isinstance(value, tuple):
+            raise ValueError(f"{what} must be known when the graph is built, got {axis!r}")
+        axis = value.tolist()
+    if hasattr(axis, "tolist"):
+        axis = axis.tolist()
+    return [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
+
+
+def _reduce_args(axis, keepdims, reduction_indices, keep_dims):
+    """TF 1.x's deprecated spellings: ``reduction_indices`` for ``axis``, ``keep_dims``."""
+    if axis is not None and reduction_indices is not None:
+        raise ValueError("give axis or reduction_indices (its TF 1.x name), not both")
+    axis = reduction_indices if axis is None else axis
+    return static_axis(axis), bool(keepdims if keepdims is not None else keep_dims)
+
+
+def _reduction(op_type, xp_name, grad, infer=_reduce_infer):
     def kernel(xp, x, axis, keepdims):
         axes = normalize_axis(axis, x.ndim)
         return getattr(xp, xp_name)(x, axis=axes, keepdims=keepdims)
 
-    defop(op_type, _reduce_infer, kernel, grad)
+    defop(op_type, infer, kernel, grad)
 
-    def build(input_tensor, axis=None, keepdims=None, name=None, keep_dims=None) -> Tensor:
-        keep = bool(keepdims if keepdims is not None else keep_dims)
-        if axis is not None:
-            axis = [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
+    def build(input_tensor, axis=None, keepdims=None, name=None, reduction_indices=None,
+              keep_dims=None) -> Tensor:
+        axis, keep = _reduce_args(axis, keepdims, reduction_indices, keep_dims)
         return _out(op_type, [input_tensor], {"axis": axis, "keepdims": keep}, name)
 
+    build.__name__ = build.__qualname__ = f"reduce_{xp_name}"
     return build
 
 
@@ -350,7 +453,40 @@ reduce_mean = _reduction("Mean", "mean", lambda op, g: [_unreduce(op, g, mean=Tr
 reduce_max = _reduction("Max", "max", _max_grad)
 reduce_min = _reduction("Min", "min", _max_grad)
 reduce_prod = _reduction("Prod", "prod", None)
+reduce_any = _reduction("Any", "any", None, _bool_reduce_infer)
+reduce_all = _reduction("All", "all", None, _bool_reduce_infer)
 
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=None, name=None, reduction_indices=None,
+                     keep_dims=None) -> Tensor:
+    """``log(sum(exp(x), axis))``, computed without overflow (the max is taken out first)."""
+    from .array_ops import stop_gradient, zeros_like
+
+    axis, keep = _reduce_args(axis, keepdims, reduction_indices, keep_dims)
+    with get_default_graph().name_scope(name or "ReduceLogSumExp") as scope:
+        raw_max = reduce_max(input_tensor, axis, keepdims=True)
+        shift = stop_gradient(where(is_finite(raw_max), raw_max, zeros_like(raw_max)))
+        total = log(reduce_sum(exp(input_tensor - shift), axis, keepdims=True)) + shift
+        return total if keep else _squeeze_axes(total, axis, scope)
+
+
+def _squeeze_axes(x, axis, name):
+    from .array_ops import reshape
+
+    kept = reduced(x.shape.dims, axis, False)
+    if kept is not None and None not in kept:
+        return reshape(x, list(kept), name=name)
+    return reduce_sum(x, axis, name=name)  # (the reduced axes have size 1: a sum drops them)
+
+
+def count_nonzero(input_tensor, axis=None, keepdims=None, dtype=dtypes.int64, name=None,
+                  reduction_indices=None, keep_dims=None) -> Tensor:
+    """The number of non-zero entries (over ``axis``)."""
+    axis, keep = _reduce_args(axis, keepdims, reduction_indices, keep_dims)
+    with get_default_graph().name_scope(name or "count_nonzero"):
+        x = convert_to_tensor(input_tensor)
+        nonzero = not_equal(x, False if x.dtype == dtypes.bool else 0)
+        return reduce_sum(cast(nonzero, dtypes.as_dtype(dtype)), axis, keepdims=keep)
 
 def _arg_infer(inputs, axis, output_type):
     return [Spec(reduced(inputs[0].shape, axis, False), output_type)]
@@ -363,11 +499,180 @@ def _arg(op_type, xp_name):
 
     def build(input, axis=None, name=None, dimension=None, output_type=dtypes.int64) -> Tensor:
         axis = dimension if axis is None else axis
-        attrs = {"axis": int(axis or 0), "output_type": dtypes.as_dtype(output_type)}
+        axis = static_axis(axis)
+        attrs = {"axis": int(axis[0]) if axis else 0, "output_type": dtypes.as_dtype(output_type)}
         return _out(op_type, [input], attrs, name)
 
+    build.__name__ = build.__qualname__ = xp_name
     return build
 
 
 argmax = _arg("ArgMax", "argmax")
 argmin = _arg("ArgMin", "argmin")
+
+
+def arg_max(input, dimension, name=None, output_type=dtypes.int64) -> Tensor:
+    """TF 1.x's older spelling of :func:`argmax`."""
+    return argmax(input, dimension, name=name, output_type=output_type)
+
+
+def arg_min(input, dimension, name=None, output_type=dtypes.int64) -> Tensor:
+    """TF 1.x's older spelling of :func:`argmin`."""
+    return argmin(input, dimension, name=name, output_type=output_type)
+
+
+# ---- clipping and norms --------------------------------------------------------------
+def clip_by_value(t, clip_value_min, clip_value_max, name=None) -> Tensor:
+    """``t`` with values below ``clip_value_min`` / above ``clip_value_max`` set to them; the
+    gradient flows where ``t`` is inside the range."""
+    with get_default_graph().name_scope(name or "clip_by_value") as scope:
+        return minimum(maximum(t, clip_value_min), clip_value_max, name=scope)
+
+
+def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims=None) -> Tensor:
+    """Vector norms over ``axis`` (``'euclidean'``/``'fro'``/2, 1, ``np.inf``); the Frobenius
+    norm over a pair of axes."""
+    axis = static_axis(axis)
+    keep = bool(keepdims if keepdims is not None else keep_dims)
+    with get_default_graph().name_scope(name or "norm") as scope:
+        if ord in ("euclidean", "fro", 2, 2.0) and (ord != 2 or axis is None or len(axis) == 1):
+            return sqrt(reduce_sum(square(tensor), axis, keepdims=keep), name=scope)
+        if ord in (1, 1.0) and (axis is None or len(axis) == 1):
+            return reduce_sum(abs(tensor), axis, keepdims=keep, name=scope)
+        if ord == float("inf") and (axis is None or len(axis) == 1):
+            return reduce_max(abs(tensor), axis, keepdims=keep, name=scope)
+    raise NotImplementedError(f"tf.norm(ord={ord!r}, axis={axis}): dflow supports the 'euclidean'/"
+                              "'fro', 1 and inf vector norms and the Frobenius matrix norm")
+
+
+def _l2_norm(t, axes, keepdims):
+    """TF's safe l2 norm: 0 (with a 0 gradient, not NaN) for an all-zero ``t``."""
+    l2sum = reduce_sum(square(t), axes, keepdims=keepdims)
+    positive = l2sum > 0.0
+    safe = where(positive, l2sum, l2sum * 0.0 + 1.0)
+    return where(positive, sqrt(safe), l2sum)
+
+
+def clip_by_norm(t, clip_norm, axes=None, name=None) -> Tensor:
+    """``t * clip_norm / max(l2norm(t, axes), clip_norm)``: rescaled so its L2 norm is at most
+    ``clip_norm``."""
+    with get_default_graph().name_scope(name or "clip_by_norm") as scope:
+        t = convert_to_tensor(t)
+        clip = convert_to_tensor(clip_norm, dtype=None if _is_symbolic(clip_norm) else t.dtype)
+        l2norm = _l2_norm(t, static_axis(axes), True)
+        return divide(t * clip, maximum(l2norm, clip), name=scope)
+
+
+def global_norm(t_list, name=None) -> Tensor:
+    """``sqrt(sum of the squared L2 norms of every tensor in t_list)``; None entries are skipped."""
+    tensors = [convert_to_tensor(t) for t in t_list if t is not None]
+    if not tensors:
+        raise ValueError("global_norm needs at least one tensor")
+    with get_default_graph().name_scope(name or "global_norm") as scope:
+        squares = [reduce_sum(square(t)) for t in tensors]
+        return sqrt(add_n(squares), name=scope)
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
+    """``(t_list rescaled by clip_norm / max(global_norm, clip_norm), global_norm)``, as RNN
+    scripts clip their gradients; None entries stay None.
+
+    >>> grads, _ = tf.clip_by_global_norm(tf.gradients(loss, tvars), 5.0)  # doctest: +SKIP
+    """
+    if isinstance(t_list, (Tensor, str)) or not hasattr(t_list, "__iter__"):
+        raise TypeError("clip_by_global_norm takes a list of tensors")
+    t_list = list(t_list)
+    with get_default_graph().name_scope(name or "clip_by_global_norm"):
+        norm_ = global_norm(t_list) if use_norm is None else convert_to_tensor(use_norm)
+        clip = convert_to_tensor(clip_norm, dtype=None if _is_symbolic(clip_norm) else norm_.dtype)
+        # min(1/norm, 1/clip): an infinite norm gives NaNs, as in TF, rather than a silent 0
+        scale = clip * minimum(reciprocal(norm_), reciprocal(clip))
+        clipped = [None if t is None else multiply(t, cast(scale, convert_to_tensor(t).dtype))
+                   for t in t_list]
+    return clipped, norm_
+
+
+# ---- Print ------------------------------------------------------------------------------
+def _print_kernel(state, xp, value, *data, message, first_n, summarize, key):
+    counter = state.resource(f"Print:{key}", lambda: [0])
+    counter[0] += 1
+    if first_n is None or first_n < 0 or counter[0] <= first_n:
+        parts = "".join(f"[{_summary(xp, d, summarize)}]" for d in data)
+        print(f"{message}{parts}", file=sys.stderr, flush=True)
+    return value
+
+
+def _summary(xp, array, summarize):
+    flat = xp.reshape(array, (-1,))
+    shown = [v.decode() if isinstance(v, bytes) else v for v in flat[:summarize].tolist()] \
+        if hasattr(flat, "tolist") else [float(flat[i]) for i in range(min(summarize, flat.shape[0]))]
+    return " ".join(str(v) for v in shown) + ("..." if flat.shape[0] > summarize else "")
+
+
+defop("Print", lambda inputs, **_: [inputs[0]._replace(value=None)], _print_kernel,
+      lambda op, g: [g] + [None] * (len(op.inputs) - 1), stateful=True)
+
+
+def Print(input_, data, message=None, first_n=None, summarize=None, name=None) -> Tensor:  # noqa: N802
+    """``input_`` unchanged; running it prints ``message`` and the first ``summarize`` (3)
+    entries of each tensor in ``data`` to stderr (the first ``first_n`` times, if given)."""
+    graph = get_default_graph()
+    key = graph.unique_name(name or "Print", mark_as_used=False)
+    attrs = {"message": message or "", "first_n": first_n,
+             "summarize": 3 if summarize is None else int(summarize), "key": key}
+    return _out("Print", [input_, *list(data or [])], attrs, name)
+
+
+print_tensor = Print
+
+
+# ---- assertions ------------------------------------------------------------------------------
+def _assert_kernel(xp, condition, *data, message, summarize):
+    if not bool(xp.all(condition)):
+        shown = " ".join(f"[{_summary(xp, d, summarize)}]" for d in data)
+        raise InvalidArgumentError(" ".join(p for p in ("assertion failed:", message, shown) if p))
+    return ()
+
+
+defop("Assert", lambda inputs, **_: [], _assert_kernel, num_outputs=0)
+
+
+def Assert(condition, data, summarize=None, name=None):  # noqa: N802 - TF's name
+    """An op that fails the step (``InvalidArgumentError``, showing ``data``) when ``condition``
+    is false somewhere; run it, or put it in ``tf.control_dependencies``."""
+    attrs = {"message": "", "summarize": 3 if summarize is None else int(summarize)}
+    return get_default_graph().create_op("Assert", [condition, *list(data or [])], attrs,
+                                         name=name or "Assert")
+
+
+def _assert_compare(condition_text, compare, default_y=None):
+    def build(x, y=None, data=None, summarize=None, message=None, name=None):
+        x, y = _pair(convert_to_tensor(x), default_y if y is None else y)
+        attrs = {"message": f"{message or ''} Condition {condition_text} did not hold".strip(),
+                 "summarize": 3 if summarize is None else int(summarize)}
+        shown = ([x] if default_y is not None else [x, y]) if data is None else list(data)
+        return get_default_graph().create_op("Assert", [compare(x, y), *shown], attrs,
+                                             name=name or "assert")
+
+    return build
+
+
+def _assert_sign(condition_text, compare):
+    check = _assert_compare(condition_text, compare, 0)
+
+    def build(x, data=None, summarize=None, message=None, name=None):
+        return check(x, None, data, summarize, message, name)
+
+    return build
+
+
+assert_equal = _assert_compare("x == y", equal)
+assert_none_equal = _assert_compare("x != y", not_equal)
+assert_less = _assert_compare("x < y", less)
+assert_less_equal = _assert_compare("x <= y", less_equal)
+assert_greater = _assert_compare("x > y", greater)
+assert_greater_equal = _assert_compare("x >= y", greater_equal)
+assert_positive = _assert_sign("x > 0", greater)
+assert_negative = _assert_sign("x < 0", less)
+assert_non_negative = _assert_sign("x >= 0", greater_equal)
+assert_non_positive = _assert_sign("x <= 0", less_equal)

@@ -32,6 +32,8 @@ __all__ = [
     "dropout", "l2_loss", "sparse_softmax_cross_entropy_with_logits",
     "softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits_v2",
     "sigmoid_cross_entropy_with_logits", "moments", "in_top_k",
+    "softplus", "softsign", "elu", "selu", "relu6", "leaky_relu", "xw_plus_b", "l2_normalize",
+    "zero_fraction", "weighted_cross_entropy_with_logits",
 ]
 
 
@@ -152,6 +154,69 @@ def relu(features, name=None) -> Tensor:
     return _out("Relu", [features], name=name)
 
 
+# ---- other activations ----------------------------------------------------------------------------
+def _activation(op_type, kernel, grad, infer=same_as_input):
+    defop(op_type, infer, kernel, grad)
+
+    def build(features, name=None, **attrs) -> Tensor:
+        return _out(op_type, [features], attrs, name)
+
+    return build
+
+
+def _positive(x):
+    return math_ops.cast(x > 0.0, x.dtype)
+
+
+_softplus = _activation(
+    "Softplus", lambda xp, x: xp.maximum(x, 0.0) + xp.log1p(xp.exp(-xp.abs(x))),
+    lambda op, g: [g * math_ops.sigmoid(op.inputs[0])])
+_softsign = _activation("Softsign", lambda xp, x: x / (1.0 + xp.abs(x)),
+                        lambda op, g: [g / square(1.0 + math_ops.abs(op.inputs[0]))])
+_elu = _activation("Elu", lambda xp, x: xp.where(x > 0.0, x, xp.expm1(xp.minimum(x, 0.0))),
+                   lambda op, g: [math_ops.where(op.outputs[0] > 0.0, g, g * (op.outputs[0] + 1.0))])
+_relu6 = _activation("Relu6", lambda xp, x: xp.clip(x, 0.0, 6.0) if hasattr(xp, "clip")
+                     else xp.minimum(xp.maximum(x, 0.0), 6.0),
+                     lambda op, g: [g * _positive(op.inputs[0]) * _positive(6.0 - op.inputs[0])])
+_leaky_relu = _activation(
+    "LeakyRelu", lambda xp, x, alpha: xp.where(x > 0.0, x, x * alpha),
+    lambda op, g: [math_ops.where(op.inputs[0] > 0.0, g, g * op.attrs["alpha"])])
+
+
+def softplus(features, name=None) -> Tensor:
+    """``log(exp(features) + 1)``, computed without overflow."""
+    return _softplus(features, name=name)
+
+
+def softsign(features, name=None) -> Tensor:
+    """``features / (abs(features) + 1)``."""
+    return _softsign(features, name=name)
+
+
+def elu(features, name=None) -> Tensor:
+    """``features`` where positive, else ``exp(features) - 1``."""
+    return _elu(features, name=name)
+
+
+def selu(features, name=None) -> Tensor:
+    """``scale * elu(features, alpha)`` with the self-normalizing constants."""
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    with get_default_graph().name_scope(name or "selu") as scope:
+        x = convert_to_tensor(features)
+        negative = alpha * elu(x)
+        return math_ops.multiply(math_ops.where(x > 0.0, x, negative), scale, name=scope)
+
+
+def relu6(features, name=None) -> Tensor:
+    """``min(max(features, 0), 6)``."""
+    return _relu6(features, name=name)
+
+
+def leaky_relu(features, alpha=0.2, name=None) -> Tensor:
+    """``features`` where positive, else ``alpha * features``."""
+    return _leaky_relu(features, name=name, alpha=float(alpha))
+
+
 # ---- softmax / log_softmax ---------------------------------------------------------------------
 def _softmax_kernel(xp, x, axis):
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
@@ -239,6 +304,12 @@ def _bias_add_grad_grad(op, gg):
 defop("BiasAdd", _bias_add_infer, _bias_add_kernel,
       lambda op, g: [g, _out("BiasAddGrad", [g], {"data_format": op.attrs["data_format"]})])
 defop("BiasAddGrad", _bias_add_grad_infer, _bias_add_grad_kernel, _bias_add_grad_grad)
+
+
+def xw_plus_b(x, weights, biases, name=None) -> Tensor:
+    """``matmul(x, weights) + biases``."""
+    with get_default_graph().name_scope(name or "xw_plus_b") as scope:
+        return bias_add(math_ops.matmul(x, weights), biases, name=scope)
 
 
 def bias_add(value, bias, data_format=None, name=None) -> Tensor:
@@ -636,8 +707,42 @@ def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
         return math_ops.maximum(x, 0.0) - x * z + math_ops.log(1.0 + exp(-math_ops.abs(x)))
 
 
+def weighted_cross_entropy_with_logits(targets=None, logits=None, pos_weight=None, name=None,
+                                       labels=None) -> Tensor:
+    """Sigmoid cross-entropy with the positive term weighted by ``pos_weight``:
+    ``(1 - z) * x + (1 + (q - 1) * z) * (log(1 + exp(-|x|)) + max(-x, 0))``."""
+    targets = labels if targets is None else targets
+    if targets is None or logits is None or pos_weight is None:
+        raise ValueError("weighted_cross_entropy_with_logits needs targets (or labels), logits "
+                         "and pos_weight")
+    with get_default_graph().name_scope(name or "logistic_loss"):
+        x = convert_to_tensor(logits)
+        z = convert_to_tensor(targets, dtype=None if isinstance(targets, Tensor) else x.dtype)
+        log_weight = 1.0 + (pos_weight - 1.0) * z
+        softplus_neg = math_ops.log1p(exp(-math_ops.abs(x))) + math_ops.maximum(-x, 0.0)
+        return (1.0 - z) * x + log_weight * softplus_neg
+
+
+def l2_normalize(x, axis=None, epsilon=1e-12, name=None, dim=None) -> Tensor:
+    """``x / sqrt(max(sum(x ** 2, axis), epsilon))`` (TF 1.x's ``dim=`` too)."""
+    axis = dim if axis is None else axis
+    with get_default_graph().name_scope(name or "l2_normalize") as scope:
+        x = convert_to_tensor(x)
+        square_sum = reduce_sum(square(x), math_ops.static_axis(axis), keepdims=True)
+        inverse_norm = math_ops.rsqrt(math_ops.maximum(square_sum, epsilon))
+        return math_ops.multiply(x, inverse_norm, name=scope)
+
+
+def zero_fraction(value, name=None) -> Tensor:
+    """The fraction of zeros in ``value`` (a float32 scalar), as the CIFAR-10 summaries use it."""
+    with get_default_graph().name_scope(name or "zero_fraction") as scope:
+        value = convert_to_tensor(value)
+        zero = False if value.dtype == dtypes.bool else 0
+        return reduce_mean(math_ops.cast(math_ops.equal(value, zero), dtypes.float32), name=scope)
+
+
 # ---- statistics and evaluation ----------------------------------------------------------------
-def moments(x, axes, shift=None, name=None, keep_dims=False):
+def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
     """``(mean, variance)`` of ``x`` over ``axes``.
 
     >>> mean, variance = tf.nn.moments(x, axes=[0])  # doctest: +SKIP
@@ -647,7 +752,7 @@ def moments(x, axes, shift=None, name=None, keep_dims=False):
         mean = reduce_mean(x, axes, keepdims=True)
         # the variance's gradient through the mean is zero at the mean: TF stops it
         variance = reduce_mean(square(x - stop_gradient(mean)), axes, keepdims=True)
-        if not keep_dims:
+        if not (keepdims if keepdims is not None else keep_dims):
             mean, variance = squeeze(mean, axes), squeeze(variance, axes)
         return mean, variance
 

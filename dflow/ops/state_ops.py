@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 from .. import dtypes
-from ..graph import Tensor, get_default_graph
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from .array_ops import _is_symbolic, shape_tensor, shape_value, static_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 
 __all__ = ["assign", "assign_add", "assign_sub", "is_variable_initialized", "random_normal",
-           "truncated_normal", "random_uniform"]
+           "truncated_normal", "random_uniform", "random_shuffle", "multinomial"]
 
 
 def _op(op_type, inputs, attrs=None, name=None):
@@ -131,6 +132,25 @@ defop("TruncatedNormal", _random_infer, _truncated, stateful=True)
 defop("RandomUniform", _random_infer, _uniform, stateful=True)
 
 
+# The same draws with the shape as an input tensor (``tf.random_normal(tf.shape(z))``), as TF's
+# ops take it; a shape known at build time stays an attribute, so existing graphs read the same.
+def _shaped_infer(inputs, dtype, seed, **_):
+    target = shape_value(inputs[0])
+    return [Spec(None if target is None else tuple(target), dtype)]
+
+
+def _shaped(draw):
+    def kernel(state, xp, target, **attrs):
+        return draw(state, xp, tuple(int(d) for d in target), **attrs)
+
+    return kernel
+
+
+defop("RandomStandardNormalShaped", _shaped_infer, _shaped(_normal), stateful=True)
+defop("TruncatedNormalShaped", _shaped_infer, _shaped(_truncated), stateful=True)
+defop("RandomUniformShaped", _shaped_infer, _shaped(_uniform), stateful=True)
+
+
 def op_seed(seed):
     """TF's seeding rule: (graph seed, op seed) when either is set, else None (fresh entropy)."""
     graph = get_default_graph()
@@ -142,21 +162,46 @@ def op_seed(seed):
 
 
 def _random(op_type, shape, dtype, seed, name, **params) -> Tensor:
-    shape = [int(d) for d in shape]
-    if any(d is None or d < 0 for d in shape):
-        raise ValueError(f"random ops need a fully known shape, got {shape}")
-    attrs = {"shape": shape, "dtype": dtypes.as_dtype(dtype), "seed": op_seed(seed), **params}
-    return _op(op_type, [], attrs, name).outputs[0]
+    attrs = {"dtype": dtypes.as_dtype(dtype), "seed": op_seed(seed), **params}
+    if _is_symbolic(shape) or (isinstance(shape, (list, tuple)) and any(map(_is_symbolic, shape))):
+        return _op(op_type + "Shaped", [shape_tensor(shape)], attrs, name).outputs[0]
+    dims = static_shape(shape)
+    if dims is None or any(d is None or d < 0 for d in dims):
+        raise ValueError(f"random ops need a fully known shape, got {dims}; "
+                         "use tf.shape(x) for a shape known only at run time")
+    return _op(op_type, [], {"shape": dims, **attrs}, name).outputs[0]
+
+
+def _scaled(op_type, shape, dtype, seed, name, scale, shift, scale_name, shift_name) -> Tensor:
+    """Draws with ``scale``/``shift`` (stddev/mean, maxval-minval/minval) as attributes when they
+    are numbers, else as graph on a standard draw: ``stddev=<Tensor>`` works as in TF."""
+    dtype = dtypes.as_dtype(dtype)
+    if not _is_symbolic(scale) and not _is_symbolic(shift):
+        return _random(op_type, shape, dtype, seed, name, **{scale_name: scale, shift_name: shift})
+    if not dtype.is_floating:
+        raise TypeError(f"{op_type} with tensor {scale_name}/{shift_name} needs a float dtype, got {dtype!r}")
+    from .math_ops import add, multiply
+
+    graph = get_default_graph()
+    with graph.name_scope(name or op_type.lower()) as scope:
+        params = {scale_name: 1.0, shift_name: 0.0}
+        if op_type == "RandomUniform":
+            params = {"minval": 0.0, "maxval": 1.0}
+        draw = _random(op_type, shape, dtype, seed, None, **params)
+        scaled = multiply(draw, convert_to_tensor(scale, dtype=None if _is_symbolic(scale) else dtype))
+        return add(scaled, convert_to_tensor(shift, dtype=None if _is_symbolic(shift) else dtype),
+                   name=scope)
 
 
 def random_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None) -> Tensor:
-    """Normal samples, new on every run."""
-    return _random("RandomStandardNormal", shape, dtype, seed, name, mean=mean, stddev=stddev)
+    """Normal samples, new on every run. ``shape`` may be a tensor (``tf.shape(z)``), ``mean`` and
+    ``stddev`` tensors: ``tf.random_normal(tf.shape(z), stddev=sigma)``."""
+    return _scaled("RandomStandardNormal", shape, dtype, seed, name, stddev, mean, "stddev", "mean")
 
 
 def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=dtypes.float32, seed=None, name=None) -> Tensor:
     """Normal samples within two standard deviations of the mean."""
-    return _random("TruncatedNormal", shape, dtype, seed, name, mean=mean, stddev=stddev)
+    return _scaled("TruncatedNormal", shape, dtype, seed, name, stddev, mean, "stddev", "mean")
 
 
 def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None, name=None) -> Tensor:
@@ -166,7 +211,58 @@ def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None
         if dtype.is_integer:
             raise ValueError("random_uniform with an integer dtype needs maxval")
         maxval = 1.0
+    if _is_symbolic(minval) or _is_symbolic(maxval):
+        from .math_ops import subtract
+
+        width = subtract(maxval, minval)
+        return _scaled("RandomUniform", shape, dtype, seed, name, width, minval, "maxval", "minval")
     return _random("RandomUniform", shape, dtype, seed, name, minval=minval, maxval=maxval)
+
+
+# ---- shuffles and categorical draws ----------------------------------------------------------
+def _shuffle_kernel(state, xp, value, seed):
+    order = state.random_generator(seed).permutation(value.shape[0]) if value.ndim else None
+    return value if order is None else xp.take(value, xp.asarray(order), axis=0)
+
+
+defop("RandomShuffle", lambda inputs, seed: [inputs[0]._replace(value=None)], _shuffle_kernel,
+      stateful=True)
+
+
+def random_shuffle(value, seed=None, name=None) -> Tensor:
+    """``value`` with its first dimension randomly permuted, a new order on every run."""
+    return _op("RandomShuffle", [value], {"seed": op_seed(seed)}, name).outputs[0]
+
+
+def _multinomial_infer(inputs, num_samples, seed, output_dtype):
+    s = inputs[0].shape
+    if s is not None and len(s) != 2:
+        raise ShapeError(f"multinomial needs logits of shape [batch, classes], got {fmt(s)}")
+    return [Spec((None if s is None else s[0], num_samples), output_dtype)]
+
+
+def _multinomial_kernel(state, xp, logits, num_samples, seed, output_dtype):
+    """Inverse-CDF sampling: the count of cumulative probabilities below a uniform draw."""
+    batch, classes = logits.shape
+    e = xp.exp(logits - xp.max(logits, axis=1, keepdims=True))
+    probs = e / xp.sum(e, axis=1, keepdims=True)
+    index = xp.arange(classes)
+    upper = xp.astype(index[:, None] <= index[None, :], probs.dtype)
+    cdf = xp.matmul(probs, upper)  # (no cumsum in every array namespace)
+    uniform = xp.asarray(state.random_generator(seed).random((batch, num_samples, 1)), dtype=probs.dtype)
+    draws = xp.sum(xp.astype(uniform > cdf[:, None, :], xp.int64), axis=2)
+    return xp.astype(xp.minimum(draws, xp.asarray(classes - 1, dtype=xp.int64)), output_dtype.of(xp))
+
+
+defop("Multinomial", _multinomial_infer, _multinomial_kernel, stateful=True)
+
+
+def multinomial(logits, num_samples, seed=None, name=None, output_dtype=dtypes.int64) -> Tensor:
+    """``num_samples`` class indices per row drawn from ``softmax(logits)`` (TF 1.x's
+    ``tf.multinomial``)."""
+    attrs = {"num_samples": int(num_samples), "seed": op_seed(seed),
+             "output_dtype": dtypes.as_dtype(output_dtype)}
+    return _op("Multinomial", [logits], attrs, name).outputs[0]
 
 
 def glorot_limit(shape) -> float:

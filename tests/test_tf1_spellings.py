@@ -1,0 +1,402 @@
+"""TF 1.x code as people wrote it: dtype spellings, deprecated argument names, Dimension and
+TensorShape, shapes given as tensors, and the small ops scripts reach for (issue 13, item 2)."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import dflow as tf
+from dflow.ops import array_ops, math_ops, nn_ops, state_ops
+
+FLOAT32_SPELLINGS = ["float", "float32", float, np.float32, np.dtype("float32"), tf.float32,
+                     tf.float32.as_numpy_dtype]
+ALL_SPELLINGS = [
+    *[(s, tf.float32) for s in FLOAT32_SPELLINGS],
+    ("double", tf.float64), ("float64", tf.float64), (np.float64, tf.float64), (tf.double, tf.float64),
+    ("int", tf.int32), (int, tf.int32), ("int32", tf.int32), (np.int32, tf.int32),
+    ("int64", tf.int64), (np.int64, tf.int64), (bool, tf.bool), ("bool", tf.bool), (np.bool_, tf.bool),
+    ("half", tf.float16), ("uint8", tf.uint8), ("string", tf.string), (str, tf.string),
+]
+
+
+@pytest.mark.parametrize("spelling, expected", ALL_SPELLINGS, ids=repr)
+def test_as_dtype_takes_every_tf_spelling(spelling, expected):
+    assert tf.as_dtype(spelling) is expected
+    assert tf.as_dtype(spelling) == spelling or isinstance(spelling, type)
+
+
+@pytest.mark.parametrize("spelling", FLOAT32_SPELLINGS, ids=repr)
+def test_a_float_dtype_spelling_works_wherever_a_dtype_is_taken(spelling):
+    with tf.Graph().as_default():
+        x = tf.placeholder(spelling, [None, 2])
+        built = {
+            "placeholder": x,
+            "constant": tf.constant([1, 2], dtype=spelling),
+            "Variable": tf.Variable([1.0, 2.0], dtype=spelling),
+            "get_variable": tf.get_variable("v", [2], dtype=spelling),
+            "cast": tf.cast(tf.constant([1, 2]), spelling),
+            "zeros": tf.zeros([2], spelling),
+            "ones": tf.ones([2], dtype=spelling),
+            "fill": tf.fill([2], 3, dtype=spelling) if hasattr(tf, "fill") else None,
+            "random_normal": tf.random_normal([2], dtype=spelling),
+            "truncated_normal": tf.truncated_normal([2], dtype=spelling),
+            "random_uniform": tf.random_uniform([2], dtype=spelling),
+            "initializer": tf.truncated_normal_initializer(stddev=0.1, dtype=spelling)([2]),
+            "zeros_like": tf.zeros_like(tf.constant([1, 2]), dtype=spelling),
+        }
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            values = sess.run({k: v for k, v in built.items() if k != "placeholder"})
+        assert all(t.dtype is tf.float32 for t in built.values())
+        assert all(v.dtype == np.float32 for v in values.values())
+
+
+def test_python_int_and_bool_dtypes():
+    a = tf.placeholder(int, [3])
+    b = tf.placeholder(bool, [3])
+    c = tf.get_variable("count", [], dtype=int, initializer=tf.zeros_initializer())
+    with tf.Session() as sess:
+        sess.run(tf.initialize_all_variables())
+        got = sess.run([a * 2, tf.logical_not(b), c], {a: [1, 2, 3], b: [True, False, True]})
+    assert got[0].dtype == np.int32 and got[0].tolist() == [2, 4, 6]
+    assert got[1].tolist() == [False, True, False] and got[2] == 0
+
+
+def test_dtype_properties():
+    assert tf.float32.is_compatible_with(tf.float32) and not tf.float32.is_compatible_with("int32")
+    assert tf.float32.min == np.finfo(np.float32).min and tf.uint8.max == 255
+    assert tf.int8.min == -128 and tf.bool.max is True
+    assert tf.complex64.real_dtype is tf.float32 and tf.float64.real_dtype is tf.float64
+    assert tf.float32.as_datatype_enum == 1 and tf.as_dtype(1) is tf.float32
+    assert tf.float32 == "float32" and tf.float32 != tf.float64 and tf.half is tf.float16
+    assert {tf.float32: "x"}[tf.as_dtype("float")] == "x"
+    assert tf.string.as_numpy_dtype is np.object_ and tf.float32.as_numpy_dtype is np.float32
+    with pytest.raises(TypeError, match="cannot convert 'flaot' to a dflow dtype"):
+        tf.placeholder("flaot")
+
+
+def test_string_constants_are_fetched_as_bytes_like_tf1():
+    hello = tf.constant("Hello, TensorFlow!")
+    words = tf.constant(["a", "bc"])
+    assert hello.dtype is tf.string and words.shape == (2,)
+    name = tf.placeholder(tf.string, [])
+    with tf.Session() as sess:
+        assert sess.run(hello) == b"Hello, TensorFlow!"
+        assert sess.run(words).tolist() == [b"a", b"bc"]
+        assert sess.run(tf.identity(name), {name: b"dflow"}) == b"dflow"
+    with pytest.raises(ValueError, match="dflow does not compute on tf.string"):
+        hello + hello
+    with pytest.raises(ValueError, match="dflow does not compute on tf.string"):
+        tf.reduce_sum(words)
+    with pytest.raises(TypeError, match="tf.cast between tf.string and tf.float32 is not supported"):
+        tf.cast(hello, tf.float32)
+
+
+def test_reductions_take_reduction_indices_and_keep_dims():
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    b = tf.constant([[True, False], [True, True]])
+    out = {
+        "sum": tf.reduce_sum(x, reduction_indices=[1]),
+        "mean": tf.reduce_mean(x, reduction_indices=1, keep_dims=True),
+        "max": tf.reduce_max(x, 0, keep_dims=False),
+        "min": tf.reduce_min(x, axis=None, keepdims=True),
+        "prod": tf.reduce_prod(x, reduction_indices=0),
+        "any": tf.reduce_any(b, reduction_indices=[1]),
+        "all": tf.reduce_all(b, axis=1, keep_dims=True),
+        "axis_tensor": tf.reduce_sum(x, axis=tf.constant(0)),
+        "argmax": tf.argmax(x, dimension=1),
+        "argmin": tf.argmin(x, axis=0),
+        "arg_max": tf.arg_max(x, 1),
+        "arg_min": tf.arg_min(x, 0),
+        "argmax_default": tf.argmax(x),
+        "count_nonzero": tf.count_nonzero(tf.constant([[0, 1], [2, 0]]), reduction_indices=1),
+        "logsumexp": tf.reduce_logsumexp(tf.constant([[1000.0, 1000.0], [0.0, 0.0]]), axis=1),
+    }
+    assert out["mean"].shape == (2, 1) and out["all"].shape == (2, 1) and out["min"].shape == (1, 1)
+    with tf.Session() as sess:
+        got = sess.run(out)
+    np.testing.assert_allclose(got["sum"], [3, 7])
+    np.testing.assert_allclose(got["mean"], [[1.5], [3.5]])
+    np.testing.assert_allclose(got["max"], [3, 4])
+    np.testing.assert_allclose(got["prod"], [3, 8])
+    assert got["any"].tolist() == [True, True] and got["all"].tolist() == [[False], [True]]
+    np.testing.assert_allclose(got["axis_tensor"], [4, 6])
+    assert got["argmax"].tolist() == [1, 1] and got["arg_max"].dtype == np.int64
+    assert got["argmin"].tolist() == [0, 0] and got["arg_min"].tolist() == [0, 0]
+    assert got["argmax_default"].tolist() == [1, 1]
+    assert got["count_nonzero"].tolist() == [1, 1] and got["count_nonzero"].dtype == np.int64
+    np.testing.assert_allclose(got["logsumexp"], [1000 + np.log(2), np.log(2)], rtol=1e-6)
+    with pytest.raises(ValueError, match="not both"):
+        tf.reduce_sum(x, axis=0, reduction_indices=0)
+
+
+def test_dim_and_old_argument_orders():
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    with tf.Session() as sess:
+        np.testing.assert_allclose(sess.run(tf.nn.softmax(x, dim=0)).sum(axis=0), [1, 1], rtol=1e-6)
+        np.testing.assert_allclose(sess.run(tf.exp(tf.nn.log_softmax(x, dim=0))).sum(axis=0), [1, 1],
+                                   rtol=1e-6)
+        assert sess.run(tf.expand_dims(x, dim=1)).shape == (2, 1, 2)
+        assert sess.run(tf.concat(1, [x, x])).shape == (2, 4)  # TF 0.x's argument order
+        np.testing.assert_allclose(np.linalg.norm(sess.run(tf.nn.l2_normalize(x, dim=1)), axis=1), [1, 1],
+                                   rtol=1e-6)
+        mean, variance = sess.run(tf.nn.moments(x, axes=[0], keep_dims=True))
+    np.testing.assert_allclose(mean, [[2, 3]])
+
+
+PUBLIC_OP_MODULES = [array_ops, math_ops, nn_ops, state_ops]
+NO_NAME = {"sum_to_shape", "shape_tensor", "static_shape", "glorot_limit", "op_seed"}
+
+
+@pytest.mark.parametrize("module", PUBLIC_OP_MODULES, ids=lambda m: m.__name__)
+def test_every_public_op_function_takes_name(module):
+    missing = []
+    for public in module.__all__:
+        fn = getattr(module, public)
+        if callable(fn) and public not in NO_NAME and "name" not in inspect.signature(fn).parameters:
+            missing.append(public)
+    assert not missing, f"{module.__name__}: no name= on {missing}"
+
+
+def test_dimension_and_tensorshape_as_tf1():
+    x = tf.placeholder(tf.float32, [None, 28, 28, 1])
+    shape = x.get_shape()
+    assert shape[1].value == 28 and int(shape[1]) == 28 and shape[0].value is None
+    assert shape.as_list() == [None, 28, 28, 1] and shape.ndims == 4 and shape.num_elements() is None
+    assert shape[1:].as_list() == [28, 28, 1] and shape[1:].num_elements() == 784
+    dim = shape[1]
+    assert (dim * 2).value == 56 and (dim // 2).value == 14 and (dim + dim).value == 56
+    assert (2 * dim).value == 56 and (dim - 1).value == 27 and (shape[0] * 2).value is None
+    assert dim == 28 and dim != 27 and shape[0] == None  # noqa: E711 - what `None in shape` asks
+    assert None in shape and list(range(shape[3])) == [0]
+    assert np.zeros([dim, shape[3]]).shape == (28, 1)
+    assert tf.Dimension(None).value is None and tf.Dimension(3).value == 3
+    assert repr(tf.Dimension(3)) == "Dimension(3)" and str(tf.Dimension(None)) == "?"
+    assert tf.Dimension(None).merge_with(5).value == 5
+    with pytest.raises(ValueError, match="not compatible"):
+        tf.Dimension(3).merge_with(4)
+    with pytest.raises(TypeError, match="unknown Dimension"):
+        int(shape[0])
+    partial = tf.TensorShape([None, 3])
+    assert partial.merge_with([2, None]).as_list() == [2, 3]
+    assert partial.is_compatible_with([5, 3]) and not partial.is_compatible_with([5, 4])
+    assert tf.TensorShape(None).ndims is None and tf.TensorShape(5).as_list() == [5]
+    assert tf.TensorShape([tf.Dimension(2), tf.Dimension(None)]) == tf.TensorShape([2, None])
+    assert (partial + [7]).as_list() == [None, 3, 7] and partial.concatenate(partial).ndims == 4
+    with pytest.raises(ValueError, match="incompatible"):
+        partial.merge_with([2, 4])
+
+
+def test_tensorshape_and_dimensions_are_taken_as_shapes():
+    images = tf.placeholder(tf.float32, [4, 7, 7, 8])
+    flat_dim = images.get_shape()[1:].num_elements()
+    flat = tf.reshape(images, [images.get_shape()[0].value, -1])
+    assert flat.get_shape()[1].value == flat_dim == 392
+    w = tf.get_variable("w", [flat.get_shape()[1], 10], dtype=float)
+    assert w.get_shape().as_list() == [392, 10]
+    assert tf.zeros(images.get_shape()).shape == (4, 7, 7, 8)
+    assert tf.reshape(images, tf.TensorShape([4, 392])).shape == (4, 392)
+    assert tf.placeholder(tf.float32, images.get_shape()[1:]).shape == (7, 7, 8)
+    assert tf.placeholder(tf.float32, [None, flat.get_shape()[1]]).shape == (None, 392)
+    assert tf.random_normal(images.get_shape()[1:3]).shape == (7, 7)
+    assert tf.placeholder(tf.int32, shape=(16)).shape == (16,)  # a plain int: a vector
+
+
+def test_shapes_given_as_tensors():
+    x = tf.placeholder(tf.float32, [None, 3])
+    batch = tf.shape(x)[0]
+    eps = tf.random_normal(shape=tf.shape(x))
+    stddev = tf.placeholder(tf.float32, [])
+    noise = tf.random_normal([tf.shape(x)[0], 1000], mean=tf.constant(1.0), stddev=stddev)
+    uniform = tf.random_uniform(tf.shape(x), minval=tf.constant(2.0), maxval=3.0)
+    truncated = tf.truncated_normal(tf.stack([batch, 500]), stddev=stddev)
+    built = {
+        "eps": eps, "noise": noise, "uniform": uniform, "truncated": truncated,
+        "zeros": tf.zeros(tf.shape(x)), "ones": tf.ones_like(x), "fill": tf.fill(tf.shape(x), 7.0),
+        "fill_tensor": tf.fill([batch, 2], tf.reduce_sum(x)),
+        "stacked": tf.reshape(x, tf.stack([batch, 3, 1])),
+        "mixed": tf.reshape(x, [tf.shape(x)[0], -1]),
+        "broadcast": tf.broadcast_to(tf.constant(1.0), [batch, 2]),
+    }
+    assert built["mixed"].shape == (None, 3) and built["stacked"].shape == (None, 3, 1)
+    assert built["fill"].shape == (None, 3) and eps.shape == (None, 3) and noise.shape == (None, 1000)
+    with tf.Session() as sess:
+        got = sess.run(built, {x: np.ones((4, 3)), stddev: 0.5})
+    assert got["eps"].shape == (4, 3) and got["zeros"].shape == (4, 3)
+    assert abs(got["noise"].mean() - 1.0) < 0.05 and abs(got["noise"].std() - 0.5) < 0.05
+    assert got["truncated"].shape == (4, 500) and np.abs(got["truncated"]).max() <= 1.0
+    assert 2.0 <= got["uniform"].min() and got["uniform"].max() < 3.0
+    assert got["fill"].tolist() == [[7.0] * 3] * 4 and got["fill_tensor"].tolist() == [[12.0] * 2] * 4
+    assert got["stacked"].shape == (4, 3, 1) and got["mixed"].shape == (4, 3)
+    assert got["broadcast"].shape == (4, 2)
+
+
+def test_tensor_stddev_reaches_the_gradient():
+    sigma = tf.Variable(2.0)
+    sample = tf.random_normal([1000], stddev=sigma, seed=1)
+    (grad,) = tf.gradients(tf.reduce_sum(sample), [sigma])
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        assert grad is not None and np.isfinite(sess.run(grad))
+
+
+def test_small_ops_against_numpy():
+    a = np.array([[-1.5, 0.0, 2.5], [3.7, -0.2, np.nan]], np.float32)
+    x = tf.constant(a)
+    ints = tf.constant([7, -7, 5])
+    fetches = {
+        "is_nan": tf.is_nan(x), "is_finite": tf.is_finite(x), "round": tf.round(x), "ceil": tf.ceil(x),
+        "mod": tf.mod(ints, 3), "floordiv": tf.floordiv(ints, 2), "to_float": tf.to_float(ints),
+        "to_int64": tf.to_int64(ints), "to_double": tf.to_double(ints), "to_int32": tf.to_int32(x[0]),
+        "zero_fraction": tf.nn.zero_fraction(tf.constant([0.0, 1.0, 0.0, 2.0])),
+        "squared_difference": tf.squared_difference(tf.constant([1.0, 2.0]), 3.0),
+        "clip": tf.clip_by_value(tf.constant([-2.0, 0.5, 9.0]), 0.0, 1.0),
+        "norm": tf.norm(tf.constant([3.0, 4.0])),
+        "linspace": tf.linspace(10.0, 12.0, 3), "reverse": tf.reverse(ints, [0]),
+        "slice": tf.slice(tf.reshape(tf.range(12), [3, 4]), [1, 1], [2, -1]),
+        "relu6": tf.nn.relu6(tf.constant([-1.0, 3.0, 8.0])),
+        "leaky": tf.nn.leaky_relu(tf.constant([-1.0, 2.0]), alpha=0.1),
+        "elu": tf.nn.elu(tf.constant([-1.0, 2.0])), "softplus": tf.nn.softplus(tf.constant([0.0, 100.0])),
+        "xent_v2": tf.nn.softmax_cross_entropy_with_logits_v2(labels=[[0.0, 1.0]], logits=[[0.0, 0.0]]),
+    }
+    with tf.Session() as sess:
+        got = sess.run(fetches)
+    np.testing.assert_array_equal(got["is_nan"], np.isnan(a))
+    np.testing.assert_array_equal(got["is_finite"], np.isfinite(a))
+    np.testing.assert_array_equal(got["round"][0], [-2.0, 0.0, 2.0])  # half to even, as TF
+    np.testing.assert_array_equal(got["ceil"][0], [-1.0, 0.0, 3.0])
+    assert got["mod"].tolist() == [1, 2, 2] and got["floordiv"].tolist() == [3, -4, 2]
+    assert got["to_float"].dtype == np.float32 and got["to_int64"].dtype == np.int64
+    assert got["to_double"].dtype == np.float64 and got["to_int32"].tolist() == [-1, 0, 2]
+    assert got["zero_fraction"] == 0.5 and got["squared_difference"].tolist() == [4.0, 1.0]
+    assert got["clip"].tolist() == [0.0, 0.5, 1.0] and got["norm"] == 5.0
+    np.testing.assert_allclose(got["linspace"], [10.0, 11.0, 12.0])
+    assert got["reverse"].tolist() == [5, -7, 7] and got["slice"].tolist() == [[5, 6, 7], [9, 10, 11]]
+    assert got["relu6"].tolist() == [0.0, 3.0, 6.0]
+    np.testing.assert_allclose(got["leaky"], [-0.1, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(got["elu"], [np.expm1(-1.0), 2.0], rtol=1e-6)
+    np.testing.assert_allclose(got["softplus"], [np.log(2.0), 100.0], rtol=1e-6)
+    np.testing.assert_allclose(got["xent_v2"], [np.log(2.0)], rtol=1e-6)
+
+
+def test_clip_by_global_norm_matches_the_formula():
+    grads = [tf.constant([3.0, 0.0]), None, tf.constant([[4.0]])]
+    clipped, norm = tf.clip_by_global_norm(grads, 1.0)
+    unclipped, _ = tf.clip_by_global_norm(grads, 10.0)
+    with tf.Session() as sess:
+        assert sess.run(norm) == 5.0
+        a, c = sess.run([clipped[0], clipped[2]])
+        assert clipped[1] is None
+        np.testing.assert_allclose(a, [0.6, 0.0], rtol=1e-6)
+        np.testing.assert_allclose(c, [[0.8]], rtol=1e-6)
+        np.testing.assert_allclose(sess.run(unclipped[0]), [3.0, 0.0], rtol=1e-6)
+        np.testing.assert_allclose(sess.run(tf.clip_by_norm(tf.constant([3.0, 4.0]), 1.0)), [0.6, 0.8],
+                                   rtol=1e-6)
+
+
+def test_print_passes_its_input_through_and_prints(capsys):
+    x = tf.constant([1.0, 2.0, 3.0, 4.0])
+    y = tf.Print(x, [x, tf.reduce_sum(x)], message="x and its sum: ", summarize=2, first_n=2)
+    with tf.Session() as sess:
+        for _ in range(3):
+            np.testing.assert_array_equal(sess.run(y * 2.0), [2.0, 4.0, 6.0, 8.0])
+    printed = capsys.readouterr().err.splitlines()
+    assert printed == ["x and its sum: [1.0 2.0...][10.0]"] * 2
+
+
+def test_random_shuffle_and_multinomial():
+    tf.set_random_seed(3)
+    shuffled = tf.random_shuffle(tf.reshape(tf.range(20), [10, 2]))
+    draws = tf.multinomial(tf.constant([[np.log(0.2), np.log(0.8)], [0.0, -np.inf]]), 4000)
+    assert draws.shape == (2, 4000) and draws.dtype is tf.int64
+    with tf.Session() as sess:
+        first, second = sess.run(shuffled), sess.run(shuffled)
+        samples = sess.run(draws)
+    assert sorted(first[:, 0].tolist()) == list(range(0, 20, 2)) and (first[:, 1] == first[:, 0] + 1).all()
+    assert not np.array_equal(first, second)
+    assert abs(samples[0].mean() - 0.8) < 0.03 and (samples[1] == 0).all()
+
+
+def test_variables_as_tf1_scripts_build_them():
+    w = tf.Variable(tf.random_normal([784, 10], stddev=0.01), name="W")
+    b = tf.Variable(tf.zeros([10]), dtype="float")
+    v = tf.Variable(np.zeros(3), dtype=tf.float32)
+    step = tf.Variable(0, trainable=False, dtype=int)
+    g = tf.get_variable("g", shape=tf.TensorShape([2, 2]), dtype=np.float32,
+                        initializer=tf.random_normal_initializer(stddev=tf.constant(0.5)))
+    c = tf.get_variable("c", initializer=tf.constant([1.0, 2.0]))  # dtype and shape from the tensor
+    with tf.Session() as sess:
+        sess.run(tf.variables_initializer([w, b, v, step, g, c]))
+        values = sess.run([w, b, v, step, g, c])
+    assert [x.dtype for x in values] == [np.float32] * 3 + [np.int32] + [np.float32] * 2
+    assert values[0].shape == (784, 10) and 0.005 < values[0].std() < 0.015
+    assert values[4].shape == (2, 2) and values[5].tolist() == [1.0, 2.0]
+
+
+def test_softmax_regression_in_the_tf1_tutorial_style():
+    """The r1.x ``mnist_softmax`` shape of script: "float" placeholders, reduction_indices,
+    xw_plus_b, argmax with dimension=, clipped gradients, on separable blobs."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 3, (3, 5))
+    labels = rng.integers(0, 3, 600)
+    data = (centers[labels] + rng.normal(0, 0.5, (600, 5))).astype(np.float32)
+    onehot = np.eye(3, dtype=np.float32)[labels]
+
+    x = tf.placeholder("float", [None, 5])
+    y_ = tf.placeholder("float", [None, 3])
+    W = tf.Variable(tf.zeros([5, 3]))
+    b = tf.Variable(tf.zeros([3]))
+    y = tf.nn.softmax(tf.nn.xw_plus_b(x, W, b))
+    cross_entropy = tf.reduce_mean(-tf.reduce_sum(y_ * tf.log(tf.clip_by_value(y, 1e-10, 1.0)),
+                                                  reduction_indices=[1]))
+    optimizer = tf.train.GradientDescentOptimizer(0.5)
+    grads, variables = zip(*optimizer.compute_gradients(cross_entropy))
+    clipped, _ = tf.clip_by_global_norm(grads, 5.0)
+    train_step = optimizer.apply_gradients(zip(clipped, variables))
+    correct = tf.equal(tf.argmax(y, dimension=1), tf.arg_max(y_, 1))
+    accuracy = tf.reduce_mean(tf.cast(correct, "float"))
+    with tf.Session() as sess:
+        sess.run(tf.initialize_all_variables())
+        for i in range(0, 600, 50):
+            sess.run(train_step, feed_dict={x: data[i:i + 50], y_: onehot[i:i + 50]})
+        assert sess.run(accuracy, feed_dict={x: data, y_: onehot}) > 0.95
+
+
+def test_assertions_fail_the_step_with_the_data():
+    x = tf.placeholder(tf.float32, [3])
+    with tf.control_dependencies([tf.assert_positive(x, message="x must be positive"),
+                                  tf.assert_less(x, 10.0)]):
+        y = tf.identity(x)
+    check = tf.Assert(tf.reduce_all(x > 0.0), [x], name="all_positive")
+    assert isinstance(check, tf.Operation) and check.name == "all_positive"
+    with tf.Session() as sess:
+        sess.run(tf.initialize_variables([]))
+        assert sess.run(y, {x: [1.0, 2.0, 3.0]}).tolist() == [1.0, 2.0, 3.0]
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"x must be positive Condition x > 0 did not hold \[1.0 -2.0 3.0\]"):
+            sess.run(y, {x: [1.0, -2.0, 3.0]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match="x < y"):
+            sess.run(y, {x: [1.0, 20.0, 3.0]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"assertion failed: \[0.0 1.0 2.0\]"):
+            sess.run(check, {x: [0.0, 1.0, 2.0]})
+        sess.run(tf.assert_equal(x, [1.0, 2.0, 3.0]), {x: [1.0, 2.0, 3.0]})
+
+
+def test_python_operators_and_iteration_as_tf1():
+    a = tf.constant([7, -7, 5])
+    p = tf.constant([True, False, True])
+    q = tf.constant([True, True, False])
+    first, second = tf.constant([[1.0, 2.0], [3.0, 4.0]])  # a first dim known at build time
+    with tf.Session() as sess:
+        got = sess.run([a // 2, a % 3, 20 // a, p & q, p | q, p ^ q, ~p, first, second])
+    assert got[0].tolist() == [3, -4, 2] and got[1].tolist() == [1, 2, 2] and got[2].tolist() == [2, -3, 4]
+    assert got[3].tolist() == [True, False, False] and got[4].tolist() == [True, True, True]
+    assert got[5].tolist() == [False, True, True] and got[6].tolist() == [False, True, False]
+    assert got[7].tolist() == [1.0, 2.0] and got[8].tolist() == [3.0, 4.0]
+    with pytest.raises(TypeError, match="unknown first dimension"):
+        list(tf.placeholder(tf.float32, [None, 2]))
+    with pytest.raises(TypeError, match="scalar"):
+        iter(tf.constant(1.0))
+    with pytest.raises(TypeError, match="please use // instead"):
+        tf.Dimension(4) / 2
