@@ -62,6 +62,8 @@ uint8 = DType("uint8", 1, "u")
 bool = DType("bool", 1, "b")  # noqa: A001 - TF's name
 
 _BY_NAME = {d.name: d for d in (float16, float32, float64, int8, int16, int32, int64, uint8, bool)}
+string = DType("string", 0, "S")  # tf.string: bytes objects, e.g. the serialized Summary of a summary op
+_BY_NAME["string"] = string
 
 
 def as_dtype(value) -> DType:
