@@ -337,3 +337,16 @@ def test_train_logdir_writes_loss_images_per_sec_and_accuracy(tmp_path, capsys):
     accuracy = float(re.search(r"test accuracy: (\d\.\d{4})", out).group(1))
     assert logged["accuracy"] == [(30, pytest.approx(accuracy, abs=5e-5))]
     assert all(v > 0 for _, v in logged["images_per_sec"])
+
+
+def test_train_logdir_on_a_cluster_writes_the_chiefs_progress(tmp_path, capsys):
+    assert main(["train", "--model", "mnist_dnn", "--dataset", "digits", "--steps", "20",
+                 "--log_every", "10", "--batch_size", "32", "--ps", "1", "--workers", "1", "--sync",
+                 "--logdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    logged = scalars(tmp_path)
+    assert [s for s, _ in logged["loss"]] == [10, 20] == [s for s, _ in logged["images_per_sec"]]
+    printed_loss = [float(v) for v in re.findall(r"^step \d+/20  loss (\d+\.\d{4})", out, re.M)]
+    assert [v for _, v in logged["loss"]] == pytest.approx(printed_loss, abs=1e-4)
+    accuracy = float(re.search(r"test accuracy: (\d\.\d{4})", out).group(1))
+    assert logged["accuracy"] == [(20, pytest.approx(accuracy, abs=5e-5))]
