@@ -19,6 +19,7 @@ from . import (
     dtypes,
     errors,
     nn,  # noqa: E402,I001 - after the core ops it builds on
+    summary,  # noqa: E402,I001
     train,  # noqa: E402,I001
 )
 from .autodiff import gradients
@@ -244,3 +245,12 @@ def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list: 
     from .distributed.replicate import replicate as run  # imports distributed: only when asked
 
     return run(train_fn, cluster, *args, job=job, **kwargs)
+
+
+def __getattr__(name: str):
+    # tf.Summary and its protobuf kin import tensorboardX (0.2 s) only when a script uses them
+    if name in summary.PROTO_CLASSES:
+        return summary.proto_class(name)
+    if name in summary.REMOVED_NAMES:
+        raise summary.removed_name_error(name)
+    raise AttributeError(f"module 'dflow' has no attribute {name!r}")

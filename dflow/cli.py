@@ -100,6 +100,7 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="layout the convolutions compute in (NCHW suits GPUs)")
     p.add_argument("--seed", type=int, default=0, help="seeds initial weights, shuffling, dropout")
     p.add_argument("--log_every", type=int, default=20, help="steps between progress lines")
+    p.add_argument("--logdir", help="write loss, images/sec and test accuracy here for TensorBoard")
     p.add_argument("--checkpoint_dir", help="save checkpoints here; resume from the latest one")
     p.add_argument("--checkpoint_every", type=int, default=100,
                    help="steps between checkpoints (with --checkpoint_dir)")
@@ -225,8 +226,13 @@ def run_train(args, parser) -> int:
     steps = _steps(args, parser, settings, data.num_train)
     check_cluster_arguments(args, parser)
     _describe(spec, settings, data, steps, args)
+
+    def report(total: float, n: int, weights: list[float]) -> None:
+        _report(spec, total, n, weights)
+        _log_scalars(args.logdir, steps, **{"accuracy" if spec.num_classes else "mse": total / n})
+
     if not args.local:
-        return run_cluster_train(args, settings, steps, lambda *result: _report(spec, *result))
+        return run_cluster_train(args, settings, steps, report)
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(args.seed)
@@ -241,7 +247,7 @@ def run_train(args, parser) -> int:
             except FloatingPointError as e:
                 print(f"dflow train: error: {e}", file=sys.stderr)
                 return 1
-            _report(spec, *_evaluate(sess, g, data, spec.num_classes is None))
+            report(*_evaluate(sess, g, data, spec.num_classes is None))
     return 0
 
 
@@ -287,6 +293,7 @@ def _train_loop(sess, g, batches, start, steps, settings, args, saver) -> None:
             eta = (now - begin) / (step - start) * (steps - step)
             print(f"step {step}/{steps}  loss {np.mean(losses):.4f}  images/sec {rate:.1f}  "
                   f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
+            _log_scalars(args.logdir, step, loss=np.mean(losses), images_per_sec=rate)
             last, losses = now, []
         if saver is not None and (step % args.checkpoint_every == 0 or step == steps):
             _save(saver, sess, args.checkpoint_dir, step)
@@ -294,6 +301,17 @@ def _train_loop(sess, g, batches, start, steps, settings, args, saver) -> None:
     if steps > start:
         print(f"trained {steps - start} steps in {datetime.timedelta(seconds=round(elapsed))} "
               f"({(steps - start) * batch_size / elapsed:.1f} images/sec)", flush=True)
+
+
+def _log_scalars(logdir: str | None, step: int, **values: float) -> None:
+    """``--logdir``: append ``values`` at ``step`` to the event file there (one writer per directory)."""
+    if logdir:
+        import dflow as tf
+
+        writer = tf.summary.FileWriterCache.get(logdir)
+        writer.add_summary(tf.Summary(value=[tf.Summary.Value(tag=tag, simple_value=float(value))
+                                             for tag, value in values.items()]), step)
+        writer.flush()  # TensorBoard shows each progress line as it is printed
 
 
 def _save(saver, sess, checkpoint_dir: str, step: int) -> None:

@@ -99,7 +99,7 @@ def run_cluster_train(args, settings, steps: int, report) -> int:
                                  progress.name)
         try:
             with _interrupt_at_safe_points() as interrupted:
-                _follow(progress, futures, steps, interrupted)
+                _follow(progress, futures, steps, interrupted, args.logdir)
             results = cluster.client.gather(futures)
         except FloatingPointError as e:
             print(f"dflow train: error: {e}", file=sys.stderr)
@@ -133,8 +133,9 @@ def _interrupt_at_safe_points():
         signal.signal(signal.SIGINT, previous)
 
 
-def _follow(progress, futures, steps: int, interrupted: threading.Event) -> None:
+def _follow(progress, futures, steps: int, interrupted: threading.Event, logdir: str | None = None) -> None:
     """Print the chief's progress lines until every replica has finished (or one failed)."""
+    from .cli import _log_scalars
     begin, first = time.perf_counter(), 0
     while not interrupted.is_set():
         if progress.qsize():  # (a get with a timeout would log an error on the scheduler each time)
@@ -147,6 +148,7 @@ def _follow(progress, futures, steps: int, interrupted: threading.Event) -> None
             eta = (time.perf_counter() - begin) / max(step - first, 1) * (steps - step)
             print(f"step {step}/{steps}  loss {loss:.4f}  images/sec {rate:.1f}  "
                   f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
+            _log_scalars(logdir, step, loss=loss, images_per_sec=rate)
             continue
         failed = [f for f in futures if f.status == "error"]
         if failed:

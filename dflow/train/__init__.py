@@ -46,3 +46,11 @@ __all__ = [
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
 ]
+
+
+def __getattr__(name: str):
+    from ..summary import REMOVED_TRAIN_NAMES, removed_name_error
+
+    if name in REMOVED_TRAIN_NAMES:  # tf.train.SummaryWriter: TF 0.x
+        raise removed_name_error(name, "tf.train")
+    raise AttributeError(f"module 'dflow.train' has no attribute {name!r}")
