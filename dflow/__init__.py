@@ -14,8 +14,12 @@ __version__ = "0.1.0"
 
 from . import (
     cluster,
+    contrib,
     dtypes,
     errors,
+    layers,
+    losses,
+    metrics,
     nn,  # noqa: E402,I001 - after the core ops it builds on
     train,  # noqa: E402,I001
 )
@@ -126,6 +130,7 @@ from .ops.math_ops import (
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
 from .placement import DeviceSpec
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
+from .train.moving_averages import moving_average_variables
 from .variables import (
     AUTO_REUSE,
     Variable,
