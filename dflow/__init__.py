@@ -16,8 +16,12 @@ __version__ = "1.15.0"
 
 from . import (
     cluster,
+    contrib,
     dtypes,
     errors,
+    layers,
+    losses,
+    metrics,
     nn,  # noqa: E402,I001 - after the core ops it builds on
     summary,  # noqa: E402,I001
     train,  # noqa: E402,I001
@@ -196,6 +200,7 @@ from .ops.state_ops import (
 )
 from .placement import DeviceSpec
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
+from .train.moving_averages import moving_average_variables
 from .variables import (
     AUTO_REUSE,
     Variable,

@@ -50,6 +50,9 @@ class GraphKeys:
     LOSSES = "losses"
     REGULARIZATION_LOSSES = "regularization_losses"
     UPDATE_OPS = "update_ops"
+    MOVING_AVERAGE_VARIABLES = "moving_average_variables"  # ExponentialMovingAverage.apply's variables
+    METRIC_VARIABLES = "metric_variables"  # tf.metrics' local totals and counts
+    WEIGHTS = "weights"  # tf.contrib.layers.apply_regularization's default list
     TRAIN_OP = "train_op"
     SUMMARIES = "summaries"
 

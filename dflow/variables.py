@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -289,16 +290,40 @@ def get_variable_scope() -> VariableScope:
     return stack[-1]
 
 
+# graph -> {full variable scope name: times opened}, as TF's variable scope store counts them
+_opened_scopes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _unique_scope_name(opened: dict, outer: str, prefix: str) -> str:
+    """TF's ``default_name`` rule: ``prefix``, else ``prefix_1``, ``prefix_2``... the first
+    not opened yet inside ``outer`` (since ``outer`` was last entered)."""
+    name, index = prefix, 0
+    while opened.get(f"{outer}/{name}" if outer else name):
+        index += 1
+        name = f"{prefix}_{index}"
+    return name
+
+
 @contextlib.contextmanager
 def variable_scope(name_or_scope, default_name=None, values=None, initializer=None, reuse=None):
-    """Prefix ``get_variable`` names (and op names): ``with tf.variable_scope('conv1'):``."""
+    """Prefix ``get_variable`` names (and op names): ``with tf.variable_scope('conv1'):``.
+
+    With ``name_or_scope=None``, ``default_name`` made unique (``dense``, ``dense_1``...)
+    among the scopes opened inside the enclosing scope since it was entered, as TF does:
+    re-entering ``model`` with ``reuse=True`` numbers its unnamed sub-scopes from 0 again.
+    """
     graph = get_default_graph()
     outer = get_variable_scope()
+    opened = _opened_scopes.setdefault(graph, {})
     if isinstance(name_or_scope, VariableScope):
         name, full = name_or_scope.name.rsplit("/", 1)[-1], name_or_scope.name
     else:
-        name = name_or_scope or graph.unique_name(default_name, mark_as_used=False)
+        if not name_or_scope and default_name is None:
+            raise TypeError("variable_scope needs a name_or_scope, or a default_name when it is None")
+        name = name_or_scope or _unique_scope_name(opened, outer.name, default_name)
         full = f"{outer.name}/{name}" if outer.name else name
+    opened[full] = opened.get(full, 0) + 1
+    saved = dict(opened) if isinstance(name_or_scope, VariableScope) else None
     inherited = outer.reuse if outer.reuse is not False else False
     scope = VariableScope(full, reuse if reuse else inherited, initializer or outer.initializer)
     _scope_stack(graph).append(scope)
@@ -307,6 +332,13 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
             yield scope
     finally:
         _scope_stack(graph).pop()
+        if saved is not None:  # TF: a re-entered scope object restores the counts it found
+            opened.clear()
+            opened.update(saved)
+        else:  # leaving a scope closes its sub-scopes: entering it again starts them over
+            for key in opened:
+                if key.startswith(full + "/"):
+                    opened[key] = 0
 
 
 def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,

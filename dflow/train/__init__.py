@@ -24,11 +24,16 @@ from .monitored_session import (
     SessionRunValues,
     StopAtStepHook,
 )
+from .moving_averages import ExponentialMovingAverage
 from .optimizers import (
+    AdadeltaOptimizer,
+    AdagradOptimizer,
     AdamOptimizer,
+    FtrlOptimizer,
     GradientDescentOptimizer,
     MomentumOptimizer,
     Optimizer,
+    RMSPropOptimizer,
     exponential_decay,
 )
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
@@ -45,6 +50,7 @@ __all__ = [
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
+    "AdagradOptimizer", "RMSPropOptimizer", "AdadeltaOptimizer", "FtrlOptimizer", "ExponentialMovingAverage",
 ]
 
 

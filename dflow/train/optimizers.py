@@ -1,10 +1,11 @@
 """Optimizers as in TF 1.x: ``minimize`` = ``compute_gradients`` + ``apply_gradients``.
 
 Each update rule is one stateful op (``ApplyGradientDescent``, ``ApplyMomentum``,
-``ApplyAdam``) taking variable *references* (shared names) for the variable and
-its slots, so the kernel reads and writes the session state in one step, as
-TF's ``training_ops`` do. Kernels compute new arrays and never write into
-their inputs, which other ops may share.
+``ApplyAdam``, ``ApplyAdagrad``, ``ApplyRMSProp``, ``ApplyAdadelta``, ``ApplyFtrlV2``)
+taking variable *references* (shared names) for the variable and its slots, so
+the kernel reads and writes the session state in one step, as TF's
+``training_ops`` do. Kernels compute new arrays and never write into their
+inputs, which other ops may share.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -27,6 +28,7 @@ from ..ops.shape_rules import fmt
 from ..variables import Variable, group, trainable_variables
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
+           "AdagradOptimizer", "RMSPropOptimizer", "AdadeltaOptimizer", "FtrlOptimizer",
            "exponential_decay"]
 
 
@@ -80,10 +82,62 @@ def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
         return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
 
 
+def _adagrad(state, xp, var, accum, lr, grad):
+    with state.updating(var):
+        old, old_accum = state.read_variable(var), state.read_variable(accum)
+        new_accum = _store(state, xp, accum, old_accum, old_accum + grad * grad)
+        return _store(state, xp, var, old, old - lr * grad / xp.sqrt(new_accum))
+
+
+def _rms_prop(state, xp, var, ms, mom, lr, rho, momentum, epsilon, grad):
+    with state.updating(var):
+        old, old_ms, old_mom = (state.read_variable(r) for r in (var, ms, mom))
+        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
+        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / xp.sqrt(new_ms + epsilon))
+        return _store(state, xp, var, old, old - new_mom)
+
+
+def _centered_rms_prop(state, xp, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
+    with state.updating(var):
+        old, old_mg, old_ms, old_mom = (state.read_variable(r) for r in (var, mg, ms, mom))
+        new_mg = _store(state, xp, mg, old_mg, rho * old_mg + (1 - rho) * grad)
+        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
+        denominator = xp.sqrt(new_ms - new_mg * new_mg + epsilon)
+        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / denominator)
+        return _store(state, xp, var, old, old - new_mom)
+
+
+def _adadelta(state, xp, var, accum, accum_update, lr, rho, epsilon, grad):
+    with state.updating(var):
+        old, old_accum, old_update = (state.read_variable(r) for r in (var, accum, accum_update))
+        new_accum = _store(state, xp, accum, old_accum, rho * old_accum + (1 - rho) * (grad * grad))
+        update = xp.sqrt(old_update + epsilon) / xp.sqrt(new_accum + epsilon) * grad
+        _store(state, xp, accum_update, old_update, rho * old_update + (1 - rho) * (update * update))
+        return _store(state, xp, var, old, old - lr * update)
+
+
+def _ftrl(state, xp, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power):
+    with state.updating(var):
+        old, old_accum, old_linear = (state.read_variable(r) for r in (var, accum, linear))
+        shrunk = grad + 2 * l2_shrinkage * old  # ApplyFtrlV2; the accumulator takes the raw gradient
+        new_accum = old_accum + grad * grad
+        sigma = (new_accum ** -lr_power - old_accum ** -lr_power) / lr
+        new_linear = _store(state, xp, linear, old_linear, old_linear + shrunk - sigma * old)
+        quadratic = new_accum ** -lr_power / lr + 2 * l2
+        pulled = (xp.sign(new_linear) * l1 - new_linear) / quadratic
+        _store(state, xp, accum, old_accum, new_accum)
+        return _store(state, xp, var, old, xp.where(xp.abs(new_linear) > l1, pulled, xp.zeros_like(pulled)))
+
+
 # inputs in TF's order; the leading ones are references (shared names), the rest values
 defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True)
 defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True)
 defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
+defop("ApplyAdagrad", _apply_infer(3), _adagrad, stateful=True)
+defop("ApplyRMSProp", _apply_infer(7), _rms_prop, stateful=True)
+defop("ApplyCenteredRMSProp", _apply_infer(8), _centered_rms_prop, stateful=True)
+defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True)
+defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True)
 
 
 def _apply(op_type, inputs, attrs=None) -> Tensor:
@@ -205,9 +259,13 @@ class Optimizer:
         return list(self._non_slot.values()) + slots
 
     def _zeros_slot(self, var: Variable, slot_name: str, op_name: str) -> Variable:
+        return self._filled_slot(var, 0.0, slot_name, op_name)
+
+    def _filled_slot(self, var: Variable, value: float, slot_name: str, op_name: str) -> Variable:
+        """The slot ``slot_name`` of ``var``, created filled with ``value`` (Adagrad's 0.1)."""
         named = self._slots.setdefault(slot_name, {})
         if var not in named:
-            named[var] = _create_zeros_slot(var, op_name)
+            named[var] = _create_slot(var, value, op_name)
         return named[var]
 
     def _get_or_make_non_slot(self, initial_value, name: str, colocate_with: Variable) -> Variable:
@@ -232,13 +290,13 @@ class Optimizer:
         return group(*update_ops, name=name_scope)
 
 
-def _create_zeros_slot(var: Variable, op_name: str) -> Variable:
-    """A zeros variable shaped like ``var``, beside it, named ``<var>/<op_name>``."""
+def _create_slot(var: Variable, value: float, op_name: str) -> Variable:
+    """A variable shaped like ``var`` filled with ``value``, beside it, named ``<var>/<op_name>``."""
     graph = var.graph
     if var.shape.is_fully_defined():
-        initial = lambda: array_ops.zeros(var.shape.as_list(), var.dtype)  # noqa: E731
+        initial = lambda: array_ops.fill(var.shape.as_list(), float(value), dtype=var.dtype)  # noqa: E731
     else:
-        initial = lambda: array_ops.zeros_like(var.initial_value)  # noqa: E731
+        initial = lambda: array_ops.zeros_like(var.initial_value) + float(value)  # noqa: E731
     with graph.name_scope(None), colocate_with(var):
         return Variable(initial, trainable=False, name=f"{var.op.name}/{op_name}",
                         validate_shape=var.shape.is_fully_defined())
@@ -350,6 +408,157 @@ class AdamOptimizer(Optimizer):
             update_beta1 = state_ops.assign(beta1_power, beta1_power * _as(self._beta1_t, beta1_power))
             update_beta2 = state_ops.assign(beta2_power, beta2_power * _as(self._beta2_t, beta2_power))
         return group(*update_ops, update_beta1, update_beta2, name=name_scope)
+
+
+class AdagradOptimizer(Optimizer):
+    """Adagrad (Duchi et al.), TF's update::
+
+        accum += grad^2
+        var -= lr * grad / sqrt(accum)
+
+    Slot ``accumulator`` (``<var>/Adagrad``), starting at ``initial_accumulator_value``.
+
+    >>> opt = tf.train.AdagradOptimizer(0.1)  # doctest: +SKIP
+    """
+
+    def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False, name="Adagrad"):
+        if initial_accumulator_value <= 0.0:
+            raise ValueError(f"initial_accumulator_value must be positive: {initial_accumulator_value}")
+        super().__init__(use_locking, name)
+        self._learning_rate = learning_rate
+        self._initial_accumulator_value = initial_accumulator_value
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._filled_slot(v, self._initial_accumulator_value, "accumulator", self._name)
+
+    def _prepare(self):
+        self._learning_rate_tensor = _hyper(self._learning_rate, "learning_rate")
+
+    def _apply_dense(self, grad, var):
+        accum = self.get_slot(var, "accumulator")
+        lr = _as(self._learning_rate_tensor, var)
+        return _apply("ApplyAdagrad", [var._variable, accum._variable, lr, grad])
+
+
+class RMSPropOptimizer(Optimizer):
+    """RMSProp (Hinton's lecture 6e), TF's update::
+
+        ms = decay * ms + (1 - decay) * grad^2
+        mom = momentum * mom + lr * grad / sqrt(ms + epsilon)
+        var -= mom
+
+    With ``centered=True`` the second moment is centered by a running mean of the
+    gradient ``mg = decay * mg + (1 - decay) * grad``: ``sqrt(ms - mg^2 + epsilon)``.
+    Slots, named in TF's order: ``rms`` (starting at 1: ``<var>/RMSProp``), ``mg`` when
+    centered, ``momentum`` (``<var>/RMSProp_1``, or ``_2`` when centered).
+
+    >>> opt = tf.train.RMSPropOptimizer(0.001, decay=0.9, momentum=0.9)  # doctest: +SKIP
+    """
+
+    def __init__(self, learning_rate, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False,
+                 centered=False, name="RMSProp"):
+        super().__init__(use_locking, name)
+        self._learning_rate, self._decay, self._momentum = learning_rate, decay, momentum
+        self._epsilon, self._centered = epsilon, centered
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._filled_slot(v, 1.0, "rms", self._name)
+            if self._centered:
+                self._zeros_slot(v, "mg", self._name)
+            self._zeros_slot(v, "momentum", self._name)
+
+    def _prepare(self):
+        self._hypers = [_hyper(self._learning_rate, "learning_rate"), _hyper(self._decay, "decay"),
+                        _hyper(self._momentum, "momentum"), _hyper(self._epsilon, "epsilon")]
+
+    def _apply_dense(self, grad, var):
+        names = ["mg", "rms", "momentum"] if self._centered else ["rms", "momentum"]
+        refs = [var._variable] + [self.get_slot(var, n)._variable for n in names]
+        op_type = "ApplyCenteredRMSProp" if self._centered else "ApplyRMSProp"
+        return _apply(op_type, refs + [_as(h, var) for h in self._hypers] + [grad])
+
+
+class AdadeltaOptimizer(Optimizer):
+    """Adadelta (Zeiler), TF's update::
+
+        accum = rho * accum + (1 - rho) * grad^2
+        update = sqrt(accum_update + epsilon) / sqrt(accum + epsilon) * grad
+        accum_update = rho * accum_update + (1 - rho) * update^2
+        var -= lr * update
+
+    Slots ``accum`` (``<var>/Adadelta``) and ``accum_update`` (``<var>/Adadelta_1``).
+    TF's default ``learning_rate=0.001`` (the paper's rule has none: pass 1.0).
+    """
+
+    def __init__(self, learning_rate=0.001, rho=0.95, epsilon=1e-8, use_locking=False, name="Adadelta"):
+        super().__init__(use_locking, name)
+        self._learning_rate, self._rho, self._epsilon = learning_rate, rho, epsilon
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._zeros_slot(v, "accum", self._name)
+            self._zeros_slot(v, "accum_update", self._name)
+
+    def _prepare(self):
+        self._hypers = [_hyper(self._learning_rate, "lr"), _hyper(self._rho, "rho"),
+                        _hyper(self._epsilon, "epsilon")]
+
+    def _apply_dense(self, grad, var):
+        refs = [var._variable] + [self.get_slot(var, n)._variable for n in ("accum", "accum_update")]
+        return _apply("ApplyAdadelta", refs + [_as(h, var) for h in self._hypers] + [grad])
+
+
+class FtrlOptimizer(Optimizer):
+    """FTRL-Proximal (McMahan et al., "Ad Click Prediction"), TF's update::
+
+        g' = grad + 2 * l2_shrinkage * var
+        accum_new = accum + grad^2
+        linear += g' - (accum_new^-p - accum^-p) / lr * var      (p = learning_rate_power)
+        quadratic = accum_new^-p / lr + 2 * l2
+        var = (sign(linear) * l1 - linear) / quadratic if |linear| > l1 else 0
+        accum = accum_new
+
+    Slots ``accum`` (starting at ``initial_accumulator_value``: ``<var>/Ftrl``) and
+    ``linear`` (``<var>/Ftrl_1``).
+    """
+
+    def __init__(self, learning_rate, learning_rate_power=-0.5, initial_accumulator_value=0.1,
+                 l1_regularization_strength=0.0, l2_regularization_strength=0.0, use_locking=False,
+                 name="Ftrl", accum_name=None, linear_name=None, l2_shrinkage_regularization_strength=0.0):
+        super().__init__(use_locking, name)
+        checks = {"initial_accumulator_value": (initial_accumulator_value, initial_accumulator_value < 0),
+                  "learning_rate_power": (learning_rate_power, learning_rate_power > 0),
+                  "l1_regularization_strength": (l1_regularization_strength, l1_regularization_strength < 0),
+                  "l2_regularization_strength": (l2_regularization_strength, l2_regularization_strength < 0),
+                  "l2_shrinkage_regularization_strength": (l2_shrinkage_regularization_strength,
+                                                           l2_shrinkage_regularization_strength < 0)}
+        for what, (value, bad) in checks.items():
+            if bad:
+                sign = "<= 0" if what == "learning_rate_power" else ">= 0"
+                raise ValueError(f"{what} {value} needs to be {sign}")
+        self._learning_rate, self._learning_rate_power = learning_rate, learning_rate_power
+        self._initial_accumulator_value = initial_accumulator_value
+        self._l1, self._l2 = l1_regularization_strength, l2_regularization_strength
+        self._l2_shrinkage = l2_shrinkage_regularization_strength
+        self._accum_name, self._linear_name = accum_name, linear_name
+
+    def _create_slots(self, var_list):
+        for v in var_list:
+            self._filled_slot(v, self._initial_accumulator_value, "accum", self._accum_name or self._name)
+            self._zeros_slot(v, "linear", self._linear_name or self._name)
+
+    def _prepare(self):
+        self._hypers = [_hyper(self._learning_rate, "learning_rate"),
+                        _hyper(self._l1, "l1_regularization_strength"),
+                        _hyper(self._l2, "l2_regularization_strength"),
+                        _hyper(self._l2_shrinkage, "l2_shrinkage_regularization_strength"),
+                        _hyper(self._learning_rate_power, "learning_rate_power")]
+
+    def _apply_dense(self, grad, var):
+        refs = [var._variable] + [self.get_slot(var, n)._variable for n in ("accum", "linear")]
+        return _apply("ApplyFtrlV2", refs + [grad] + [_as(h, var) for h in self._hypers])
 
 
 # ---- learning-rate schedules -------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""``tf.contrib``: the parts of TF 1.x's contrib that real scripts use most.
+
+``tf.contrib.layers`` is here; any other ``tf.contrib.X`` raises an AttributeError
+that names it, says dflow does not support it, and what to use instead.
+
+>>> import dflow as tf
+>>> tf.contrib.slim
+Traceback (most recent call last):
+...
+AttributeError: tf.contrib.slim is not supported by dflow; use tf.layers and tf.contrib.layers instead
+"""
+
+from . import layers
+
+__all__ = ["layers"]
+
+# what to use instead of each contrib module real TF 1.x scripts reach for
+_INSTEAD = {
+    "rnn": "tf.nn.rnn_cell (BasicLSTMCell, LSTMCell, GRUCell, MultiRNNCell) and tf.nn.static_rnn",
+    "slim": "tf.layers and tf.contrib.layers",
+    "learn": "tf.estimator, or a tf.Session training loop with tf.layers",
+    "framework": "tf.train.get_or_create_global_step, tf.global_variables and tf.train.Saver",
+    "metrics": "tf.metrics",
+    "losses": "tf.losses",
+    "keras": "tf.layers",
+    "data": "dflow.data.Dataset",
+    "training": "tf.train (Supervisor, MonitoredTrainingSession, SyncReplicasOptimizer)",
+    "opt": "the optimizers of tf.train",
+    "optimizer_v2": "the optimizers of tf.train",
+    "distribute": "tf.train.replica_device_setter, SyncReplicasOptimizer or AllReduceOptimizer",
+    "summary": "tf.summary",
+    "image": "tf.image",
+    "cudnn_rnn": "tf.nn.rnn_cell",
+}
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    instead = _INSTEAD.get(name)
+    hint = f"; use {instead} instead" if instead else " and has no equivalent of it"
+    raise AttributeError(f"tf.contrib.{name} is not supported by dflow{hint}")

@@ -1,0 +1,162 @@
+"""Adagrad, RMSProp (plain, with momentum, centered), Adadelta and FTRL: a few steps
+against NumPy implementations of TF's documented update equations, their slots named as
+TF names them, and their bad hyperparameters refused."""
+
+import numpy as np
+import pytest
+
+import dflow as tf
+
+W0 = np.array([[1.0, -2.0, 3.0], [0.5, 0.0, -1.5]], np.float32)
+TARGET = np.array([[0.0, 1.0, 2.0], [-1.0, 0.5, 0.0]], np.float32)
+B0 = np.float32(3.0)
+
+
+def _model():
+    """loss = sum((W - T)^2) + 3 (b - 1)^2, so dW = 2 (W - T), db = 6 (b - 1)."""
+    w = tf.Variable(W0, name="w")
+    b = tf.Variable(B0, name="b")
+    loss = tf.reduce_sum(tf.square(w - TARGET)) + 3.0 * tf.square(b - 1.0)
+    return w, b, loss
+
+
+def _grads(w, b):
+    return [2.0 * (w - TARGET), 6.0 * (b - 1.0)]
+
+
+# ---- NumPy references of TF's kernels (float64), one step of one variable each --------------
+def _adagrad(lr, initial=0.1):
+    def step(p, g, s):
+        accum = (s if s is not None else np.full_like(p, initial)) + g * g
+        return p - lr * g / np.sqrt(accum), accum
+    return step
+
+
+def _rms_prop(lr, decay=0.9, momentum=0.0, eps=1e-10, centered=False):
+    def step(p, g, s):
+        ms, mg, mom = s if s is not None else (np.ones_like(p), np.zeros_like(p), np.zeros_like(p))
+        ms = decay * ms + (1 - decay) * g * g
+        mg = decay * mg + (1 - decay) * g
+        denominator = ms - mg * mg if centered else ms
+        mom = momentum * mom + lr * g / np.sqrt(denominator + eps)
+        return p - mom, (ms, mg, mom)
+    return step
+
+
+def _adadelta(lr, rho=0.95, eps=1e-8):
+    def step(p, g, s):
+        accum, accum_update = s if s is not None else (np.zeros_like(p), np.zeros_like(p))
+        accum = rho * accum + (1 - rho) * g * g
+        update = np.sqrt(accum_update + eps) / np.sqrt(accum + eps) * g
+        accum_update = rho * accum_update + (1 - rho) * update * update
+        return p - lr * update, (accum, accum_update)
+    return step
+
+
+def _ftrl(lr, power=-0.5, initial=0.1, l1=0.0, l2=0.0, shrinkage=0.0):
+    def step(p, g, s):
+        accum, linear = s if s is not None else (np.full_like(p, initial), np.zeros_like(p))
+        new_accum = accum + g * g
+        linear = linear + g + 2 * shrinkage * p - (new_accum ** -power - accum ** -power) / lr * p
+        quadratic = new_accum ** -power / lr + 2 * l2
+        p = np.where(np.abs(linear) > l1, (np.sign(linear) * l1 - linear) / quadratic, 0.0)
+        return p, (new_accum, linear)
+    return step
+
+
+OPTIMIZERS = [  # (id, build the optimizer, NumPy step)
+    ("adagrad", lambda: tf.train.AdagradOptimizer(0.3), _adagrad(0.3)),
+    ("adagrad-initial", lambda: tf.train.AdagradOptimizer(0.1, initial_accumulator_value=2.0),
+     _adagrad(0.1, 2.0)),
+    ("rmsprop", lambda: tf.train.RMSPropOptimizer(0.01), _rms_prop(0.01)),
+    ("rmsprop-momentum", lambda: tf.train.RMSPropOptimizer(0.01, decay=0.8, momentum=0.9, epsilon=1e-4),
+     _rms_prop(0.01, 0.8, 0.9, 1e-4)),
+    ("rmsprop-centered", lambda: tf.train.RMSPropOptimizer(0.01, momentum=0.5, centered=True),
+     _rms_prop(0.01, 0.9, 0.5, centered=True)),
+    ("adadelta", lambda: tf.train.AdadeltaOptimizer(1.0), _adadelta(1.0)),
+    ("adadelta-hyper", lambda: tf.train.AdadeltaOptimizer(0.5, rho=0.9, epsilon=1e-3),
+     _adadelta(0.5, 0.9, 1e-3)),
+    ("ftrl", lambda: tf.train.FtrlOptimizer(0.5), _ftrl(0.5)),
+    ("ftrl-l1-l2", lambda: tf.train.FtrlOptimizer(
+        0.5, l1_regularization_strength=0.3, l2_regularization_strength=0.2), _ftrl(0.5, l1=0.3, l2=0.2)),
+    ("ftrl-power-shrinkage", lambda: tf.train.FtrlOptimizer(
+        0.5, learning_rate_power=-0.7, initial_accumulator_value=0.5,
+        l2_shrinkage_regularization_strength=0.1), _ftrl(0.5, power=-0.7, initial=0.5, shrinkage=0.1)),
+]
+
+
+@pytest.mark.parametrize("make, reference", [row[1:] for row in OPTIMIZERS],
+                         ids=[row[0] for row in OPTIMIZERS])
+def test_optimizer_matches_numpy_reference(make, reference):
+    with tf.Graph().as_default():
+        w, b, loss = _model()
+        train = make().minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            params, slots = [W0.astype(np.float64), np.float64(B0)], [None, None]
+            for _ in range(4):
+                sess.run(train)
+                stepped = [reference(p, g, s) for p, g, s in zip(params, _grads(*params), slots)]
+                params, slots = [p for p, _ in stepped], [s for _, s in stepped]
+                got_w, got_b = sess.run([w, b])
+                np.testing.assert_allclose(got_w, params[0], rtol=2e-5, atol=1e-6)
+                np.testing.assert_allclose(got_b, params[1], rtol=2e-5, atol=1e-6)
+                assert got_w.dtype == np.float32
+
+
+def test_a_decaying_learning_rate_tensor_is_used():
+    with tf.Graph().as_default():
+        w, b, loss = _model()
+        step = tf.train.get_or_create_global_step()
+        lr = tf.train.exponential_decay(0.01, step, 1, 0.5)
+        train = tf.train.RMSPropOptimizer(lr).minimize(loss, global_step=step)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            reference, params, slots = None, [W0.astype(np.float64), np.float64(B0)], [None, None]
+            for t in range(3):
+                sess.run(train)
+                reference = _rms_prop(0.01 * 0.5 ** t)
+                stepped = [reference(p, g, s) for p, g, s in zip(params, _grads(*params), slots)]
+                params, slots = [p for p, _ in stepped], [s for _, s in stepped]
+            np.testing.assert_allclose(sess.run(w), params[0], rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make, slots, names", [
+    (lambda: tf.train.AdagradOptimizer(0.1), ["accumulator"], ["w/Adagrad"]),
+    (lambda: tf.train.RMSPropOptimizer(0.1), ["momentum", "rms"], ["w/RMSProp_1", "w/RMSProp"]),
+    (lambda: tf.train.RMSPropOptimizer(0.1, centered=True), ["mg", "momentum", "rms"],
+     ["w/RMSProp_1", "w/RMSProp_2", "w/RMSProp"]),
+    (lambda: tf.train.AdadeltaOptimizer(), ["accum", "accum_update"], ["w/Adadelta", "w/Adadelta_1"]),
+    (lambda: tf.train.FtrlOptimizer(0.1), ["accum", "linear"], ["w/Ftrl", "w/Ftrl_1"]),
+], ids=["adagrad", "rmsprop", "rmsprop-centered", "adadelta", "ftrl"])
+def test_slots_named_as_tf_names_them(make, slots, names):
+    with tf.Graph().as_default():
+        w, _, loss = _model()
+        opt = make()
+        opt.minimize(loss)
+        assert opt.get_slot_names() == slots
+        assert [opt.get_slot(w, s).op.name for s in slots] == names
+        assert not any(opt.get_slot(w, s).trainable for s in slots)
+        assert {v.op.name for v in tf.trainable_variables()} == {"w", "b"}
+
+
+def test_initial_slot_values():
+    with tf.Graph().as_default():
+        w, _, loss = _model()
+        adagrad, rms = tf.train.AdagradOptimizer(0.1, 0.25), tf.train.RMSPropOptimizer(0.1)
+        adagrad.minimize(loss)
+        rms.minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            np.testing.assert_array_equal(sess.run(adagrad.get_slot(w, "accumulator")), np.full((2, 3), 0.25))
+            np.testing.assert_array_equal(sess.run(rms.get_slot(w, "rms")), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: tf.train.AdagradOptimizer(0.1, initial_accumulator_value=0.0), "must be positive"),
+    (lambda: tf.train.FtrlOptimizer(0.1, learning_rate_power=0.5), "learning_rate_power"),
+    (lambda: tf.train.FtrlOptimizer(0.1, l1_regularization_strength=-1.0), "l1_regularization_strength"),
+])
+def test_bad_hyperparameters_are_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
