@@ -104,6 +104,7 @@ from .ops.array_ops import (
 )
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
+from .ops.embedding_ops import gather, reverse_sequence, unsorted_segment_sum
 from .ops.math_ops import (
     Assert,
     Print,

@@ -1,0 +1,465 @@
+"""Gathers, their scatter-add gradients, candidate samplers and sampled losses (TF's
+``array_ops.gather``, ``embedding_ops``, ``candidate_sampling_ops`` and ``nn_impl``'s
+``nce_loss``/``sampled_softmax_loss``).
+
+TF's gradient of a gather is an ``IndexedSlices``; dflow's is dense: an
+``UnsortedSegmentSum`` of the gathered rows' gradients into a tensor shaped like
+the params, so every optimizer (and a parameter server's update op) takes it
+unchanged. Rows not looked up get zeros, which plain SGD leaves as they are;
+Adam and Adagrad apply their dense rules to every row (TF's sparse rules only
+touch the rows looked up).
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     table = tf.constant([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+...     rows = tf.nn.embedding_lookup(table, tf.constant([2, 0, 2]))
+...     with tf.Session() as sess:
+...         sess.run(rows).tolist()
+[[4.0, 5.0], [0.0, 1.0], [4.0, 5.0]]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np  # the candidate samplers draw on the host, as TF's CPU kernels do
+
+from .. import dtypes
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from . import math_ops
+from .array_ops import concat, constant, expand_dims, reshape, shape, stop_gradient, transpose
+from .registry import ShapeError, Spec, defop
+from .shape_rules import fmt, normalize_axis
+from .state_ops import op_seed
+
+__all__ = [
+    "gather", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
+    "log_uniform_candidate_sampler", "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
+]
+
+
+def _op(op_type, inputs, attrs=None, name=None):
+    return get_default_graph().create_op(op_type, inputs, attrs, name=name)
+
+
+def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
+    return _op(op_type, inputs, attrs, name).outputs[0]
+
+
+def _integer(spec, what):
+    if not spec.dtype.is_integer:
+        raise ShapeError(f"{what} must be int32 or int64, got {spec.dtype.name}; use tf.cast")
+
+
+def _check_range(xp, flat_ids, limit, what):
+    if flat_ids.shape[0] and bool(xp.any((flat_ids < 0) | (flat_ids >= limit))):
+        bad = int(xp.min(flat_ids)) if bool(xp.any(flat_ids < 0)) else int(xp.max(flat_ids))
+        raise ValueError(f"{what} = {bad} is not in [0, {limit})")
+
+
+# ---- gather ---------------------------------------------------------------------------------
+def _gather_infer(inputs, axis):
+    params, indices = inputs
+    _integer(indices, "gather indices")
+    if params.shape is None or indices.shape is None:
+        return [Spec(None, params.dtype)]
+    (ax,) = normalize_axis(axis, len(params.shape))
+    return [Spec(params.shape[:ax] + indices.shape + params.shape[ax + 1:], params.dtype)]
+
+
+def _gather_kernel(xp, params, indices, axis):
+    axis = axis % params.ndim
+    flat = xp.reshape(indices, (-1,))
+    _check_range(xp, flat, params.shape[axis], "gather index")
+    rows = xp.take(params, flat, axis=axis)
+    return xp.reshape(rows, params.shape[:axis] + tuple(indices.shape) + params.shape[axis + 1:])
+
+
+def _gather_grad(op, g):
+    """The rows' gradients summed into a dense tensor shaped like the params."""
+    params, indices = op.inputs
+    axis, rank, index_rank = op.attrs["axis"], params.shape.ndims, indices.shape.ndims
+    if rank is None or index_rank is None:
+        raise ValueError(f"the gradient of {op.name} needs the ranks of params and indices at build time")
+    axis %= rank
+    # move the index dims of g to the front: (indices..., params[:axis], params[axis+1:])
+    perm = [*range(axis, axis + index_rank), *range(axis), *range(axis + index_rank, rank + index_rank - 1)]
+    moved = g if axis == 0 else transpose(g, perm)
+    rows = params.shape[axis] if params.shape[axis] is not None else shape(params)[axis]
+    summed = unsorted_segment_sum(moved, indices, rows)
+    if axis == 0:
+        return [summed, None]
+    back = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
+    return [transpose(summed, back), None]
+
+
+defop("GatherV2", _gather_infer, _gather_kernel, _gather_grad)
+
+
+def gather(params, indices, validate_indices=None, name=None, axis=0) -> Tensor:
+    """Slices of ``params`` along ``axis`` at ``indices``: ``tf.gather(table, [2, 0])``.
+
+    Out-of-range indices fail at run time, as on TF's CPU. The gradient with
+    respect to ``params`` is dense (see the module docstring).
+    """
+    params = convert_to_tensor(params)
+    indices = convert_to_tensor(indices)
+    return _out("GatherV2", [params, indices], {"axis": int(axis)}, name)
+
+
+# ---- unsorted_segment_sum -----------------------------------------------------------------------
+def _segment_infer(inputs):
+    data, ids, num = inputs
+    _integer(ids, "segment_ids")
+    count = None if num.value is None else int(num.value)
+    if data.shape is None or ids.shape is None:
+        return [Spec(None, data.dtype)]
+    prefix = data.shape[:len(ids.shape)]
+    if len(data.shape) < len(ids.shape) or any(
+            a is not None and b is not None and a != b for a, b in zip(prefix, ids.shape)):
+        raise ShapeError(f"segment_ids of shape {fmt(ids.shape)} must be a prefix of the data's "
+                         f"shape {fmt(data.shape)}")
+    return [Spec((count,) + data.shape[len(ids.shape):], data.dtype)]
+
+
+def _segment_sum_kernel(xp, data, ids, num_segments):
+    count = int(num_segments)
+    flat_ids = xp.reshape(ids, (-1,))
+    rest = data.shape[ids.ndim:]
+    rows = xp.reshape(data, (flat_ids.shape[0], -1))
+    if flat_ids.shape[0] and bool(xp.any(flat_ids >= count)):
+        raise ValueError(f"segment id {int(xp.max(flat_ids))} is not below num_segments = {count}")
+    keep = flat_ids >= 0  # TF drops the rows of negative ids
+    out = xp.zeros((count, rows.shape[1]), dtype=data.dtype)
+    scatter_add = getattr(getattr(xp, "add", None), "at", None)  # NumPy's and CuPy's ufunc.at
+    if scatter_add is not None:
+        scatter_add(out, flat_ids[keep], rows[keep])
+    else:  # the array API has no scatter: a one-hot matmul gives the same sums
+        onehot = xp.astype(flat_ids[:, None] == xp.arange(count, dtype=flat_ids.dtype)[None, :], data.dtype)
+        out = xp.matmul(xp.matrix_transpose(onehot), rows)
+    return xp.reshape(out, (count,) + tuple(rest))
+
+
+def _segment_sum_grad(op, g):
+    data, ids, _ = op.inputs
+    safe_ids = math_ops.maximum(ids, 0)
+    rows = gather(g, safe_ids)
+    kept = math_ops.cast(ids >= 0, g.dtype)
+    trailing = data.shape.ndims - ids.shape.ndims if data.shape.ndims is not None else None
+    if trailing is None:
+        raise ValueError(f"the gradient of {op.name} needs the rank of its data at build time")
+    for _ in range(trailing):
+        kept = expand_dims(kept, -1)
+    return [rows * kept, None, None]
+
+
+defop("UnsortedSegmentSum", _segment_infer, _segment_sum_kernel, _segment_sum_grad)
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None) -> Tensor:
+    """``out[k] = sum of data[i] where segment_ids[i] == k``, for ``k < num_segments``;
+    rows whose id is negative are dropped.
+
+    >>> tf.unsorted_segment_sum([[1.0], [2.0], [3.0]], [1, 0, 1], 2)  # [[2.], [4.]]  # doctest: +SKIP
+    """
+    data = convert_to_tensor(data)
+    segment_ids = convert_to_tensor(segment_ids)
+    num_segments = convert_to_tensor(num_segments, dtype=None if isinstance(num_segments, Tensor)
+                                     else segment_ids.dtype)
+    return _out("UnsortedSegmentSum", [data, segment_ids, num_segments], name=name)
+
+
+# ---- embedding_lookup -------------------------------------------------------------------------
+def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True,
+                     max_norm=None) -> Tensor:
+    """Rows of an embedding table: ``tf.nn.embedding_lookup(embeddings, train_inputs)``.
+
+    ``params`` is one tensor/variable or a list of shards; with a list, id ``i``
+    lives in shard ``i % n`` at row ``i // n`` (``partition_strategy='mod'``) or in
+    contiguous blocks (``'div'``). ``max_norm`` clips each looked-up row's L2 norm.
+    """
+    shards = list(params) if isinstance(params, list | tuple) else [params]
+    if not shards:
+        raise ValueError("embedding_lookup needs at least one params tensor")
+    if partition_strategy not in ("mod", "div"):
+        raise ValueError(f"partition_strategy must be 'mod' or 'div', got {partition_strategy!r}")
+    with get_default_graph().name_scope(name or "embedding_lookup"):
+        ids = convert_to_tensor(ids)
+        if len(shards) == 1:
+            rows = gather(shards[0], ids)
+        else:
+            rows = _sharded_lookup(shards, ids, partition_strategy)
+        return rows if max_norm is None else _clip_rows(rows, ids, max_norm)
+
+
+def _shard_ids_kernel(xp, ids, sizes, strategy):
+    """Each id's shard and row in it: ``'mod'`` deals ids round-robin, ``'div'`` in contiguous
+    blocks, the first ``total % n`` shards holding one extra id (TF's rules)."""
+    n, total = len(sizes), sum(sizes)
+    if strategy == "mod":
+        return ids % n, ids // n
+    per, extra = divmod(total, n)
+    in_big = ids < extra * (per + 1)
+    owner = xp.where(in_big, ids // (per + 1), (ids - extra) // max(per, 1))
+    return owner, xp.where(in_big, ids % (per + 1), (ids - extra) % max(per, 1))
+
+
+defop("EmbeddingShardIds", lambda inputs, sizes, strategy: [inputs[0], inputs[0]], _shard_ids_kernel,
+      num_outputs=2)
+
+
+def _sharded_lookup(shards, ids, strategy):
+    """Each shard's rows for every id, kept where the id lives in that shard (one gather per
+    shard, so the gradient reaches each shard through its own gather)."""
+    shards = [convert_to_tensor(s) for s in shards]
+    sizes = [s.shape[0] for s in shards]
+    if None in sizes:
+        raise ValueError("embedding_lookup over a list of params needs each shard's first dim at build time")
+    owner, row = _op("EmbeddingShardIds", [ids], {"sizes": sizes, "strategy": strategy}).outputs
+    out = None
+    for p, shard in enumerate(shards):
+        mine = math_ops.equal(owner, p)
+        picked = gather(shard, math_ops.where(mine, row, math_ops.multiply(row, 0)))  # 0: any valid row
+        mask = math_ops.cast(mine, picked.dtype)
+        for _ in range((shard.shape.ndims or 1) - 1):
+            mask = expand_dims(mask, -1)
+        out = picked * mask if out is None else out + picked * mask
+    return out
+
+
+def _clip_rows(rows, ids, max_norm):
+    axes = list(range(ids.shape.ndims, rows.shape.ndims))
+    norm = math_ops.sqrt(math_ops.reduce_sum(math_ops.square(rows), axes, keepdims=True))
+    return rows * math_ops.minimum(1.0, max_norm / math_ops.maximum(norm, 1e-12))
+
+
+# ---- reverse_sequence ---------------------------------------------------------------------------
+def _reverse_sequence_infer(inputs, seq_axis, batch_axis):
+    _integer(inputs[1], "seq_lengths")
+    return [inputs[0]._replace(value=None)]
+
+
+def _reverse_sequence_kernel(xp, x, lengths, seq_axis, batch_axis):
+    """Example ``b``'s first ``lengths[b]`` steps reversed, the rest left in place."""
+    steps = x.shape[seq_axis]
+    t = xp.arange(steps, dtype=lengths.dtype)[None, :]
+    n = lengths[:, None]
+    source = xp.where(t < n, n - 1 - t, t)  # (batch, steps): which step each slot takes
+    moved = xp.permute_dims(x, _front(x.ndim, batch_axis, seq_axis))
+    flat = xp.reshape(moved, (moved.shape[0] * steps, -1))
+    offsets = xp.arange(moved.shape[0], dtype=lengths.dtype)[:, None] * steps
+    taken = xp.take(flat, xp.reshape(source + offsets, (-1,)), axis=0)
+    taken = xp.reshape(taken, moved.shape)
+    return xp.permute_dims(taken, _inverse(_front(x.ndim, batch_axis, seq_axis)))
+
+
+def _front(rank, batch_axis, seq_axis):
+    return [batch_axis, seq_axis, *[i for i in range(rank) if i not in (batch_axis, seq_axis)]]
+
+
+def _inverse(perm):
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return out
+
+
+defop("ReverseSequence", _reverse_sequence_infer, _reverse_sequence_kernel,
+      lambda op, g: [reverse_sequence(g, op.inputs[1], **op.attrs), None])
+
+
+def reverse_sequence(input, seq_lengths, seq_axis=None, batch_axis=None, name=None,
+                     seq_dim=None, batch_dim=None) -> Tensor:
+    """Reverse the first ``seq_lengths[b]`` entries along ``seq_axis`` of each example ``b``."""
+    seq_axis = seq_dim if seq_axis is None else seq_axis
+    batch_axis = (batch_dim or 0) if batch_axis is None else batch_axis
+    if seq_axis is None:
+        raise ValueError("reverse_sequence needs seq_axis (or the deprecated seq_dim)")
+    x = convert_to_tensor(input)
+    rank = x.shape.ndims
+    if rank is None:
+        raise ValueError("reverse_sequence needs the input's rank at build time")
+    (seq_axis,), (batch_axis,) = normalize_axis(seq_axis, rank), normalize_axis(batch_axis, rank)
+    return _out("ReverseSequence", [x, seq_lengths], {"seq_axis": seq_axis, "batch_axis": batch_axis},
+                name)
+
+
+# ---- candidate samplers ------------------------------------------------------------------------
+def _sampler_infer(inputs, num_true, num_sampled, unique, range_max, seed, distribution):
+    true_classes = inputs[0]
+    _integer(true_classes, "true_classes")
+    if true_classes.shape is not None and (len(true_classes.shape) != 2 or
+                                           true_classes.shape[1] not in (None, num_true)):
+        raise ShapeError(f"true_classes must be [batch_size, num_true={num_true}], "
+                         f"got {fmt(true_classes.shape)}")
+    if unique and num_sampled > range_max:
+        raise ShapeError(f"cannot draw {num_sampled} unique classes out of range_max={range_max}")
+    batch = None if true_classes.shape is None else true_classes.shape[0]
+    return [Spec((num_sampled,), dtypes.int64), Spec((batch, num_true), dtypes.float32),
+            Spec((num_sampled,), dtypes.float32)]
+
+
+def _probability(classes, range_max, distribution):
+    classes = np.asarray(classes, dtype=np.float64)
+    if distribution == "log_uniform":  # Zipf: P(k) = log((k + 2) / (k + 1)) / log(range_max + 1)
+        return np.log((classes + 2.0) / (classes + 1.0)) / math.log(range_max + 1.0)
+    return np.full(classes.shape, 1.0 / range_max)
+
+
+def _draw(rng, count, range_max, distribution):
+    if distribution == "log_uniform":  # inverse CDF of the Zipf law above, as TF's LogUniformSampler
+        values = np.exp(rng.random(count) * math.log(range_max + 1.0)) - 1.0
+        return values.astype(np.int64) % range_max
+    return rng.integers(0, range_max, count)
+
+
+def _expected_count(p, num_sampled, num_tries):
+    """TF's rule: ``p * num_sampled`` when every try was kept, else the chance that a class
+    turns up in ``num_tries`` independent tries."""
+    if num_tries == num_sampled:
+        return p * num_sampled
+    return -np.expm1(num_tries * np.log1p(-p))
+
+
+def _sampler_kernel(state, xp, true_classes, num_true, num_sampled, unique, range_max, seed,
+                    distribution):
+    rng = state.random_generator(seed)
+    if unique:
+        picked, tries = [], 0
+        seen = set()
+        while len(picked) < num_sampled:
+            for value in _draw(rng, num_sampled, range_max, distribution).tolist():
+                tries += 1
+                if value not in seen:
+                    seen.add(value)
+                    picked.append(value)
+                    if len(picked) == num_sampled:
+                        break
+        sampled = np.asarray(picked, dtype=np.int64)
+    else:
+        sampled, tries = _draw(rng, num_sampled, range_max, distribution).astype(np.int64), num_sampled
+    classes = np.asarray(true_classes)
+    true_expected = _expected_count(_probability(classes, range_max, distribution), num_sampled, tries)
+    sampled_expected = _expected_count(_probability(sampled, range_max, distribution), num_sampled, tries)
+    return (xp.asarray(sampled), xp.asarray(true_expected.astype(np.float32)),
+            xp.asarray(sampled_expected.astype(np.float32)))
+
+
+defop("CandidateSampler", _sampler_infer, _sampler_kernel, stateful=True, num_outputs=3)
+
+
+def _candidate_sampler(distribution, true_classes, num_true, num_sampled, unique, range_max, seed,
+                       name):
+    true_classes = convert_to_tensor(true_classes)
+    attrs = {"num_true": int(num_true), "num_sampled": int(num_sampled), "unique": bool(unique),
+             "range_max": int(range_max), "seed": op_seed(seed), "distribution": distribution}
+    return tuple(_op("CandidateSampler", [true_classes], attrs, name).outputs)
+
+
+def log_uniform_candidate_sampler(true_classes, num_true, num_sampled, unique, range_max, seed=None,
+                                  name=None):
+    """``num_sampled`` classes drawn from the Zipfian ``P(k) = log((k+2)/(k+1)) / log(range_max+1)``
+    (for vocabularies sorted by decreasing frequency), new on every run.
+
+    Returns ``(sampled_candidates, true_expected_count, sampled_expected_count)``; with
+    ``unique=True`` draws repeat until ``num_sampled`` distinct classes are found, and the
+    expected counts account for the tries that took, as in TF.
+    """
+    return _candidate_sampler("log_uniform", true_classes, num_true, num_sampled, unique, range_max,
+                              seed, name)
+
+
+def uniform_candidate_sampler(true_classes, num_true, num_sampled, unique, range_max, seed=None,
+                              name=None):
+    """Like :func:`log_uniform_candidate_sampler` with every class equally likely."""
+    return _candidate_sampler("uniform", true_classes, num_true, num_sampled, unique, range_max,
+                              seed, name)
+
+
+# ---- sampled losses -----------------------------------------------------------------------------
+def _sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, num_true,
+                    sampled_values, subtract_log_q, remove_accidental_hits, partition_strategy, seed):
+    """``(logits, labels)`` of shape ``[batch, num_true + num_sampled]``: the true classes'
+    logits then the sampled ones', each less ``log(expected count)`` (TF's ``_compute_sampled_logits``)."""
+    labels = math_ops.cast(labels, dtypes.int64)
+    if labels.shape.ndims == 1:
+        labels = expand_dims(labels, 1)
+    if sampled_values is None:
+        sampled_values = log_uniform_candidate_sampler(labels, num_true, num_sampled, True,
+                                                       num_classes, seed)
+    sampled, true_expected, sampled_expected = (stop_gradient(v) for v in sampled_values)
+    sampled = math_ops.cast(sampled, dtypes.int64)
+    flat_labels = reshape(labels, [-1])
+    true_w = embedding_lookup(weights, flat_labels, partition_strategy)         # (batch*num_true, dim)
+    sampled_w = embedding_lookup(weights, sampled, partition_strategy)          # (num_sampled, dim)
+    true_b = embedding_lookup(biases, flat_labels, partition_strategy)
+    sampled_b = embedding_lookup(biases, sampled, partition_strategy)
+    dim = inputs.shape[-1] if inputs.shape[-1] is not None else true_w.shape[-1]
+    true_w = reshape(true_w, [-1, num_true, dim])
+    true_logits = math_ops.reduce_sum(expand_dims(inputs, 1) * true_w, 2) + reshape(true_b, [-1, num_true])
+    sampled_logits = math_ops.matmul(inputs, sampled_w, transpose_b=True) + sampled_b
+    if remove_accidental_hits:
+        sampled_logits = sampled_logits + _accidental_hit_penalty(labels, sampled, sampled_logits.dtype)
+    if subtract_log_q:
+        true_logits = true_logits - math_ops.log(math_ops.cast(true_expected, true_logits.dtype))
+        sampled_logits = sampled_logits - math_ops.log(math_ops.cast(sampled_expected, true_logits.dtype))
+    logits = concat([true_logits, sampled_logits], 1)
+    targets = concat([_fill_like(true_logits, 1.0 / num_true), _fill_like(sampled_logits, 0.0)], 1)
+    return logits, targets
+
+
+def _fill_like(t, value):
+    return math_ops.multiply(t, 0.0) + value
+
+
+def _accidental_hit_penalty(labels, sampled, dtype):
+    """``-FLOAT_MAX`` where a sampled class is one of the example's true classes, else 0."""
+    hits = math_ops.equal(expand_dims(labels, 2), reshape(sampled, [1, 1, -1]))  # (batch, true, sampled)
+    hit = math_ops.reduce_max(math_ops.cast(hits, dtype), axis=1)
+    return hit * constant(-3.4028234663852886e38, dtype)
+
+
+def _check_loss_args(what, weights, labels, inputs, num_sampled, num_classes):
+    if weights is None or labels is None or inputs is None:
+        raise ValueError(f"{what} needs weights, biases, labels and inputs (call it with keywords)")
+    if int(num_sampled) < 1 or int(num_classes) < 1:
+        raise ValueError(f"{what}: num_sampled and num_classes must be positive, "
+                         f"got {num_sampled} and {num_classes}")
+
+
+def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1,
+             sampled_values=None, remove_accidental_hits=False, partition_strategy="mod",
+             name="nce_loss", seed=None) -> Tensor:
+    """Noise-contrastive estimation loss per example (shape ``[batch]``): a logistic
+    regression of the true classes against ``num_sampled`` classes drawn from the
+    log-uniform sampler (or ``sampled_values``).
+
+    >>> loss = tf.reduce_mean(tf.nn.nce_loss(weights=nce_w, biases=nce_b, labels=y, inputs=embed,
+    ...                                      num_sampled=64, num_classes=50000))  # doctest: +SKIP
+    """
+    _check_loss_args("nce_loss", weights, labels, inputs, num_sampled, num_classes)
+    with get_default_graph().name_scope(name):
+        inputs = convert_to_tensor(inputs)
+        logits, targets = _sampled_logits(
+            weights, biases, convert_to_tensor(labels), inputs, int(num_sampled), int(num_classes),
+            int(num_true), sampled_values, True, remove_accidental_hits, partition_strategy, seed)
+        from .nn_ops import sigmoid_cross_entropy_with_logits
+
+        losses = sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
+        return math_ops.reduce_sum(losses, 1)
+
+
+def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1,
+                         sampled_values=None, remove_accidental_hits=True, partition_strategy="mod",
+                         name="sampled_softmax_loss", seed=None) -> Tensor:
+    """Softmax cross-entropy over the true classes and ``num_sampled`` sampled ones, per
+    example (shape ``[batch]``); a cheap training-time stand-in for the full softmax."""
+    _check_loss_args("sampled_softmax_loss", weights, labels, inputs, num_sampled, num_classes)
+    with get_default_graph().name_scope(name):
+        inputs = convert_to_tensor(inputs)
+        logits, targets = _sampled_logits(
+            weights, biases, convert_to_tensor(labels), inputs, int(num_sampled), int(num_classes),
+            int(num_true), sampled_values, True, remove_accidental_hits, partition_strategy, seed)
+        from .nn_ops import softmax_cross_entropy_with_logits_v2
+
+        return softmax_cross_entropy_with_logits_v2(labels=stop_gradient(targets), logits=logits)

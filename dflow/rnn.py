@@ -1,0 +1,151 @@
+"""Recurrent networks over a sequence: ``tf.nn.static_rnn``, ``dynamic_rnn`` and the
+bidirectional forms.
+
+dflow unrolls every RNN over the time steps known at graph-build time (TF's
+``dynamic_rnn`` builds a ``while_loop`` instead): the graph holds one cell call
+per step, all sharing the cell's variables. The numbers are TF's, including
+``sequence_length``: past an example's length its outputs are zeros and its
+state is carried through unchanged, so the final state is the one at its last
+step.
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     x = tf.placeholder(tf.float32, [None, 8, 8])       # 8 steps of 8 features
+...     cell = tf.nn.rnn_cell.BasicLSTMCell(16)
+...     outputs, state = tf.nn.static_rnn(cell, tf.unstack(x, 8, 1), dtype=tf.float32)
+...     (len(outputs), outputs[-1].shape.as_list())
+(8, [None, 16])
+"""
+
+from __future__ import annotations
+
+from . import dtypes
+from .graph import convert_to_tensor, get_default_graph
+from .ops import array_ops, math_ops
+from .ops.embedding_ops import reverse_sequence
+from .rnn_cell import map_structure
+from .variables import variable_scope
+
+__all__ = ["static_rnn", "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bidirectional_rnn"]
+
+
+def _batch_size(x):
+    return x.shape[0] if x.shape[0] is not None else array_ops.shape(x)[0]
+
+
+def _initial_state(cell, initial_state, dtype, first_input):
+    if initial_state is not None:
+        return initial_state
+    if dtype is None:
+        raise ValueError("If no initial_state is provided, dtype must be specified")
+    return cell.zero_state(_batch_size(first_input), dtypes.as_dtype(dtype))
+
+
+def _unroll(cell, inputs, state, sequence_length):
+    """The cell over a list of per-step inputs: ``(outputs, final_state)``."""
+    if sequence_length is not None:
+        sequence_length = math_ops.cast(convert_to_tensor(sequence_length), dtypes.int32)
+        running = array_ops.expand_dims(sequence_length, 1)  # (batch, 1): broadcasts over units
+    outputs = []
+    for step, x in enumerate(inputs):
+        output, new_state = cell(x, state)
+        if sequence_length is not None:
+            done = math_ops.greater_equal(step, running)
+            output = math_ops.where(done, output * 0.0, output)
+            new_state = map_structure(lambda old, new, done=done: math_ops.where(done, old, new),
+                                      state, new_state)
+        outputs.append(output)
+        state = new_state
+    return outputs, state
+
+
+def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
+    """The cell over a list of ``[batch, depth]`` inputs: ``(outputs list, final state)``.
+
+    >>> x = tf.unstack(images, timesteps, 1)                                   # doctest: +SKIP
+    >>> outputs, states = tf.nn.static_rnn(lstm_cell, x, dtype=tf.float32)    # doctest: +SKIP
+    """
+    inputs = [convert_to_tensor(x) for x in inputs]
+    if not inputs:
+        raise ValueError("static_rnn needs a non-empty list of inputs (one per time step)")
+    with variable_scope(scope or "rnn"):
+        state = _initial_state(cell, initial_state, dtype, inputs[0])
+        return _unroll(cell, inputs, state, sequence_length)
+
+
+def _time_steps(inputs, time_axis, what):
+    inputs = convert_to_tensor(inputs)
+    steps = inputs.shape[time_axis] if inputs.shape.ndims is not None else None
+    if steps is None:
+        raise ValueError(f"{what}: dflow unrolls the RNN over the time steps known at graph-build "
+                         f"time, but the inputs' time dimension (axis {time_axis}) is unknown "
+                         f"(shape {inputs.shape}); give the placeholder a fixed number of steps "
+                         "(pad the sequences and pass sequence_length)")
+    return array_ops.unstack(inputs, steps, time_axis)
+
+
+def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=None,
+                parallel_iterations=None, swap_memory=False, time_major=False, scope=None):
+    """The cell over ``inputs`` of shape ``[batch, time, depth]`` (``[time, batch, depth]``
+    with ``time_major``): ``(outputs, final state)``, the outputs stacked the same way.
+
+    >>> outputs, state = tf.nn.dynamic_rnn(cell, x, sequence_length=n, dtype=tf.float32)  # doctest: +SKIP
+    """
+    time_axis = 0 if time_major else 1
+    steps = _time_steps(inputs, time_axis, "dynamic_rnn")
+    with variable_scope(scope or "rnn"):
+        state = _initial_state(cell, initial_state, dtype, steps[0])
+        outputs, state = _unroll(cell, steps, state, sequence_length)
+        return array_ops.stack(outputs, axis=time_axis), state
+
+
+def _reversed_in_time(x, sequence_length, time_axis):
+    if sequence_length is None:
+        steps = array_ops.unstack(x, x.shape[time_axis], time_axis)
+        return array_ops.stack(steps[::-1], axis=time_axis)
+    return reverse_sequence(x, math_ops.cast(convert_to_tensor(sequence_length), dtypes.int32),
+                            seq_axis=time_axis, batch_axis=1 - time_axis)
+
+
+def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None, initial_state_fw=None,
+                              initial_state_bw=None, dtype=None, parallel_iterations=None,
+                              swap_memory=False, time_major=False, scope=None):
+    """A forward and a backward RNN over ``inputs`` (the backward one over each example's
+    first ``sequence_length`` steps reversed): ``((output_fw, output_bw), (state_fw, state_bw))``,
+    the backward outputs put back in forward time order."""
+    time_axis = 0 if time_major else 1
+    inputs = convert_to_tensor(inputs)
+    _time_steps(inputs, time_axis, "bidirectional_dynamic_rnn")
+    with variable_scope(scope or "bidirectional_rnn"):
+        with variable_scope("fw") as fw_scope:
+            output_fw, state_fw = dynamic_rnn(cell_fw, inputs, sequence_length, initial_state_fw, dtype,
+                                              time_major=time_major, scope=fw_scope)
+        with variable_scope("bw") as bw_scope:
+            backward = _reversed_in_time(inputs, sequence_length, time_axis)
+            reversed_out, state_bw = dynamic_rnn(cell_bw, backward, sequence_length, initial_state_bw,
+                                                 dtype, time_major=time_major, scope=bw_scope)
+    output_bw = _reversed_in_time(reversed_out, sequence_length, time_axis)
+    return (output_fw, output_bw), (state_fw, state_bw)
+
+
+def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None, initial_state_bw=None,
+                             dtype=None, sequence_length=None, scope=None):
+    """Like :func:`bidirectional_dynamic_rnn` over a list of inputs: ``(outputs, state_fw,
+    state_bw)``, each output the forward and backward outputs of its step concatenated."""
+    inputs = [convert_to_tensor(x) for x in inputs]
+    if not inputs:
+        raise ValueError("static_bidirectional_rnn needs a non-empty list of inputs")
+    with variable_scope(scope or "bidirectional_rnn"):
+        with variable_scope("fw") as fw_scope:
+            output_fw, state_fw = static_rnn(cell_fw, inputs, initial_state_fw, dtype, sequence_length,
+                                             scope=fw_scope)
+        with variable_scope("bw") as bw_scope:
+            stacked = array_ops.stack(inputs, axis=0)
+            backward = array_ops.unstack(_reversed_in_time(stacked, sequence_length, 0), len(inputs), 0)
+            reversed_out, state_bw = static_rnn(cell_bw, backward, initial_state_bw, dtype, sequence_length,
+                                                scope=bw_scope)
+    output_bw = array_ops.unstack(_reversed_in_time(array_ops.stack(reversed_out, 0), sequence_length, 0),
+                                  len(inputs), 0)
+    with get_default_graph().name_scope("bidirectional_rnn_concat"):
+        outputs = [array_ops.concat([fw, bw], 1) for fw, bw in zip(output_fw, output_bw)]
+    return outputs, state_fw, state_bw

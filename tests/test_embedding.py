@@ -1,0 +1,257 @@
+"""tf.gather / tf.nn.embedding_lookup and their gradients, the candidate samplers, and the
+sampled losses (nce_loss, sampled_softmax_loss), written as TF 1.x scripts use them."""
+
+import math
+
+import array_api_strict
+import numpy as np
+import pytest
+from conftest import local_cluster_fixture
+from gradcheck import check_gradients
+
+import dflow as tf
+from dflow.runtime.executor import execute
+from dflow.runtime.state import SessionState
+
+rng = np.random.default_rng(7)
+
+
+def r(*shape):
+    return rng.uniform(-1.0, 1.0, shape)
+
+
+GRAD_ROWS = [
+    ("gather", lambda p: tf.gather(p, [3, 0, 3, 1]), [r(5, 3)]),
+    ("gather_matrix_ids", lambda p: tf.gather(p, [[0, 2], [2, 2]]), [r(3, 2)]),
+    ("gather_axis1", lambda p: tf.gather(p, [2, 0, 2], axis=1), [r(2, 4, 3)]),
+    ("gather_axis2_matrix_ids", lambda p: tf.gather(p, [[1], [0]], axis=2), [r(2, 3, 2)]),
+    ("embedding_lookup", lambda p: tf.nn.embedding_lookup(p, [[1, 4], [4, 0]]), [r(6, 3)]),
+    ("embedding_lookup_mod", lambda a, b: tf.nn.embedding_lookup([a, b], [0, 1, 2, 3, 4, 3]),
+     [r(3, 2), r(2, 2)]),
+    ("embedding_lookup_div", lambda a, b: tf.nn.embedding_lookup([a, b], [4, 0, 2, 3, 1],
+                                                                 partition_strategy="div"),
+     [r(3, 2), r(2, 2)]),
+    ("embedding_lookup_max_norm", lambda p: tf.nn.embedding_lookup(p, [0, 2], max_norm=0.5),
+     [r(3, 4) * 2]),
+    ("unsorted_segment_sum", lambda d: tf.unsorted_segment_sum(d, [2, 0, 2, -1], 3), [r(4, 2)]),
+    ("reverse_sequence", lambda x: tf.reverse_sequence(x, [3, 1], seq_axis=1, batch_axis=0), [r(2, 4, 2)]),
+]
+
+
+@pytest.mark.parametrize("row", GRAD_ROWS, ids=[row[0] for row in GRAD_ROWS])
+def test_gradient_matches_finite_differences(row):
+    name, build, inputs = row
+    check_gradients(build, inputs)
+
+
+@pytest.mark.parametrize("row", GRAD_ROWS, ids=[row[0] for row in GRAD_ROWS])
+def test_kernels_run_on_array_api_strict(row):
+    """Forward and gradient on array_api_strict give NumPy's numbers (the segment sum takes
+    its one-hot path there: the standard has no scatter-add)."""
+    _, build, inputs = row
+    xs = [tf.placeholder(tf.float64, a.shape) for a in inputs]
+    y = build(*xs)
+    grads = tf.gradients(tf.reduce_sum(y * y), xs)
+    feeds = dict(zip(xs, inputs))
+    with tf.Session() as sess:
+        expected = sess.run([y, *grads], feeds)
+        plan = list(sess._plans.values())[-1]
+    strict_feeds = {t.name: array_api_strict.asarray(v) for t, v in feeds.items()}
+    out = execute(plan, strict_feeds, SessionState(), {"CPU": array_api_strict})
+    for want, tensor in zip(expected, (y, *grads)):
+        np.testing.assert_allclose(np.asarray(out[tensor.name]), want, rtol=1e-12)
+
+
+def test_gather_values_and_static_shapes():
+    params = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    ids = tf.placeholder(tf.int32, [None])
+    rows = tf.gather(tf.constant(params), ids, axis=1)
+    assert rows.shape.as_list() == [2, None, 4]
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(rows, {ids: [2, 0]}), np.take(params, [2, 0], axis=1))
+
+
+def test_lookup_out_of_range_and_float_ids_say_what_is_wrong():
+    table = tf.Variable(tf.zeros([4, 2]))
+    ids = tf.placeholder(tf.int32, [None])
+    rows = tf.nn.embedding_lookup(table, ids)
+    with pytest.raises(ValueError, match="integer|int32 or int64"):
+        tf.gather(table, tf.constant([0.0, 1.0]))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        with pytest.raises(Exception, match=r"gather index = 7 is not in \[0, 4\)"):
+            sess.run(rows, {ids: [1, 7]})
+
+
+def test_unsorted_segment_sum_values():
+    data = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    total = tf.unsorted_segment_sum(data, tf.constant([1, 1, 3]), 4)
+    assert total.shape.as_list() == [4, 2]
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(total), [[0, 0], [4, 6], [0, 0], [5, 6]])
+
+
+def test_sgd_on_an_embedding_changes_only_the_rows_looked_up():
+    table = tf.Variable(tf.ones([5, 3]), name="embeddings")
+    ids = tf.placeholder(tf.int32, [None])
+    loss = tf.reduce_sum(tf.nn.embedding_lookup(table, ids))
+    train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, {ids: [1, 3, 1]})
+        after = sess.run(table)
+    np.testing.assert_allclose(after[:, 0], [1.0, 0.0, 1.0, 0.5, 1.0])  # row 1 looked up twice
+
+
+# ---- candidate samplers ---------------------------------------------------------------------------
+def _log_uniform(k, range_max):
+    return math.log((k + 2.0) / (k + 1.0)) / math.log(range_max + 1.0)
+
+
+def test_log_uniform_sampler_follows_the_zipf_law():
+    labels = tf.placeholder(tf.int64, [2, 1])
+    sampled, true_count, sampled_count = tf.nn.log_uniform_candidate_sampler(
+        labels, num_true=1, num_sampled=4000, unique=False, range_max=50, seed=3)
+    with tf.Session() as sess:
+        draws, t_count, s_count = sess.run([sampled, true_count, sampled_count], {labels: [[0], [9]]})
+    assert draws.dtype == np.int64 and draws.min() >= 0 and draws.max() < 50
+    frequencies = np.bincount(draws, minlength=50) / draws.size
+    expected = np.array([_log_uniform(k, 50) for k in range(50)])
+    np.testing.assert_allclose(frequencies[:5], expected[:5], atol=0.02)
+    # without uniqueness the expected count is p * num_sampled
+    np.testing.assert_allclose(t_count[:, 0], [4000 * expected[0], 4000 * expected[9]], rtol=1e-5)
+    np.testing.assert_allclose(s_count, 4000 * expected[draws], rtol=1e-5)
+
+
+def test_unique_sampling_gives_distinct_classes_and_tf_expected_counts():
+    labels = tf.constant([[1], [2]], tf.int64)
+    sampled, _, sampled_count = tf.nn.log_uniform_candidate_sampler(labels, 1, 20, True, 30, seed=1)
+    uniform, _, uniform_count = tf.nn.uniform_candidate_sampler(labels, 1, 10, True, 10, seed=1)
+    with tf.Session() as sess:
+        draws, counts, every, every_count = sess.run([sampled, sampled_count, uniform, uniform_count])
+        second = sess.run(sampled)
+    assert len(set(draws.tolist())) == 20 and not np.array_equal(draws, second)  # new on every run
+    assert sorted(every.tolist()) == list(range(10))
+    # unique: 1 - (1 - p)^tries, the same number of tries for every class of a run
+    p = np.array([_log_uniform(k, 30) for k in draws])
+    tries = np.log1p(-counts) / np.log1p(-p)
+    np.testing.assert_allclose(tries, np.median(tries), rtol=5e-3)  # float32 counts near 1
+    assert np.median(tries) >= 20
+    assert np.all(every_count > 0) and np.all(every_count <= 1)
+
+
+# ---- sampled losses against NumPy references of TF's formulas -----------------------------------
+def _sampled_problem():
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=(12, 4)).astype(np.float32)
+    biases = rng.normal(size=12).astype(np.float32)
+    inputs = rng.normal(size=(3, 4)).astype(np.float32)
+    labels = np.array([[2], [5], [7]], np.int64)
+    sampled = np.array([0, 5, 9, 3], np.int64)   # 5 is an accidental hit for the second example
+    true_count = np.array([[0.3], [0.2], [0.1]], np.float32)
+    sampled_count = np.array([0.5, 0.4, 0.25, 0.2], np.float32)
+    return weights, biases, inputs, labels, sampled, true_count, sampled_count
+
+
+def _reference_logits(weights, biases, inputs, labels, sampled, true_count, sampled_count):
+    true_logits = np.sum(inputs * weights[labels[:, 0]], 1, keepdims=True) + biases[labels]
+    sampled_logits = inputs @ weights[sampled].T + biases[sampled]
+    return true_logits - np.log(true_count), sampled_logits - np.log(sampled_count)
+
+
+def _loss_graph(loss_fn, **options):
+    weights, biases, inputs, labels, sampled, true_count, sampled_count = problem = _sampled_problem()
+    values = (tf.constant(sampled), tf.constant(true_count), tf.constant(sampled_count))
+    loss = loss_fn(weights=tf.constant(weights), biases=tf.constant(biases), labels=tf.constant(labels),
+                   inputs=tf.constant(inputs), num_sampled=4, num_classes=12, sampled_values=values,
+                   **options)
+    with tf.Session() as sess:
+        return sess.run(loss), _reference_logits(*problem)
+
+
+def test_nce_loss_matches_tf_formula():
+    got, (true_logits, sampled_logits) = _loss_graph(tf.nn.nce_loss)
+
+    def xent(x, z):
+        return np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))
+
+    expected = xent(true_logits, 1.0).sum(1) + xent(sampled_logits, 0.0).sum(1)
+    assert got.shape == (3,)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_sampled_softmax_loss_removes_accidental_hits():
+    got, (true_logits, sampled_logits) = _loss_graph(tf.nn.sampled_softmax_loss)
+    sampled_logits[1, 1] = -np.inf  # class 5 is example 1's own label
+    logits = np.concatenate([true_logits, sampled_logits], 1)
+    expected = -(true_logits[:, 0] - np.log(np.sum(np.exp(logits), 1)))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    kept, _ = _loss_graph(tf.nn.sampled_softmax_loss, remove_accidental_hits=False)
+    assert kept[1] > got[1] and np.allclose(kept[[0, 2]], got[[0, 2]])
+
+
+# ---- word2vec-style training ---------------------------------------------------------------------
+def _skip_gram_batches(vocabulary, batch_size, steps, seed=0):
+    """Pairs (word, neighbour) from a corpus where each word is followed by word + 1 or word + 2
+    (mod the vocabulary), so a word's context is predictable from its embedding."""
+    corpus_rng = np.random.default_rng(seed)
+    corpus = np.cumsum(corpus_rng.integers(1, 3, 20000)) % vocabulary
+    for _ in range(steps):
+        at = corpus_rng.integers(1, corpus.size - 1, batch_size)
+        side = corpus_rng.choice([-1, 1], batch_size)
+        yield corpus[at].astype(np.int32), corpus[at + side][:, None].astype(np.int64)
+
+
+def _word2vec(vocabulary_size, embedding_size, num_sampled, batch_size):
+    train_inputs = tf.placeholder(tf.int32, shape=[batch_size])
+    train_labels = tf.placeholder(tf.int32, shape=[batch_size, 1])
+    embeddings = tf.Variable(tf.random_uniform([vocabulary_size, embedding_size], -1.0, 1.0))
+    embed = tf.nn.embedding_lookup(embeddings, train_inputs)
+    nce_weights = tf.Variable(tf.truncated_normal([vocabulary_size, embedding_size],
+                                                  stddev=1.0 / math.sqrt(embedding_size)))
+    nce_biases = tf.Variable(tf.zeros([vocabulary_size]))
+    loss = tf.reduce_mean(tf.nn.nce_loss(weights=nce_weights, biases=nce_biases, labels=train_labels,
+                                         inputs=embed, num_sampled=num_sampled,
+                                         num_classes=vocabulary_size))
+    norm = tf.sqrt(tf.reduce_sum(tf.square(embeddings), 1, keepdims=True))
+    normalized_embeddings = embeddings / norm
+    similarity = tf.matmul(normalized_embeddings, normalized_embeddings, transpose_b=True)
+    return train_inputs, train_labels, loss, similarity
+
+
+@pytest.mark.parametrize("optimizer", [
+    lambda: tf.train.GradientDescentOptimizer(1.0),
+    lambda: tf.train.AdamOptimizer(0.05),
+], ids=["sgd", "adam"])
+def test_word2vec_nce_loss_falls(optimizer):
+    tf.set_random_seed(1)
+    train_inputs, train_labels, loss, similarity = _word2vec(40, 16, 8, 64)
+    train = optimizer().minimize(loss)
+    losses = []
+    with tf.Session() as sess:
+        tf.global_variables_initializer().run()
+        for batch_inputs, batch_labels in _skip_gram_batches(40, 64, 300):
+            _, value = sess.run([train, loss], {train_inputs: batch_inputs, train_labels: batch_labels})
+            losses.append(value)
+        sim = similarity.eval()
+    assert np.mean(losses[-30:]) < 0.6 * np.mean(losses[:30]), (losses[:30], losses[-30:])
+    # a word's nearest neighbours (other than itself) are mostly its corpus neighbours
+    nearest = (-sim).argsort(1)[:, 1:5]
+    near = np.mean([np.min(np.abs((nearest[w] - w + 20) % 40 - 20)) <= 2 for w in range(40)])
+    assert near > 0.7
+
+
+cluster = local_cluster_fixture(ps=1, workers=1)
+
+
+def test_embedding_trains_with_its_table_on_a_parameter_server(cluster):
+    with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):
+        train_inputs, train_labels, loss, _ = _word2vec(40, 8, 6, 32)
+        train = tf.train.GradientDescentOptimizer(1.0).minimize(loss)
+    table = tf.trainable_variables()[0]
+    assert table.device == "/job:ps/task:0"
+    with tf.Session(cluster.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        losses = [sess.run([train, loss], {train_inputs: x, train_labels: y})[1]
+                  for x, y in _skip_gram_batches(40, 32, 60)]
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])

@@ -1,0 +1,287 @@
+"""Recurrent cells and RNNs (tf.nn.rnn_cell, tf.contrib.rnn, static/dynamic/bidirectional RNNs)
+in the TF 1.x style: variable names as TF names them, one step's numbers against NumPy
+references of TF's equations, gradients against finite differences, and an LSTM that
+learns the digits read row by row."""
+
+import numpy as np
+import pytest
+
+import dflow as tf
+
+rnn = tf.nn.rnn_cell
+rng = np.random.default_rng(3)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _names():
+    return [v.name for v in tf.trainable_variables()]
+
+
+# ---- variable names and shapes --------------------------------------------------------------------
+def test_static_rnn_names_variables_as_tf():
+    x = tf.placeholder(tf.float32, [None, 5, 3])
+    cell = rnn.BasicLSTMCell(4, forget_bias=1.0)
+    outputs, state = tf.nn.static_rnn(cell, tf.unstack(x, 5, 1), dtype=tf.float32)
+    assert _names() == ["rnn/basic_lstm_cell/kernel:0", "rnn/basic_lstm_cell/bias:0"]
+    assert [v.shape.as_list() for v in tf.trainable_variables()] == [[7, 16], [16]]
+    assert len(outputs) == 5 and outputs[-1].shape.as_list() == [None, 4]
+    assert isinstance(state, rnn.LSTMStateTuple) and state.h.shape.as_list() == [None, 4]
+
+
+def test_stacked_and_bidirectional_names():
+    x = tf.placeholder(tf.float32, [2, 3, 5])
+    cells = rnn.MultiRNNCell([rnn.DropoutWrapper(rnn.BasicLSTMCell(4), output_keep_prob=0.5),
+                              rnn.GRUCell(3)])
+    tf.nn.dynamic_rnn(cells, x, dtype=tf.float32)
+    tf.nn.bidirectional_dynamic_rnn(rnn.LSTMCell(2, use_peepholes=True, num_proj=3), rnn.BasicRNNCell(2),
+                                    x, dtype=tf.float32)
+    assert _names() == [
+        "rnn/multi_rnn_cell/cell_0/basic_lstm_cell/kernel:0",
+        "rnn/multi_rnn_cell/cell_0/basic_lstm_cell/bias:0",
+        "rnn/multi_rnn_cell/cell_1/gru_cell/gates/kernel:0",
+        "rnn/multi_rnn_cell/cell_1/gru_cell/gates/bias:0",
+        "rnn/multi_rnn_cell/cell_1/gru_cell/candidate/kernel:0",
+        "rnn/multi_rnn_cell/cell_1/gru_cell/candidate/bias:0",
+        "bidirectional_rnn/fw/lstm_cell/kernel:0",
+        "bidirectional_rnn/fw/lstm_cell/bias:0",
+        "bidirectional_rnn/fw/lstm_cell/w_f_diag:0",
+        "bidirectional_rnn/fw/lstm_cell/w_i_diag:0",
+        "bidirectional_rnn/fw/lstm_cell/w_o_diag:0",
+        "bidirectional_rnn/fw/lstm_cell/projection/kernel:0",
+        "bidirectional_rnn/bw/basic_rnn_cell/kernel:0",
+        "bidirectional_rnn/bw/basic_rnn_cell/bias:0",
+    ]
+    assert tf.trainable_variables()[6].shape.as_list() == [5 + 3, 8]  # input + projected output
+
+
+def test_a_second_rnn_needs_reuse_as_in_tf():
+    x = tf.placeholder(tf.float32, [None, 2, 3])
+    tf.nn.dynamic_rnn(rnn.BasicLSTMCell(4), x, dtype=tf.float32)
+    with pytest.raises(ValueError, match="rnn/basic_lstm_cell/kernel already exists"):
+        tf.nn.dynamic_rnn(rnn.BasicLSTMCell(4), x, dtype=tf.float32)
+    with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+        tf.nn.dynamic_rnn(rnn.BasicLSTMCell(4), x, dtype=tf.float32)
+    assert len(tf.trainable_variables()) == 2
+
+
+def test_contrib_rnn_is_the_same_api():
+    from dflow.contrib import rnn as contrib_rnn
+
+    assert contrib_rnn.BasicLSTMCell is rnn.BasicLSTMCell and contrib_rnn.static_rnn is tf.nn.static_rnn
+    x = tf.placeholder(tf.float32, [None, 4, 2])
+    contrib_rnn.static_rnn(contrib_rnn.LSTMBlockCell(3), tf.unstack(x, 4, 1), dtype=tf.float32)
+    assert _names() == ["rnn/lstm_cell/kernel:0", "rnn/lstm_cell/bias:0"]
+
+
+def test_unknown_time_steps_and_features_say_what_to_do():
+    with pytest.raises(ValueError, match="time steps known at graph-build time"):
+        tf.nn.dynamic_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [None, None, 3]), dtype=tf.float32)
+    with pytest.raises(ValueError, match="last dimension at graph-build time"):
+        tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32)], dtype=tf.float32)
+    with pytest.raises(ValueError, match="dtype must be specified"):
+        tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32, [1, 3])])
+
+
+# ---- one step's numbers against NumPy references of TF's equations ---------------------------------
+def _one_step(cell, x, state):
+    inputs = tf.constant(x)
+    with tf.variable_scope("rnn"):
+        output, new_state = cell(inputs, state)
+    with tf.Session() as sess:
+        sess.run(tf.variables_initializer(tf.global_variables()))
+        for v in tf.trainable_variables():  # random biases too, so every term shows
+            v.load(rng.normal(size=v.shape.as_list()).astype(np.float32) * 0.5, sess)
+        weights = {v.op.name.split("/", 2)[-1]: sess.run(v) for v in tf.trainable_variables()}
+        return sess.run([output, new_state]), weights
+
+
+def test_basic_lstm_step_matches_tf_equations():
+    x = rng.normal(size=(3, 5)).astype(np.float32)
+    c, h = (rng.normal(size=(3, 4)).astype(np.float32) for _ in range(2))
+    cell = rnn.BasicLSTMCell(4, forget_bias=1.0)
+    (output, state), w = _one_step(cell, x, rnn.LSTMStateTuple(tf.constant(c), tf.constant(h)))
+    i, j, f, o = np.split(np.concatenate([x, h], 1) @ w["kernel"] + w["bias"], 4, axis=1)
+    new_c = c * sigmoid(f + 1.0) + sigmoid(i) * np.tanh(j)
+    new_h = np.tanh(new_c) * sigmoid(o)
+    np.testing.assert_allclose(state.c, new_c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(output, new_h, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state.h, new_h, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_cell_with_peepholes_clip_and_projection_matches_tf_equations():
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    c = rng.normal(size=(2, 4)).astype(np.float32) * 2
+    m = rng.normal(size=(2, 2)).astype(np.float32)
+    cell = rnn.LSTMCell(4, use_peepholes=True, cell_clip=0.7, num_proj=2, proj_clip=0.3,
+                        forget_bias=0.5)
+    (output, state), w = _one_step(cell, x, rnn.LSTMStateTuple(tf.constant(c), tf.constant(m)))
+    i, j, f, o = np.split(np.concatenate([x, m], 1) @ w["kernel"] + w["bias"], 4, axis=1)
+    new_c = sigmoid(f + 0.5 + w["w_f_diag"] * c) * c + sigmoid(i + w["w_i_diag"] * c) * np.tanh(j)
+    new_c = np.clip(new_c, -0.7, 0.7)
+    new_m = np.clip((sigmoid(o + w["w_o_diag"] * new_c) * np.tanh(new_c)) @ w["projection/kernel"], -0.3, 0.3)
+    np.testing.assert_allclose(state.c, new_c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(output, new_m, rtol=1e-5, atol=1e-6)
+
+
+def test_gru_and_basic_rnn_steps_match_tf_equations():
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    h = rng.normal(size=(2, 4)).astype(np.float32)
+    (output, state), w = _one_step(rnn.GRUCell(4), x, tf.constant(h))
+    r, u = np.split(sigmoid(np.concatenate([x, h], 1) @ w["gates/kernel"] + w["gates/bias"]), 2, axis=1)
+    candidate = np.tanh(np.concatenate([x, r * h], 1) @ w["candidate/kernel"] + w["candidate/bias"])
+    np.testing.assert_allclose(output, u * h + (1 - u) * candidate, rtol=1e-5, atol=1e-6)
+    tf.reset_default_graph()
+    (output, state), w = _one_step(rnn.BasicRNNCell(4), x, tf.constant(h))
+    np.testing.assert_allclose(output, np.tanh(np.concatenate([x, h], 1) @ w["kernel"] + w["bias"]),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_state_is_tuple_false_concatenates_c_and_h():
+    cell = rnn.BasicLSTMCell(3, state_is_tuple=False)
+    assert cell.state_size == 6
+    x = tf.placeholder(tf.float32, [2, 4])
+    output, state = cell(x, cell.zero_state(2, tf.float32))
+    assert state.shape.as_list() == [2, 6]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        out, st = sess.run([output, state], {x: np.ones((2, 4))})
+    np.testing.assert_allclose(st[:, 3:], out)
+
+
+# ---- sequence lengths, bidirectional, dropout ---------------------------------------------------
+def _run(fetches, feeds=None):
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        return sess.run(fetches, feeds)
+
+
+def test_dynamic_rnn_sequence_length_zeroes_outputs_and_carries_the_state():
+    tf.set_random_seed(0)
+    data = rng.normal(size=(2, 4, 3)).astype(np.float32)
+    x = tf.placeholder(tf.float32, [2, 4, 3])
+    lengths = tf.placeholder(tf.int32, [2])
+    cell = rnn.BasicLSTMCell(5)
+    outputs, state = tf.nn.dynamic_rnn(cell, x, sequence_length=lengths, dtype=tf.float32)
+    with tf.variable_scope(tf.get_variable_scope(), reuse=True):  # the same cell over 2 steps only
+        short_outputs, short_state = tf.nn.dynamic_rnn(cell, x[:, :2], dtype=tf.float32)
+    out, st, short_out, short_st = _run([outputs, state, short_outputs, short_state],
+                                        {x: data, lengths: [2, 4]})
+    np.testing.assert_array_equal(out[0, 2:], 0.0)
+    np.testing.assert_allclose(out[0, :2], short_out[0], rtol=1e-6)
+    np.testing.assert_allclose(st.h[0], short_st.h[0], rtol=1e-6)
+    np.testing.assert_allclose(st.h[1], out[1, 3], rtol=1e-6)
+
+
+def test_bidirectional_backward_pass_reads_each_sequence_reversed():
+    tf.set_random_seed(0)
+    data = rng.normal(size=(2, 4, 3)).astype(np.float32)
+    x = tf.placeholder(tf.float32, [2, 4, 3])
+    lengths = [3, 4]
+    cell_bw = rnn.GRUCell(2)
+    (out_fw, out_bw), (_, state_bw) = tf.nn.bidirectional_dynamic_rnn(
+        rnn.GRUCell(2), cell_bw, x, sequence_length=lengths, dtype=tf.float32)
+    with tf.variable_scope("bidirectional_rnn/bw", reuse=True):
+        manual, _ = tf.nn.dynamic_rnn(cell_bw, tf.reverse_sequence(x, lengths, seq_axis=1),
+                                      sequence_length=lengths, dtype=tf.float32)
+    fw, bw, last_bw, by_hand = _run([out_fw, out_bw, state_bw, manual], {x: data})
+    np.testing.assert_allclose(bw[0, :3], by_hand[0, :3][::-1], rtol=1e-6)
+    np.testing.assert_allclose(bw[1], by_hand[1][::-1], rtol=1e-6)
+    np.testing.assert_array_equal(bw[0, 3], 0.0)
+    np.testing.assert_allclose(last_bw[0], bw[0, 0], rtol=1e-6)  # the backward RNN ends at step 0
+    outputs, _, _ = tf.nn.static_bidirectional_rnn(rnn.GRUCell(2), rnn.GRUCell(2), tf.unstack(x, 4, 1),
+                                                   dtype=tf.float32, scope="static")
+    assert len(outputs) == 4 and outputs[0].shape.as_list() == [2, 4]
+
+
+def test_dropout_wrapper_with_a_keep_prob_placeholder():
+    keep_prob = tf.placeholder(tf.float32, [])
+    cell = rnn.DropoutWrapper(rnn.BasicRNNCell(50), input_keep_prob=keep_prob, output_keep_prob=keep_prob)
+    x = tf.placeholder(tf.float32, [4, 6])
+    output, _ = cell(x, cell.zero_state(tf.shape(x)[0], tf.float32))
+    plain = tf.tanh(tf.matmul(tf.concat([x, tf.zeros([4, 50])], 1), cell.variables[0]) + cell.variables[1])
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        feeds = {x: np.ones((4, 6))}
+        kept, expected = sess.run([output, plain], {**feeds, keep_prob: 1.0})
+        dropped = sess.run(output, {**feeds, keep_prob: 0.5})
+    np.testing.assert_allclose(kept, expected, rtol=1e-6)
+    assert 0.2 < np.mean(dropped == 0) < 0.8
+
+
+# ---- gradients -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("make_cell", [
+    lambda: rnn.BasicLSTMCell(3, dtype=tf.float64),
+    lambda: rnn.LSTMCell(3, use_peepholes=True, num_proj=2, dtype=tf.float64),
+    lambda: rnn.GRUCell(3, dtype=tf.float64),
+    lambda: rnn.MultiRNNCell([rnn.BasicRNNCell(2, dtype=tf.float64), rnn.BasicLSTMCell(2, dtype=tf.float64)]),
+], ids=["basic_lstm", "lstm_peephole_proj", "gru", "multi"])
+def test_rnn_gradients_match_finite_differences(make_cell):
+    """d(loss)/d(inputs and every variable) of a 3-step dynamic_rnn with sequence lengths."""
+    data = rng.normal(size=(2, 3, 2))
+    x = tf.placeholder(tf.float64, [2, 3, 2])
+    outputs, _ = tf.nn.dynamic_rnn(make_cell(), x, sequence_length=[3, 2], dtype=tf.float64)
+    loss = tf.reduce_sum(outputs * tf.constant(rng.normal(size=outputs.shape.as_list())))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, [x, *variables])
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        for v in variables:
+            v.load(rng.normal(size=v.shape.as_list()) * 0.5, sess)
+        symbolic = sess.run(grads, {x: data})
+        values = [data] + [sess.run(v) for v in variables]
+
+        def objective(index, probe):
+            if index == 0:
+                return sess.run(loss, {x: probe})
+            variables[index - 1].load(probe, sess)
+            return sess.run(loss, {x: data})
+
+        for index, value in enumerate(values):
+            numeric = np.zeros(value.size)
+            for k in range(value.size):
+                up, down = value.copy().reshape(-1), value.copy().reshape(-1)
+                up[k] += 1e-6
+                down[k] -= 1e-6
+                numeric[k] = (objective(index, up.reshape(value.shape))
+                              - objective(index, down.reshape(value.shape))) / 2e-6
+            if index:
+                variables[index - 1].load(value, sess)
+            np.testing.assert_allclose(symbolic[index].reshape(-1), numeric, rtol=1e-4, atol=1e-7,
+                                       err_msg=f"gradient of input {index}")
+
+
+# ---- an LSTM reads the digits row by row ---------------------------------------------------------
+def test_lstm_learns_the_digits_row_by_row():
+    """The recurrent_network.py pattern: 8 timesteps of 8 pixels, the last output classified."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)
+    labels = digits.target.astype(np.int64)
+    train_x, test_x, train_y, test_y = images[:1400], images[1400:], labels[:1400], labels[1400:]
+    timesteps, num_input, num_hidden, num_classes = 8, 8, 64, 10
+
+    tf.set_random_seed(1)
+    X = tf.placeholder(tf.float32, [None, timesteps, num_input])
+    Y = tf.placeholder(tf.int64, [None])
+    weights = tf.Variable(tf.random_normal([num_hidden, num_classes]))
+    biases = tf.Variable(tf.random_normal([num_classes]))
+    x = tf.unstack(X, timesteps, 1)
+    lstm_cell = rnn.BasicLSTMCell(num_hidden, forget_bias=1.0)
+    outputs, states = tf.nn.static_rnn(lstm_cell, x, dtype=tf.float32)
+    logits = tf.matmul(outputs[-1], weights) + biases
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=Y, logits=logits))
+    train_op = tf.train.AdamOptimizer(learning_rate=0.01).minimize(loss)
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), Y), tf.float32))
+
+    batches = np.random.default_rng(0)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        for _ in range(600):
+            pick = batches.integers(0, len(train_x), 64)
+            sess.run(train_op, {X: train_x[pick], Y: train_y[pick]})
+        test_accuracy = sess.run(accuracy, {X: test_x, Y: test_y})
+    assert test_accuracy > 0.9, test_accuracy  # 0.922 here
