@@ -16,6 +16,7 @@ from . import (
     cluster,
     dtypes,
     errors,
+    image,  # noqa: E402,I001 - tf.image
     nn,  # noqa: E402,I001 - after the core ops it builds on
     train,  # noqa: E402,I001
 )
@@ -82,6 +83,7 @@ from .ops.array_ops import (
     zeros_like,
 )
 from .ops.array_ops import range_ as range
+from .ops.image_ops import random_crop
 from .ops.math_ops import (
     abs,
     add,
