@@ -19,6 +19,7 @@ from . import (
     contrib,
     dtypes,
     errors,
+    image,  # noqa: E402,I001 - tf.image
     layers,
     losses,
     metrics,
@@ -105,6 +106,7 @@ from .ops.array_ops import (
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
 from .ops.embedding_ops import gather, reverse_sequence, unsorted_segment_sum
+from .ops.image_ops import random_crop
 from .ops.math_ops import (
     Assert,
     Print,

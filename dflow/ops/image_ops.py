@@ -1,0 +1,392 @@
+"""Image ops (TF 1.x's ``tf.image``), on one image ``[height, width, channels]`` or a batch
+``[batch, height, width, channels]``; the random ones draw per image.
+
+Each op is one declaration: a shape rule and a kernel over ``xp``. The random
+ones (crop, flips) are stateful and draw from the session's stream for their
+seed, as ``tf.random_uniform`` does; ``random_brightness`` and
+``random_contrast`` are their deterministic op fed by a ``tf.random_uniform``
+factor, as in TF.
+
+>>> import numpy as np, dflow as tf
+>>> with tf.Graph().as_default():
+...     image = tf.constant(np.arange(12, dtype=np.float32).reshape(2, 2, 3))
+...     with tf.Session() as sess:
+...         sess.run(tf.image.flip_left_right(image))[0, 0].tolist()
+[3.0, 4.0, 5.0]
+"""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..errors import InvalidArgumentError
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from .registry import ShapeError, Spec, defop
+from .shape_rules import fmt
+from .state_ops import op_seed, random_uniform
+
+__all__ = ["random_crop", "flip_left_right", "flip_up_down", "random_flip_left_right", "random_flip_up_down",
+           "adjust_brightness", "random_brightness", "adjust_contrast", "random_contrast",
+           "per_image_standardization", "resize_image_with_crop_or_pad", "crop_to_bounding_box",
+           "pad_to_bounding_box", "convert_image_dtype", "resize_images", "resize_bilinear",
+           "resize_nearest_neighbor", "ResizeMethod", "rgb_to_grayscale", "central_crop"]
+
+
+def _op(op_type, inputs, attrs=None, name=None) -> Tensor:
+    return get_default_graph().create_op(op_type, inputs, attrs, name=name).outputs[0]
+
+
+def _image_spec(spec: Spec, op: str) -> Spec:
+    if spec.shape is not None and len(spec.shape) not in (3, 4):
+        raise ShapeError(f"{op} takes an image [height, width, channels] or a batch of them "
+                         f"[batch, height, width, channels], got shape {fmt(spec.shape)}")
+    return spec._replace(value=None)
+
+
+def _same_image(op):
+    return lambda inputs, **_: [_image_spec(inputs[0], op)]
+
+
+def _with_hw(shape, height, width):
+    return None if shape is None else (*shape[:-3], height, width, shape[-1])
+
+
+# ---- random_crop (any rank, as TF's) ------------------------------------------------------------
+def _crop_infer(inputs, size, seed):
+    shape = inputs[0].shape
+    if shape is not None:
+        if len(shape) != len(size):
+            raise ShapeError(f"random_crop size {list(size)} must have one entry per dimension of "
+                             f"{fmt(shape)}")
+        too_big = [(d, s) for d, s in zip(shape, size) if d is not None and s > d]
+        if too_big:
+            raise ShapeError(f"random_crop size {list(size)} is larger than the value's shape {fmt(shape)}")
+    return [Spec(tuple(size), inputs[0].dtype)]
+
+
+def _crop_kernel(state, xp, value, size, seed):
+    if any(s > d for s, d in zip(size, value.shape)):
+        raise InvalidArgumentError(f"random_crop: size {list(size)} is larger than the value's shape "
+                                   f"{tuple(value.shape)}")
+    rng = state.random_generator(seed)
+    starts = [int(rng.integers(0, d - s + 1)) for d, s in zip(value.shape, size)]
+    return value[tuple(slice(b, b + s) for b, s in zip(starts, size))]
+
+
+defop("RandomCrop", _crop_infer, _crop_kernel, stateful=True)
+
+
+def random_crop(value, size, seed=None, name=None) -> Tensor:
+    """A random window of ``value`` of shape ``size`` (every dimension), new on every run.
+
+    >>> tf.random_crop(image, [24, 24, 3])  # doctest: +SKIP
+    """
+    return _op("RandomCrop", [value], {"size": [int(s) for s in size], "seed": op_seed(seed)}, name)
+
+
+# ---- flips -----------------------------------------------------------------------------------------
+_AXIS = {"left_right": -2, "up_down": -3}
+
+
+def _flip_kernel(xp, image, direction):
+    return xp.flip(image, axis=_AXIS[direction])
+
+
+def _random_flip_kernel(state, xp, image, direction, seed):
+    coins = state.random_generator(seed).uniform(size=image.shape[0] if image.ndim == 4 else 1) < 0.5
+    if image.ndim == 3:
+        return xp.flip(image, axis=_AXIS[direction]) if coins[0] else image
+    flipped = xp.flip(image, axis=_AXIS[direction])
+    mask = xp.reshape(xp.asarray(coins), (-1, 1, 1, 1))
+    return xp.where(mask, flipped, image)
+
+
+defop("ImageFlip", _same_image("flip"), _flip_kernel,
+      lambda op, g: [_op("ImageFlip", [g], {"direction": op.attrs["direction"]})])
+defop("RandomImageFlip", _same_image("random flip"), _random_flip_kernel, stateful=True)
+
+
+def flip_left_right(image, name=None) -> Tensor:
+    """Mirror the width axis."""
+    return _op("ImageFlip", [image], {"direction": "left_right"}, name)
+
+
+def flip_up_down(image, name=None) -> Tensor:
+    """Mirror the height axis."""
+    return _op("ImageFlip", [image], {"direction": "up_down"}, name)
+
+
+def random_flip_left_right(image, seed=None, name=None) -> Tensor:
+    """Mirror the width axis with probability 1/2 (per image of a batch)."""
+    return _op("RandomImageFlip", [image], {"direction": "left_right", "seed": op_seed(seed)}, name)
+
+
+def random_flip_up_down(image, seed=None, name=None) -> Tensor:
+    """Mirror the height axis with probability 1/2 (per image of a batch)."""
+    return _op("RandomImageFlip", [image], {"direction": "up_down", "seed": op_seed(seed)}, name)
+
+
+# ---- brightness and contrast ---------------------------------------------------------------------
+def _float_image(image: Tensor, op: str) -> Tensor:
+    if not image.dtype.is_floating:
+        raise TypeError(f"tf.image.{op} on a {image.dtype.name} image: dflow adjusts float images; "
+                        "use tf.cast(image, tf.float32) or tf.image.convert_image_dtype first")
+    return image
+
+
+defop("AdjustBrightness", _same_image("adjust_brightness"),
+      lambda xp, image, delta: image + xp.astype(delta, image.dtype))
+defop("AdjustContrastv2", _same_image("adjust_contrast"),
+      lambda xp, images, factor: _contrast(xp, images, xp.astype(factor, images.dtype)))
+
+
+def _contrast(xp, images, factor):
+    mean = xp.mean(images, axis=(-3, -2), keepdims=True)  # per image and channel
+    return (images - mean) * factor + mean
+
+
+def adjust_brightness(image, delta, name=None) -> Tensor:
+    """``image + delta``."""
+    image = _float_image(convert_to_tensor(image), "adjust_brightness")
+    return _op("AdjustBrightness", [image, convert_to_tensor(delta, dtype=image.dtype)], name=name)
+
+
+def adjust_contrast(images, contrast_factor, name=None) -> Tensor:
+    """``(x - mean) * contrast_factor + mean``, the mean per image and channel."""
+    images = _float_image(convert_to_tensor(images), "adjust_contrast")
+    return _op("AdjustContrastv2", [images, convert_to_tensor(contrast_factor, dtype=images.dtype)],
+               name=name)
+
+
+def random_brightness(image, max_delta, seed=None) -> Tensor:
+    """``adjust_brightness`` by a delta drawn uniformly from ``[-max_delta, max_delta)`` per run."""
+    if max_delta < 0:
+        raise ValueError(f"max_delta must be non-negative, got {max_delta}")
+    image = _float_image(convert_to_tensor(image), "random_brightness")
+    return adjust_brightness(image, random_uniform([], -max_delta, max_delta, dtype=image.dtype, seed=seed))
+
+
+def random_contrast(image, lower, upper, seed=None) -> Tensor:
+    """``adjust_contrast`` by a factor drawn uniformly from ``[lower, upper)`` per run."""
+    if upper <= lower or lower < 0:
+        raise ValueError(f"random_contrast needs 0 <= lower < upper, got lower={lower}, upper={upper}")
+    image = _float_image(convert_to_tensor(image), "random_contrast")
+    return adjust_contrast(image, random_uniform([], lower, upper, dtype=image.dtype, seed=seed))
+
+
+# ---- per_image_standardization --------------------------------------------------------------------
+def _standardize_kernel(xp, image):
+    image = xp.astype(image, xp.float32)
+    axes = (-3, -2, -1)
+    count = image.shape[-3] * image.shape[-2] * image.shape[-1]
+    mean = xp.mean(image, axis=axes, keepdims=True)
+    stddev = xp.std(image, axis=axes, keepdims=True)
+    # TF's floor: a uniform image (stddev 0) is divided by 1/sqrt(N), not by zero
+    return (image - mean) / xp.maximum(stddev, xp.asarray(count ** -0.5, dtype=xp.float32))
+
+
+defop("PerImageStandardization", lambda inputs: [_image_spec(inputs[0], "per_image_standardization")
+                                                 ._replace(dtype=dtypes.float32)], _standardize_kernel)
+
+
+def per_image_standardization(image, name=None) -> Tensor:
+    """``(x - mean) / max(stddev, 1 / sqrt(num_elements))`` per image, as float32."""
+    return _op("PerImageStandardization", [image], name=name)
+
+
+# ---- crops and pads ------------------------------------------------------------------------------
+def _crop_or_pad_infer(inputs, target_height, target_width):
+    spec = _image_spec(inputs[0], "resize_image_with_crop_or_pad")
+    return [spec._replace(shape=_with_hw(spec.shape, target_height, target_width))]
+
+
+def _crop_or_pad_kernel(xp, image, target_height, target_width):
+    height, width = image.shape[-3], image.shape[-2]
+    top, left = max(height - target_height, 0) // 2, max(width - target_width, 0) // 2
+    image = image[..., top:top + min(height, target_height), left:left + min(width, target_width), :]
+    pad_top, pad_left = max(target_height - height, 0) // 2, max(target_width - width, 0) // 2
+    if image.shape[-3] == target_height and image.shape[-2] == target_width:
+        return image
+    out = xp.zeros((*image.shape[:-3], target_height, target_width, image.shape[-1]), dtype=image.dtype)
+    out[..., pad_top:pad_top + image.shape[-3], pad_left:pad_left + image.shape[-2], :] = image
+    return out
+
+
+defop("ResizeImageWithCropOrPad", _crop_or_pad_infer, _crop_or_pad_kernel)
+
+
+def resize_image_with_crop_or_pad(image, target_height, target_width) -> Tensor:
+    """Crop the center, or pad with zeros around it, to ``target_height x target_width``."""
+    if int(target_height) <= 0 or int(target_width) <= 0:
+        raise ValueError(f"target sizes must be positive, got {target_height}x{target_width}")
+    return _op("ResizeImageWithCropOrPad", [image],
+               {"target_height": int(target_height), "target_width": int(target_width)})
+
+
+def _box_infer(inputs, top, left, height, width, pad):
+    spec = _image_spec(inputs[0], "pad_to_bounding_box" if pad else "crop_to_bounding_box")
+    if spec.shape is not None and not pad and (spec.shape[-3] or top + height) < top + height:
+        raise ShapeError(f"the box (top {top}, height {height}) ends below the image {fmt(spec.shape)}")
+    return [spec._replace(shape=_with_hw(spec.shape, height, width))]
+
+
+def _box_kernel(xp, image, top, left, height, width, pad):
+    if not pad:
+        return image[..., top:top + height, left:left + width, :]
+    out = xp.zeros((*image.shape[:-3], height, width, image.shape[-1]), dtype=image.dtype)
+    out[..., top:top + image.shape[-3], left:left + image.shape[-2], :] = image
+    return out
+
+
+defop("ImageBoundingBox", _box_infer, _box_kernel)
+
+
+def crop_to_bounding_box(image, offset_height, offset_width, target_height, target_width) -> Tensor:
+    """The window whose top-left corner is at ``(offset_height, offset_width)``."""
+    return _op("ImageBoundingBox", [image], {"top": int(offset_height), "left": int(offset_width),
+                                             "height": int(target_height), "width": int(target_width),
+                                             "pad": False})
+
+
+def pad_to_bounding_box(image, offset_height, offset_width, target_height, target_width) -> Tensor:
+    """``image`` placed at ``(offset_height, offset_width)`` on zeros of the target size."""
+    return _op("ImageBoundingBox", [image], {"top": int(offset_height), "left": int(offset_width),
+                                             "height": int(target_height), "width": int(target_width),
+                                             "pad": True})
+
+
+def central_crop(image, central_fraction) -> Tensor:
+    """The central ``central_fraction`` of the height and width (static shapes)."""
+    height, width = image.shape[-3], image.shape[-2]
+    if height is None or width is None:
+        raise ValueError("central_crop in dflow needs the image's height and width known at build time")
+    if not 0 < central_fraction <= 1:
+        raise ValueError(f"central_fraction must be in (0, 1], got {central_fraction}")
+    top, left = int((height - height * central_fraction) / 2), int((width - width * central_fraction) / 2)
+    return crop_to_bounding_box(image, top, left, height - 2 * top, width - 2 * left)
+
+
+# ---- dtypes --------------------------------------------------------------------------------------
+def _max_of(dtype) -> float:
+    return float(2 ** (8 * dtype.size - (1 if dtype.kind == "i" else 0)) - 1)
+
+
+_NUMERIC = (dtypes.uint8, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.float16,
+            dtypes.float32, dtypes.float64)
+
+
+def _convert_kernel(xp, image, dtype, saturate):
+    source = next(d for d in _NUMERIC if getattr(xp, d.name, None) == image.dtype)
+    if source.is_floating and dtype.is_floating:
+        return xp.astype(image, dtype.of(xp))
+    if source.is_floating:  # [0, 1] -> [0, MAX]
+        scaled = image * (_max_of(dtype) + 0.5)
+        if saturate:
+            scaled = xp.clip(scaled, 0.0, _max_of(dtype))
+        return xp.astype(scaled, dtype.of(xp))
+    if dtype.is_floating:  # [0, MAX] -> [0, 1]
+        return xp.astype(image, dtype.of(xp)) * (1.0 / _max_of(source))
+    wide = xp.astype(image, xp.int64)
+    return xp.astype(wide * int(_max_of(dtype)) // int(_max_of(source)), dtype.of(xp))
+
+
+defop("ConvertImageDtype", lambda inputs, dtype, saturate: [Spec(inputs[0].shape, dtype)], _convert_kernel)
+
+
+def convert_image_dtype(image, dtype, saturate=False, name=None) -> Tensor:
+    """Between integer images in ``[0, MAX]`` and float images in ``[0, 1)``, rescaling as TF does."""
+    image, dtype = convert_to_tensor(image), dtypes.as_dtype(dtype)
+    if image.dtype == dtype:
+        return image
+    return _op("ConvertImageDtype", [image], {"dtype": dtype, "saturate": bool(saturate)}, name)
+
+
+def rgb_to_grayscale(images, name=None) -> Tensor:
+    """The luma ``0.2989 R + 0.5870 G + 0.1140 B``, keeping a last axis of 1."""
+    return _op("RgbToGrayscale", [images], name=name)
+
+
+def _gray_kernel(xp, images):
+    weights = xp.asarray([0.2989, 0.5870, 0.1140], dtype=xp.float32)
+    gray = xp.sum(xp.astype(images, xp.float32) * weights, axis=-1, keepdims=True)
+    return xp.astype(gray, images.dtype) if xp.isdtype(images.dtype, "real floating") else \
+        xp.astype(xp.round(gray), images.dtype)
+
+
+defop("RgbToGrayscale", lambda inputs: [inputs[0]._replace(
+    value=None, shape=None if inputs[0].shape is None else (*inputs[0].shape[:-1], 1))], _gray_kernel)
+
+
+# ---- resizing ------------------------------------------------------------------------------------
+class ResizeMethod:
+    BILINEAR = 0
+    NEAREST_NEIGHBOR = 1
+    BICUBIC = 2
+    AREA = 3
+
+
+def _resize_infer(inputs, height, width, method, align_corners):
+    spec = _image_spec(inputs[0], "resize_images")
+    dtype = spec.dtype if method == ResizeMethod.NEAREST_NEIGHBOR else dtypes.float32
+    return [Spec(_with_hw(spec.shape, height, width), dtype)]
+
+
+def _source_coordinates(xp, out_size: int, in_size: int, align_corners: bool):
+    # TF 1.x's legacy mapping (no half-pixel centers): out * in / out, or corners aligned
+    if align_corners and out_size > 1:
+        scale = (in_size - 1) / (out_size - 1)
+    else:
+        scale = in_size / out_size
+    return xp.arange(out_size, dtype=xp.float32) * scale
+
+
+def _resize_kernel(xp, images, height, width, method, align_corners):
+    in_h, in_w = images.shape[-3], images.shape[-2]
+    ys = _source_coordinates(xp, height, in_h, align_corners)
+    xs = _source_coordinates(xp, width, in_w, align_corners)
+    if method == ResizeMethod.NEAREST_NEIGHBOR:
+        pick = xp.round if align_corners else xp.floor
+        rows = xp.astype(xp.clip(pick(ys), 0, in_h - 1), xp.int64)
+        cols = xp.astype(xp.clip(pick(xs), 0, in_w - 1), xp.int64)
+        return xp.take(xp.take(images, rows, axis=-3), cols, axis=-2)
+    images = xp.astype(images, xp.float32)
+    y0 = xp.astype(xp.floor(ys), xp.int64)
+    x0 = xp.astype(xp.floor(xs), xp.int64)
+    y1, x1 = xp.clip(y0 + 1, 0, in_h - 1), xp.clip(x0 + 1, 0, in_w - 1)
+    dy = xp.reshape(ys - xp.astype(y0, xp.float32), (-1, 1, 1))
+    dx = xp.reshape(xs - xp.astype(x0, xp.float32), (-1, 1))
+    top, bottom = xp.take(images, y0, axis=-3), xp.take(images, y1, axis=-3)
+    rows = top + (bottom - top) * dy
+    left, right = xp.take(rows, x0, axis=-2), xp.take(rows, x1, axis=-2)
+    return left + (right - left) * dx
+
+
+defop("ResizeImages", _resize_infer, _resize_kernel)
+
+
+def resize_images(images, size, method=ResizeMethod.BILINEAR, align_corners=False,
+                  preserve_aspect_ratio=False):
+    """Resize to ``size = [new_height, new_width]`` (bilinear, as float32; or nearest neighbor)."""
+    if method not in (ResizeMethod.BILINEAR, ResizeMethod.NEAREST_NEIGHBOR):
+        raise ValueError(f"tf.image.resize_images(method={method}) is not supported by dflow: use "
+                         "ResizeMethod.BILINEAR or ResizeMethod.NEAREST_NEIGHBOR")
+    if preserve_aspect_ratio:
+        raise ValueError("resize_images(preserve_aspect_ratio=True) is not supported by dflow: compute the "
+                         "size that keeps the ratio and pass it")
+    height, width = (int(s) for s in size)
+    return _op("ResizeImages", [images], {"height": height, "width": width, "method": method,
+                                          "align_corners": bool(align_corners)})
+
+
+def resize_bilinear(images, size, align_corners=False, name=None) -> Tensor:
+    """``resize_images`` with the bilinear method, on a batch."""
+    return _op("ResizeImages", [images], {"height": int(size[0]), "width": int(size[1]),
+                                          "method": ResizeMethod.BILINEAR,
+                                          "align_corners": bool(align_corners)},
+               name)
+
+
+def resize_nearest_neighbor(images, size, align_corners=False, name=None) -> Tensor:
+    """``resize_images`` with the nearest-neighbor method, on a batch."""
+    return _op("ResizeImages", [images], {"height": int(size[0]), "width": int(size[1]),
+                                          "method": ResizeMethod.NEAREST_NEIGHBOR,
+                                          "align_corners": bool(align_corners)}, name)

@@ -1,0 +1,207 @@
+"""tf.image: every deterministic kernel against a NumPy reference (on NumPy and on
+array_api_strict), the random ones by what must hold of each draw, and the ops through a
+Session in the TF 1.x style."""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as xp_numpy
+import array_api_strict
+import numpy as np
+import pytest
+
+import dflow as tf
+from dflow.ops.registry import get_opdef
+from dflow.runtime.state import SessionState
+
+NAMESPACES = [pytest.param(xp_numpy, id="numpy"), pytest.param(array_api_strict, id="strict")]
+RNG = np.random.default_rng(7)
+IMAGE = RNG.uniform(0, 255, (5, 7, 3)).astype(np.float32)
+BATCH = RNG.uniform(0, 255, (4, 5, 7, 3)).astype(np.float32)
+
+
+def run_kernel(xp, op_type, *arrays, state=None, **attrs):
+    opdef = get_opdef(op_type)
+    inputs = [xp.asarray(a) for a in arrays]
+    out = opdef.kernel(state, xp, *inputs, **attrs) if opdef.stateful else opdef.kernel(xp, *inputs, **attrs)
+    return np.asarray(out)
+
+
+# ---- references (plain NumPy, loops where that is clearer) ------------------------------------------
+def ref_standardize(x):
+    x = x.astype(np.float64)
+    axes = tuple(range(x.ndim - 3, x.ndim))
+    n = np.prod(x.shape[-3:])
+    floor = 1 / np.sqrt(n)
+    return (x - x.mean(axis=axes, keepdims=True)) / np.maximum(x.std(axis=axes, keepdims=True), floor)
+
+
+def ref_contrast(x, factor):
+    mean = x.mean(axis=(-3, -2), keepdims=True)
+    return (x - mean) * factor + mean
+
+
+def ref_crop_or_pad(x, th, tw):
+    h, w = x.shape[-3:-1]
+    out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]), x.dtype)
+    for i in range(th):
+        for j in range(tw):
+            # TF: crop offsets (h - th) // 2, pad offsets (th - h) // 2
+            si = i + (h - th) // 2 if h >= th else i - (th - h) // 2
+            sj = j + (w - tw) // 2 if w >= tw else j - (tw - w) // 2
+            if 0 <= si < h and 0 <= sj < w:
+                out[..., i, j, :] = x[..., si, sj, :]
+    return out
+
+
+def ref_bilinear(x, th, tw):
+    """TF 1.x resize_bilinear, align_corners=False: source = out * in / out, no half pixels."""
+    h, w = x.shape[-3:-1]
+    out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
+    for i in range(th):
+        for j in range(tw):
+            y, z = i * h / th, j * w / tw
+            y0, z0 = int(np.floor(y)), int(np.floor(z))
+            y1, z1 = min(y0 + 1, h - 1), min(z0 + 1, w - 1)
+            dy, dz = y - y0, z - z0
+            top = x[..., y0, z0, :] * (1 - dz) + x[..., y0, z1, :] * dz
+            bottom = x[..., y1, z0, :] * (1 - dz) + x[..., y1, z1, :] * dz
+            out[..., i, j, :] = top * (1 - dy) + bottom * dy
+    return out
+
+
+def ref_nearest(x, th, tw):
+    h, w = x.shape[-3:-1]
+    rows = [min(int(np.floor(i * h / th)), h - 1) for i in range(th)]
+    cols = [min(int(np.floor(j * w / tw)), w - 1) for j in range(tw)]
+    return x[..., rows, :, :][..., cols, :]
+
+
+DETERMINISTIC = [
+    ("flip_left_right", "ImageFlip", [IMAGE], {"direction": "left_right"}, IMAGE[:, ::-1]),
+    ("flip_left_right_batch", "ImageFlip", [BATCH], {"direction": "left_right"}, BATCH[:, :, ::-1]),
+    ("flip_up_down", "ImageFlip", [IMAGE], {"direction": "up_down"}, IMAGE[::-1]),
+    ("adjust_brightness", "AdjustBrightness", [IMAGE, np.float32(-20.5)], {}, IMAGE - 20.5),
+    ("adjust_contrast", "AdjustContrastv2", [IMAGE, np.float32(1.7)], {}, ref_contrast(IMAGE, 1.7)),
+    ("adjust_contrast_batch", "AdjustContrastv2", [BATCH, np.float32(0.3)], {}, ref_contrast(BATCH, 0.3)),
+    ("standardization", "PerImageStandardization", [IMAGE], {}, ref_standardize(IMAGE)),
+    ("standardization_batch", "PerImageStandardization", [BATCH], {}, ref_standardize(BATCH)),
+    ("standardization_uint8", "PerImageStandardization", [IMAGE.astype(np.uint8)], {},
+     ref_standardize(IMAGE.astype(np.uint8))),
+    ("standardization_uniform", "PerImageStandardization", [np.full((4, 4, 3), 9, np.float32)], {},
+     np.zeros((4, 4, 3))),
+    ("crop", "ResizeImageWithCropOrPad", [IMAGE], {"target_height": 3, "target_width": 4},
+     ref_crop_or_pad(IMAGE, 3, 4)),
+    ("pad", "ResizeImageWithCropOrPad", [IMAGE], {"target_height": 8, "target_width": 10},
+     ref_crop_or_pad(IMAGE, 8, 10)),
+    ("crop_and_pad", "ResizeImageWithCropOrPad", [BATCH], {"target_height": 2, "target_width": 12},
+     ref_crop_or_pad(BATCH, 2, 12)),
+    ("crop_to_box", "ImageBoundingBox", [IMAGE], {"top": 1, "left": 2, "height": 3, "width": 4, "pad": False},
+     IMAGE[1:4, 2:6]),
+    ("pad_to_box", "ImageBoundingBox", [IMAGE], {"top": 1, "left": 2, "height": 7, "width": 10, "pad": True},
+     np.pad(IMAGE, ((1, 1), (2, 1), (0, 0)))),
+    ("uint8_to_float", "ConvertImageDtype", [np.array([[[0, 51, 255]]], np.uint8)],
+     {"dtype": tf.float32, "saturate": False}, np.array([[[0.0, 0.2, 1.0]]])),
+    ("float_to_uint8", "ConvertImageDtype", [np.array([[[0.0, 0.5, 0.999]]], np.float32)],
+     {"dtype": tf.uint8, "saturate": False}, np.array([[[0, 127, 255]]])),
+    ("float_to_uint8_saturate", "ConvertImageDtype", [np.array([[[-0.5, 1.5, 0.2]]], np.float32)],
+     {"dtype": tf.uint8, "saturate": True}, np.array([[[0, 255, 51]]])),
+    ("bilinear_up", "ResizeImages", [IMAGE], {"height": 9, "width": 11, "method": 0, "align_corners": False},
+     ref_bilinear(IMAGE, 9, 11)),
+    ("bilinear_down", "ResizeImages", [BATCH], {"height": 3, "width": 4, "method": 0, "align_corners": False},
+     ref_bilinear(BATCH, 3, 4)),
+    ("nearest", "ResizeImages", [BATCH], {"height": 8, "width": 3, "method": 1, "align_corners": False},
+     ref_nearest(BATCH, 8, 3)),
+    ("grayscale", "RgbToGrayscale", [IMAGE], {}, (IMAGE * [0.2989, 0.5870, 0.1140]).sum(-1, keepdims=True)),
+]
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("row", DETERMINISTIC, ids=[r[0] for r in DETERMINISTIC])
+def test_kernel_matches_reference(xp, row):
+    _, op_type, arrays, attrs, expected = row
+    out = run_kernel(xp, op_type, *arrays, **attrs)
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_bilinear_matches_tf_1x_numbers():
+    """tf.image.resize_bilinear([[0, 1], [2, 3]], [4, 4]) under TF 1.x (align_corners=False)."""
+    image = np.array([[0, 1], [2, 3]], np.float32).reshape(1, 2, 2, 1)
+    out = run_kernel(xp_numpy, "ResizeImages", image, height=4, width=4, method=0, align_corners=False)
+    row = [[0, 0.5, 1, 1], [1, 1.5, 2, 2], [2, 2.5, 3, 3], [2, 2.5, 3, 3]]
+    np.testing.assert_allclose(out[0, :, :, 0], row)
+    corners = run_kernel(xp_numpy, "ResizeImages", image, height=3, width=3, method=0, align_corners=True)
+    np.testing.assert_allclose(corners[0, :, :, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
+
+
+# ---- random ops: each draw is one of the allowed results, and every allowed result occurs --------
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_random_crop_is_a_window_and_reaches_every_offset(xp):
+    state, seen = SessionState(seed=0), set()
+    for _ in range(300):
+        out = run_kernel(xp, "RandomCrop", IMAGE, state=state, size=[3, 6, 3], seed=None)
+        offsets = [(i, j) for i in range(3) for j in range(2) if np.array_equal(IMAGE[i:i + 3, j:j + 6], out)]
+        assert len(offsets) == 1
+        seen.add(offsets[0])
+    assert seen == {(i, j) for i in range(3) for j in range(2)}
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_random_flip_flips_each_image_half_the_time(xp):
+    state = SessionState(seed=1)
+    flips = []
+    for _ in range(200):
+        out = run_kernel(xp, "RandomImageFlip", BATCH, state=state, direction="left_right", seed=None)
+        for image, result in zip(BATCH, out):
+            assert np.array_equal(result, image) or np.array_equal(result, image[:, ::-1])
+            flips.append(np.array_equal(result, image[:, ::-1]))
+    assert 0.4 < np.mean(flips) < 0.6
+
+
+def test_random_brightness_and_contrast_stay_in_their_ranges():
+    image = tf.constant(IMAGE)
+    brighter = tf.image.random_brightness(image, max_delta=63)
+    contrast = tf.image.random_contrast(image, lower=0.2, upper=1.8)
+    with tf.Session() as sess:
+        deltas, factors = [], []
+        for _ in range(100):
+            b, c = sess.run([brighter, contrast])
+            delta = b - IMAGE
+            np.testing.assert_allclose(delta, delta.flat[0], atol=1e-3)  # one delta for all pixels
+            deltas.append(delta.flat[0])
+            centered = IMAGE - IMAGE.mean(axis=(0, 1))
+            factor = float((c - IMAGE.mean(axis=(0, 1))).ravel() @ centered.ravel() / (centered ** 2).sum())
+            np.testing.assert_allclose(c, ref_contrast(IMAGE, factor), rtol=1e-4, atol=1e-2)
+            factors.append(factor)
+    assert -63 <= min(deltas) < -30 and 30 < max(deltas) <= 63
+    assert 0.2 <= min(factors) < 0.6 and 1.4 < max(factors) <= 1.8
+
+
+def test_image_ops_in_a_graph_keep_tf_shapes_and_seeds():
+    image = tf.placeholder(tf.float32, [32, 32, 3])
+    distorted = tf.image.random_flip_left_right(tf.random_crop(image, [24, 24, 3], seed=3), seed=4)
+    assert distorted.shape.as_list() == [24, 24, 3]
+    assert tf.image.resize_image_with_crop_or_pad(image, 24, 28).shape.as_list() == [24, 28, 3]
+    assert tf.image.resize_images(image, [16, 8]).shape.as_list() == [16, 8, 3]
+    assert tf.image.per_image_standardization(tf.cast(image, tf.uint8)).dtype == tf.float32
+    assert tf.image.convert_image_dtype(image, tf.float32) is image
+    data = RNG.uniform(0, 255, (32, 32, 3)).astype(np.float32)
+    runs = []
+    for _ in range(2):  # the same graph seed and op seeds give the same draws in a new session
+        with tf.Session() as sess:
+            runs.append([sess.run(distorted, {image: data}) for _ in range(3)])
+    np.testing.assert_array_equal(np.stack(runs[0]), np.stack(runs[1]))
+
+
+def test_bad_arguments_say_what_is_wrong():
+    image = tf.zeros([32, 32, 3])
+    with pytest.raises(ValueError, match="larger than"):
+        tf.random_crop(image, [40, 24, 3])
+    with pytest.raises(ValueError, match="image"):
+        tf.image.flip_left_right(tf.zeros([32, 32]))
+    with pytest.raises(TypeError, match="tf.cast"):
+        tf.image.random_brightness(tf.zeros([4, 4, 3], tf.int32), 10)
+    with pytest.raises(ValueError, match="not supported by dflow"):
+        tf.image.resize_images(image, [8, 8], method=tf.image.ResizeMethod.BICUBIC)
+    with pytest.raises(ValueError, match="lower < upper"):
+        tf.image.random_contrast(image, 1.5, 0.5)
