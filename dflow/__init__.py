@@ -31,6 +31,7 @@ from .dtypes import (
     int16,
     int32,
     int64,
+    string,
     uint8,
 )
 from .graph import (
@@ -124,7 +125,9 @@ from .ops.math_ops import (
     where,
 )
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
+from .ops.state_ops import is_variable_initialized
 from .placement import DeviceSpec
+from .runtime.run_options import RunMetadata, RunOptions
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
 from .variables import (
     AUTO_REUSE,

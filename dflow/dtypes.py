@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
-    "int64", "uint8", "bool", "promote",
+    "int64", "uint8", "bool", "string", "promote",
 ]
 
 
@@ -60,8 +60,9 @@ int32 = DType("int32", 4, "i")
 int64 = DType("int64", 8, "i")
 uint8 = DType("uint8", 1, "u")
 bool = DType("bool", 1, "b")  # noqa: A001 - TF's name
+string = DType("string", 8, "O")  # Python bytes objects in an object array, as TF fetches strings
 
-_BY_NAME = {d.name: d for d in (float16, float32, float64, int8, int16, int32, int64, uint8, bool)}
+_BY_NAME = {d.name: d for d in (float16, float32, float64, int8, int16, int32, int64, uint8, bool, string)}
 
 
 def as_dtype(value) -> DType:
