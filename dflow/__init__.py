@@ -125,7 +125,6 @@ from .ops.math_ops import (
     where,
 )
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
-from .ops.state_ops import is_variable_initialized
 from .placement import DeviceSpec
 from .runtime.run_options import RunMetadata, RunOptions
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
@@ -154,6 +153,8 @@ from .variables import (
 )
 
 sub = subtract
+from .ops.state_ops import is_variable_initialized  # noqa: E402  (TF 1.x's top-level name)
+
 mul = multiply
 div = divide
 newaxis = None
