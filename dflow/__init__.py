@@ -37,6 +37,7 @@ from .dtypes import (
 from .graph import (
     Graph,
     GraphKeys,
+    NodeDef,
     Operation,
     Tensor,
     TensorShape,
