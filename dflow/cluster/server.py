@@ -192,6 +192,7 @@ class Server:
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
             "--death-timeout", str(int(self._timeout))])
         env.update(_blas_env(self.job_name, max(1, workers_here), None))
+        env.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # the script's output, not Dask's chatter
         return subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent if os.name == "posix" else None)
 
     def _wait_for_own_worker(self) -> None:
@@ -234,6 +235,8 @@ class Server:
             return
         others = [r for r in self.server_def.roles() if not r.startswith(f"{self.job_name}/")]
         self._wait_until_finished(others, timeout)
+        if self._scheduler is not None:
+            self._scheduler.wait_for_clients_to_leave({self.cluster.client.id}, CLOSE_TIMEOUT_S)
         self.stop()
         raise SystemExit(0)
 
@@ -307,6 +310,10 @@ class _SchedulerThread:
 
         from distributed import Scheduler
 
+        # its connection chatter, one line per client
+        for name in ("distributed.scheduler", "distributed.core", "distributed.http.proxy"):
+            if logging.getLogger(name).level < logging.WARNING:
+                logging.getLogger(name).setLevel(logging.WARNING)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._loop = asyncio.new_event_loop()
@@ -329,6 +336,13 @@ class _SchedulerThread:
         if self._error is not None:
             raise OSError(f"cannot start the scheduler at {host}:{port} ({self._error}); is the port "
                           "free (another process of this cluster, or a previous run, may hold it)?")
+
+    def wait_for_clients_to_leave(self, own: set[str], timeout: float) -> None:
+        """Wait until only ``own`` clients are connected: closing the scheduler under a task's
+        closing client would make it try to reconnect and log a traceback."""
+        deadline = time.monotonic() + timeout
+        while set(self.scheduler.clients) - own - {"fire-and-forget"} and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
 
     def close(self, timeout: float) -> None:
         import asyncio

@@ -145,13 +145,9 @@ class Supervisor:
         return group(*ops, name="supervisor_local_init")
 
     def _default_global_step(self):
-        steps = self._graph.get_collection(GraphKeys.GLOBAL_STEP)
-        if steps:
-            return steps[0]
-        try:
-            return self._graph.as_graph_element("global_step:0")
-        except (KeyError, ValueError):
-            return None
+        from .training_util import get_global_step
+
+        return get_global_step(self._graph)
 
     def _default_writer(self):
         if not (self._is_chief and self._logdir):
