@@ -132,7 +132,9 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
 
     ``threads_per_worker`` are Dask threads (stages run on a pool of their own);
     ``blas_threads`` per worker default to the cores divided among the workers (PS: 1).
-    Other keyword arguments go to ``distributed.LocalCluster``.
+    Other keyword arguments go to ``distributed.LocalCluster`` (its scheduler). Each worker
+    is a ``dask worker`` subprocess that never imports the calling script, so a plain
+    script may call this at its top level, without ``if __name__ == "__main__":``.
 
     >>> with tf.cluster.local(ps=1, workers=2) as cluster:  # doctest: +SKIP
     ...     cluster.spec.as_dict()
@@ -140,13 +142,16 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
     """
     import distributed
 
+    from .worker_process import WorkerProcess
+
     roles = _roles(ps, workers)
     dask_cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=dashboard_address,
                                             threads_per_worker=threads_per_worker, **kwargs)
-    template = dask_cluster.new_spec
-    for job, i in roles:
-        options = {**template["options"], "resources": {job: 1}, "env": _blas_env(job, workers, blas_threads)}
-        dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
+    host = dask_cluster.scheduler_address.rpartition("://")[2].rpartition(":")[0]
+    for job, i in roles:  # subprocesses, not multiprocessing's spawn: see worker_process.py
+        dask_cluster.worker_spec[role_name(job, i)] = {"cls": WorkerProcess, "options": {
+            "nthreads": threads_per_worker, "resources": {job: 1}, "host": host,
+            "env": _blas_env(job, workers, blas_threads), "death_timeout": timeout}}
     return _start(dask_cluster, roles, timeout)
 
 

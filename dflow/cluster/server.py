@@ -36,7 +36,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -76,17 +75,6 @@ def _split_address(address: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise ValueError(f"a task's address must be host:port (e.g. localhost:2222), got {address!r}")
     return host, int(port)
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: be sent SIGTERM when the script that started it dies (Linux),
-    so that a killed script leaves no worker behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_DEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class Server:
@@ -185,6 +173,7 @@ class Server:
 
     def _start_worker(self, scheduler: str, host: str, port: int) -> subprocess.Popen:
         from . import _blas_env, worker_command
+        from .worker_process import QUIET_DASK, die_with_parent
 
         workers_here = sum(1 for a in self.server_def.job_tasks("worker") if _split_address(a)[0] == host) \
             if "worker" in self.server_def.jobs else 1
@@ -192,8 +181,8 @@ class Server:
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
             "--death-timeout", str(int(self._timeout))])
         env.update(_blas_env(self.job_name, max(1, workers_here), None))
-        env.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # the script's output, not Dask's chatter
-        return subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent if os.name == "posix" else None)
+        env.update({**QUIET_DASK, **{k: v for k, v in os.environ.items() if k in QUIET_DASK}})
+        return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent if os.name == "posix" else None)
 
     def _wait_for_own_worker(self) -> None:
         deadline = time.monotonic() + self._timeout
