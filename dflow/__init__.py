@@ -53,6 +53,7 @@ from .graph import (
     Dimension,
     Graph,
     GraphKeys,
+    NodeDef,
     Operation,
     Tensor,
     TensorShape,
@@ -202,6 +203,7 @@ from .ops.state_ops import (
     truncated_normal,
 )
 from .placement import DeviceSpec
+from .runtime.run_options import RunMetadata, RunOptions
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
 from .train.moving_averages import moving_average_variables
 from .variables import (
@@ -231,6 +233,8 @@ from .variables import (
 )
 
 sub = subtract
+from .ops.state_ops import is_variable_initialized  # noqa: E402  (TF 1.x's top-level name)
+
 mul = multiply
 div = divide
 newaxis = None

@@ -21,6 +21,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
@@ -37,6 +38,7 @@ __all__ = [
     "control_dependencies", "device", "colocate_with",
     "convert_to_tensor",
 ]
+__all__ += ["NodeDef"]
 
 
 class GraphKeys:
@@ -531,6 +533,18 @@ class Tensor(_Operators):
         return f"<tf.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
 
 
+@dataclass(frozen=True)
+class NodeDef:
+    """An op as TF's ``NodeDef`` shows it to device functions: ``op`` (its type), ``name``,
+    ``device``, ``input`` (tensor names), ``attr`` (``tf.NodeDef`` for ``isinstance`` checks)."""
+
+    name: str
+    op: str
+    device: str = ""
+    input: tuple = ()
+    attr: dict = field(default_factory=dict)
+
+
 class Operation:
     """A node of the graph: an op type, input tensors, attributes, a device."""
 
@@ -550,6 +564,12 @@ class Operation:
 
     def get_attr(self, name: str):
         return self.attrs[name]
+
+    @property
+    def node_def(self) -> NodeDef:
+        """TF's view of this op (device functions read ``op.node_def.op``)."""
+        inputs = tuple(t.name for t in self.inputs)
+        return NodeDef(self.name, self.type, self.device, inputs, dict(self.attrs))
 
     def values(self) -> list[Tensor]:
         return list(self.outputs)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph
-from .ops import array_ops, math_ops, state_ops
+from .ops import array_ops, state_ops
 from .ops.state_ops import glorot_limit
 
 __all__ = [
@@ -198,15 +198,28 @@ initialize_local_variables = local_variables_initializer
 
 
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:
-    """A bool vector, True for each variable of ``var_list`` (default: the global variables)
-    not yet initialized. TF returns their names; dflow has no string tensors, so pair the
-    flags with ``var_list``. Each variable is checked where it lives.
+    """The names of the variables of ``var_list`` (default: the global variables) not yet
+    initialized, as a 1-D string tensor (fetched as bytes, as in TF); empty when all are.
+    Each variable is checked where it lives.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     a, b = tf.Variable(1.0, name="a"), tf.Variable(2.0, name="b")
+    ...     with tf.Session() as sess:
+    ...         _ = sess.run(a.initializer)
+    ...         sess.run(tf.report_uninitialized_variables()).tolist()
+    [b'b']
     """
     variables = global_variables() if var_list is None else list(var_list)
     if not variables:
-        return array_ops.constant([], dtypes.bool, name=name)
+        return _report([], [], name)
     flags = array_ops.stack([state_ops.is_variable_initialized(v) for v in variables])
-    return math_ops.logical_not(flags, name=name)
+    return _report([flags], [v.op.name for v in variables], name)
+
+
+def _report(inputs, names, name) -> Tensor:
+    return get_default_graph().create_op("ReportUninitialized", inputs, {"names": tuple(names)},
+                                         name=name).outputs[0]
 
 
 # ---- initializers --------------------------------------------------------------------

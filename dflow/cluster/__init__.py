@@ -20,7 +20,6 @@ is started, so ``import dflow`` stays light.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
@@ -133,7 +132,9 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
 
     ``threads_per_worker`` are Dask threads (stages run on a pool of their own);
     ``blas_threads`` per worker default to the cores divided among the workers (PS: 1).
-    Other keyword arguments go to ``distributed.LocalCluster``.
+    Other keyword arguments go to ``distributed.LocalCluster`` (its scheduler). Each worker
+    is a ``dask worker`` subprocess that never imports the calling script, so a plain
+    script may call this at its top level, without ``if __name__ == "__main__":``.
 
     >>> with tf.cluster.local(ps=1, workers=2) as cluster:  # doctest: +SKIP
     ...     cluster.spec.as_dict()
@@ -141,13 +142,16 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
     """
     import distributed
 
+    from .worker_process import WorkerProcess
+
     roles = _roles(ps, workers)
     dask_cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=dashboard_address,
                                             threads_per_worker=threads_per_worker, **kwargs)
-    template = dask_cluster.new_spec
-    for job, i in roles:
-        options = {**template["options"], "resources": {job: 1}, "env": _blas_env(job, workers, blas_threads)}
-        dask_cluster.worker_spec[role_name(job, i)] = {"cls": template["cls"], "options": options}
+    host = dask_cluster.scheduler_address.rpartition("://")[2].rpartition(":")[0]
+    for job, i in roles:  # subprocesses, not multiprocessing's spawn: see worker_process.py
+        dask_cluster.worker_spec[role_name(job, i)] = {"cls": WorkerProcess, "options": {
+            "nthreads": threads_per_worker, "resources": {job: 1}, "host": host,
+            "env": _blas_env(job, workers, blas_threads), "death_timeout": timeout}}
     return _start(dask_cluster, roles, timeout)
 
 
@@ -209,54 +213,5 @@ def worker_command(scheduler: str, job: str, task: int, nthreads: int = 1, gpus:
     return argv, env
 
 
-class Server:
-    """A TF-shaped handle on one role of a cluster (``tf.train.Server``).
-
-    ``cluster`` is a :class:`Cluster` or a scheduler address. If no worker holds the role
-    ``job_name/task_index`` yet, one is started here (a ``dflow worker`` process), so a
-    script run on each machine can start its own role as TF scripts do:
-
-    >>> server = tf.train.Server("tcp://10.0.0.1:8786", job_name="ps", task_index=0)  # doctest: +SKIP
-    >>> server.join()  # a PS serves until its worker stops  # doctest: +SKIP
-    """
-
-    def __init__(self, cluster, job_name: str, task_index: int = 0, start: bool = True,
-                 timeout: float = START_TIMEOUT_S):
-        self.cluster = cluster if isinstance(cluster, Cluster) else connect(str(cluster))
-        self.job_name, self.task_index = job_name, int(task_index)
-        self.process: subprocess.Popen | None = None
-        self._timeout = timeout
-        if start:
-            self.start()
-
-    @property
-    def target(self) -> str:
-        return self.cluster.target
-
-    @property
-    def role(self) -> str:
-        return role_name(self.job_name, self.task_index)
-
-    def start(self) -> None:
-        present = {info.get("name") for info in worker_infos(self.cluster.client).values()}
-        if self.role not in present:
-            argv, env = worker_command(self.target, self.job_name, self.task_index)
-            self.process = subprocess.Popen(argv, env=env)
-        self.cluster.wait_for([self.role], self._timeout)
-
-    def join(self) -> None:
-        """Block while this role's worker lives (a PS's loop in TF's scripts)."""
-        if self.process is not None:
-            self.process.wait()
-            return
-        while self.role in {i.get("name") for i in worker_infos(self.cluster.client).values()}:
-            time.sleep(1.0)
-
-    def stop(self) -> None:
-        """Stop the worker this Server started (a role it found running is left alone)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-
-
+from .server import Server  # noqa: E402  (it starts workers with worker_command above)
 from .slurm import slurm  # noqa: E402  (it builds on _start and _roles above)

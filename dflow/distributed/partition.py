@@ -32,7 +32,8 @@ from ..placement import DeviceSpec
 from ..runtime.executor import Schedule, schedule
 from ..runtime.session import to_node
 
-__all__ = ["Stage", "Partition", "place", "partition", "describe", "task_of", "ref_inputs"]
+__all__ = ["Stage", "Partition", "MissingTaskError", "place", "partition", "describe", "task_of",
+           "ref_inputs"]
 
 log = logging.getLogger("dflow")
 
@@ -76,6 +77,14 @@ def ref_inputs(op: Operation) -> list[Operation]:
     return [t.op for t in op.inputs if t.op.type == "VariableV2"]
 
 
+class MissingTaskError(InvalidArgumentError):
+    """An op is placed on a task the cluster lacks (yet: a session waits for it a while)."""
+
+    def __init__(self, message: str, op: str, task: str):
+        super().__init__(message, op=op)
+        self.task = task
+
+
 def place(ops: list[Operation], default_task: str, tasks: dict[str, dict],
           allow_soft_placement: bool = True) -> dict[str, str]:
     """A full device (``/job:J/task:T/device:TYPE:N``) per op.
@@ -96,9 +105,9 @@ def place(ops: list[Operation], default_task: str, tasks: dict[str, dict],
             spec = DeviceSpec(spec.job, None, 0, spec.device_type, spec.device_index)
         task = f"/job:{spec.job}/task:{spec.task}"
         if task not in tasks:
-            raise InvalidArgumentError(
+            raise MissingTaskError(
                 f"op '{op.name}' is placed on {op.device or '(no device)'}, i.e. task {task}, "
-                f"which this cluster lacks; its tasks are: {', '.join(sorted(tasks))}", op=op.name)
+                f"which this cluster lacks; its tasks are: {', '.join(sorted(tasks))}", op.name, task)
         placement[op.name] = f"{task}/device:{_device_type(op, spec, task, tasks, allow_soft_placement)}"
     _constants_to_their_consumers(ops, placement)
     return placement

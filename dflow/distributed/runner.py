@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -29,13 +30,14 @@ from distributed.utils import sync
 from ..cluster.spec import ClusterSpec, task_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
-from .partition import Partition, describe, partition, place
+from .partition import MissingTaskError, Partition, describe, partition, place
 from .worker import CONNECT_TIMEOUT_S, PLUGIN_NAME, DflowWorker, nbytes, serialized
 
 __all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
 
 log = logging.getLogger("dflow")
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
+TASK_WAIT_S = 120.0  # as TF's session waits for the cluster's tasks: how long for one not started yet
 
 
 def role_of(worker_name) -> str | None:
@@ -82,7 +84,7 @@ class ClusterRunner:
         self.client = client
         install(client)
         self.tasks = cluster_tasks(client)
-        own = role_of(self.worker.name) if self.worker is not None else None
+        own = role_of(self.worker.name) if self.worker is not None else _server_role(target)
         self.default_task = own or ("/job:worker/task:0" if "/job:worker/task:0" in self.tasks
                                     else sorted(self.tasks)[0])
 
@@ -92,7 +94,7 @@ class ClusterRunner:
 
     # ---- planning ----------------------------------------------------------------
     def plan(self, ops, fed: set[str], fetches: list[str], allow_soft_placement: bool) -> RemotePlan:
-        placement = place(ops, self.default_task, self.tasks, allow_soft_placement)
+        placement = self._place(ops, allow_soft_placement)
         part = partition(ops, placement, fed, fetches)
         plan = RemotePlan(uuid.uuid4().hex, part, {
             task: tuple(sorted({n for s in stages for n in s.from_client}))
@@ -100,6 +102,23 @@ class ClusterRunner:
         addresses = {task: info["address"] for task, info in self.tasks.items()}
         sync(self._loop, self._register, plan, addresses)
         return plan
+
+    def _place(self, ops, allow_soft_placement: bool) -> dict[str, str]:
+        """Place ``ops``; a task they need that has not joined yet (its process starting in any
+        order, as TF scripts are) is waited for, up to TASK_WAIT_S."""
+        deadline, said = time.monotonic() + TASK_WAIT_S, None
+        while True:
+            try:
+                return place(ops, self.default_task, self.tasks, allow_soft_placement)
+            except MissingTaskError as error:
+                if time.monotonic() > deadline:
+                    raise MissingTaskError(f"{error.message} (waited {TASK_WAIT_S:.0f} s for it to join: "
+                                           "is its process running?)", error.op, error.task) from None
+                if said != error.task:
+                    log.info("waiting for task %s to join the cluster", error.task)
+                    said = error.task
+                time.sleep(0.2)
+                self.tasks = cluster_tasks(self.client)
 
     async def _register(self, plan: RemotePlan, addresses: dict) -> None:
         await asyncio.gather(*(
@@ -198,6 +217,15 @@ class ClusterRunner:
             return dict(zip(self.tasks, replies))
 
         return sync(self._loop, ask)
+
+
+def _server_role(target: str) -> str | None:
+    """The task of this process's ``tf.train.Server`` at ``target``, when it is not a PS: TF runs
+    the ops a script left unplaced on the task whose server the session connects to."""
+    from ..cluster.server import server_for
+
+    server = server_for(target)
+    return role_of(server.role) if server is not None and server.job_name != "ps" else None
 
 
 def _current_worker(target: str):

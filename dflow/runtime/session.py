@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
@@ -27,6 +27,7 @@ from ..graph import Graph, Operation, Tensor, get_default_graph
 from ..placement import DeviceSpec
 from .devices import gpu_namespace, numpy_namespace, to_namespace
 from .executor import OpNode, RunStats, Schedule, execute, schedule
+from .run_options import fill_run_metadata
 from .state import SessionState
 
 __all__ = ["Session", "InteractiveSession", "ConfigProto", "get_default_session"]
@@ -49,6 +50,21 @@ class ConfigProto:
     operation_timeout_in_ms: int = 0
     gpu_options: Any = None
     device_count: Any = None
+    # accepted for TF scripts (mnist_replica.py's ["/job:ps", "/job:worker/task:1"]): a dflow
+    # session already sees, and waits for, only the tasks its graph is placed on
+    device_filters: list[str] = field(default_factory=list)
+    graph_options: Any = None
+    rpc_options: Any = None
+    isolate_session_state: bool = False
+    use_per_session_threads: bool = False
+    placement_period: int = 0
+    experimental: Any = None
+
+    def __post_init__(self):
+        bad = [f for f in self.device_filters if not (isinstance(f, str) and f.startswith("/job:"))]
+        if bad:
+            raise ValueError(f"ConfigProto(device_filters=) takes device names like '/job:ps' or "
+                             f"'/job:worker/task:1', got {bad}")
 
 
 class _DefaultSessionStack(threading.local):
@@ -181,6 +197,8 @@ class Session:
         else:
             values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)
         self._stats.last = stats
+        if run_metadata is not None:
+            fill_run_metadata(run_metadata, stats)
         results = [_to_host(values[f.name]) if isinstance(f, Tensor) else None for f in flat]
         return rebuild(results)
 

@@ -37,6 +37,7 @@ from .optimizers import (
     exponential_decay,
 )
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
+from .supervisor import Supervisor
 from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
 from .variable_update import VARIABLE_UPDATES, DistributedReplicatedOptimizer, VariableUpdate
@@ -51,6 +52,7 @@ __all__ = [
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
     "AdagradOptimizer", "RMSPropOptimizer", "AdadeltaOptimizer", "FtrlOptimizer", "ExponentialMovingAverage",
+    "Supervisor",
 ]
 
 

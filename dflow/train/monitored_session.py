@@ -199,7 +199,7 @@ class MonitoredTrainingSession:
             else:
                 self._session.run(init_op)
         else:
-            self._wait_until_ready(not_ready, [v.op.name for v in variables], max_wait_secs)
+            self._wait_until_ready(not_ready, max_wait_secs)
         # each replica's own variables, then (a run later: after, not beside, their initializers)
         # the ops that make them copies of the shared ones
         self._session.run(local_init)
@@ -209,10 +209,10 @@ class MonitoredTrainingSession:
         self._stop = False
         self._last_run_stats = None
 
-    def _wait_until_ready(self, not_ready, names: list[str], max_wait_secs: float) -> None:
+    def _wait_until_ready(self, not_ready, max_wait_secs: float) -> None:
         deadline, pause = time.monotonic() + max_wait_secs, 0.05
         while True:
-            missing = [name for name, flag in zip(names, self._session.run(not_ready)) if flag]
+            missing = [name.decode() for name in self._session.run(not_ready)]
             if not missing:
                 return
             if time.monotonic() > deadline:

@@ -22,10 +22,14 @@ __all__ = ["get_global_step", "create_global_step", "get_or_create_global_step",
 def get_global_step(graph: Graph | None = None) -> Variable | None:
     """The graph's global step variable, or None if it has none.
 
-    Looks in the ``GLOBAL_STEP`` collection, as TF does; more than one entry is an error.
+    Looks in the ``GLOBAL_STEP`` collection, then for a global variable named ``global_step``,
+    as TF does; more than one entry is an error.
     """
     graph = graph or get_default_graph()
     steps = graph.get_collection(GraphKeys.GLOBAL_STEP)
+    if not steps:  # as TF: a variable named 'global_step' made by hand (mnist_replica.py's tf.Variable(0))
+        steps = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+                 if getattr(v, "op", None) is not None and v.op.name == "global_step"]
     if len(steps) > 1:
         raise TypeError(f"Multiple tensors in global_step collection: {steps}")
     return steps[0] if steps else None
