@@ -191,10 +191,10 @@ class _capturing:  # noqa: N801 - a context manager used like a function
 
 
 def _channels(shape: TensorShape, axis: int, layer: str) -> int:
-    if shape.ndims is None or shape[axis] is None:
+    if shape.ndims is None or shape[axis].value is None:
         raise ValueError(f"the channel dimension (axis {axis}) of the inputs to {layer} must be known, "
                          f"got shape {shape}")
-    return shape[axis]
+    return shape[axis].value
 
 
 # ---- dense ------------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ class Dense(Layer):
         self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
 
     def build(self, input_shape):
-        if input_shape.ndims is None or input_shape[-1] is None:
+        if input_shape.ndims is None or input_shape[-1].value is None:
             raise ValueError(f"The last dimension of the inputs to `Dense` should be defined, got shape "
                              f"{input_shape}")
         self._add_kernel_and_bias([input_shape[-1], self.units], self.units)

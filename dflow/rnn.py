@@ -30,7 +30,7 @@ __all__ = ["static_rnn", "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bid
 
 
 def _batch_size(x):
-    return x.shape[0] if x.shape[0] is not None else array_ops.shape(x)[0]
+    return x.shape[0].value if x.shape[0].value is not None else array_ops.shape(x)[0]
 
 
 def _initial_state(cell, initial_state, dtype, first_input):
@@ -75,7 +75,7 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
 
 def _time_steps(inputs, time_axis, what):
     inputs = convert_to_tensor(inputs)
-    steps = inputs.shape[time_axis] if inputs.shape.ndims is not None else None
+    steps = inputs.shape[time_axis].value if inputs.shape.ndims is not None else None
     if steps is None:
         raise ValueError(f"{what}: dflow unrolls the RNN over the time steps known at graph-build "
                          f"time, but the inputs' time dimension (axis {time_axis}) is unknown "

@@ -128,7 +128,7 @@ def _zeros(batch_size, size, dtype):
 
 
 def _input_depth(inputs, cell_name) -> int:
-    depth = inputs.shape[-1] if inputs.shape.ndims is not None else None
+    depth = inputs.shape[-1].value if inputs.shape.ndims is not None else None
     if depth is None:
         raise ValueError(f"{cell_name} needs the inputs' last dimension at graph-build time, "
                          f"saw shape {inputs.shape}; give the placeholder a static feature size")
@@ -219,7 +219,7 @@ class BasicLSTMCell(RNNCell):
 def _lstm_state(state, is_tuple, c_units):
     if is_tuple:
         return state
-    return array_ops.split(state, [c_units, state.shape[-1] - c_units], axis=1)
+    return array_ops.split(state, [c_units, state.shape[-1].value - c_units], axis=1)
 
 
 def _lstm_new_state(c, h, is_tuple):

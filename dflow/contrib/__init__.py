@@ -1,6 +1,6 @@
 """``tf.contrib``: the parts of TF 1.x's contrib that real scripts use most.
 
-``tf.contrib.layers`` is here; any other ``tf.contrib.X`` raises an AttributeError
+``tf.contrib.layers`` and ``tf.contrib.rnn`` are here; any other ``tf.contrib.X`` raises an AttributeError
 that names it, says dflow does not support it, and what to use instead.
 
 >>> import dflow as tf
@@ -10,13 +10,12 @@ Traceback (most recent call last):
 AttributeError: tf.contrib.slim is not supported by dflow; use tf.layers and tf.contrib.layers instead
 """
 
-from . import layers
+from . import layers, rnn
 
-__all__ = ["layers"]
+__all__ = ["layers", "rnn"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {
-    "rnn": "tf.nn.rnn_cell (BasicLSTMCell, LSTMCell, GRUCell, MultiRNNCell) and tf.nn.static_rnn",
     "slim": "tf.layers and tf.contrib.layers",
     "learn": "tf.estimator, or a tf.Session training loop with tf.layers",
     "framework": "tf.train.get_or_create_global_step, tf.global_variables and tf.train.Saver",

@@ -212,7 +212,7 @@ def _sharded_lookup(shards, ids, strategy):
     """Each shard's rows for every id, kept where the id lives in that shard (one gather per
     shard, so the gradient reaches each shard through its own gather)."""
     shards = [convert_to_tensor(s) for s in shards]
-    sizes = [s.shape[0] for s in shards]
+    sizes = [s.shape[0].value for s in shards]
     if None in sizes:
         raise ValueError("embedding_lookup over a list of params needs each shard's first dim at build time")
     owner, row = _op("EmbeddingShardIds", [ids], {"sizes": sizes, "strategy": strategy}).outputs
