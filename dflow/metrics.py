@@ -73,13 +73,24 @@ def mean(values, weights=None, metrics_collections=None, updates_collections=Non
         return _collect(metrics_collections, updates_collections, value, update_op)
 
 
+def _squeezed(labels: Tensor, predictions: Tensor) -> tuple[Tensor, Tensor]:
+    """TF's ``remove_squeezable_dimensions``: a trailing 1 on whichever has one more dim goes."""
+    rank_l, rank_p = labels.shape.ndims, predictions.shape.ndims
+    if rank_l is not None and rank_p is not None:
+        if rank_l == rank_p + 1 and labels.shape[-1] == 1:
+            labels = array_ops.squeeze(labels, [-1])
+        elif rank_p == rank_l + 1 and predictions.shape[-1] == 1:
+            predictions = array_ops.squeeze(predictions, [-1])
+    return labels, predictions
+
+
 def accuracy(labels, predictions, weights=None, metrics_collections=None, updates_collections=None,
              name=None):
     """The share of ``predictions`` equal to ``labels``: ``(accuracy, update_op)``.
 
     >>> acc, acc_op = tf.metrics.accuracy(labels=labels, predictions=tf.argmax(logits, 1))  # doctest: +SKIP
     """
-    labels, predictions = convert_to_tensor(labels), convert_to_tensor(predictions)
+    labels, predictions = _squeezed(convert_to_tensor(labels), convert_to_tensor(predictions))
     if labels.dtype != predictions.dtype:
         predictions = math_ops.cast(predictions, labels.dtype)
     is_correct = math_ops.cast(math_ops.equal(predictions, labels), dtypes.float32)

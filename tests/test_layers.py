@@ -378,3 +378,25 @@ def test_the_modules_examples_run():
                  "dflow.train.moving_averages", "dflow.train.optimizers"):
         failed, _ = doctest.testmod(importlib.import_module(name))
         assert failed == 0, name
+
+
+def test_conv1d_and_1d_pooling_match_numpy():
+    x = np.random.default_rng(4).normal(size=(2, 9, 3)).astype(np.float32)
+    y = tf.layers.conv1d(x, 4, 3, strides=2)
+    first = tf.layers.conv1d(np.transpose(x, [0, 2, 1]), 4, [3], strides=2, data_format="channels_first")
+    pooled = tf.layers.max_pooling1d(x, 2, 2)
+    averaged = tf.layers.average_pooling1d(x, 3, 1, padding="same")
+    assert _names(tf.trainable_variables()) == ["conv1d/kernel:0", "conv1d/bias:0", "conv1d_1/kernel:0",
+                                                "conv1d_1/bias:0"]
+    assert tf.trainable_variables()[0].shape.as_list() == [3, 3, 4]
+    assert y.shape.as_list() == [2, 4, 4] and averaged.shape.as_list() == [2, 9, 3]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        kernel = sess.run(tf.trainable_variables()[0])
+        tf.trainable_variables()[2].load(kernel, sess)
+        got, got_first, got_pooled = sess.run([y, first, pooled])
+    windows = [x[:, 2 * i:2 * i + 3] for i in range(4)]
+    expected = np.stack([np.tensordot(w, kernel, axes=([1, 2], [0, 1])) for w in windows], 1)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.transpose(got_first, [0, 2, 1]), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got_pooled, x[:, :8].reshape(2, 4, 2, 3).max(axis=2))

@@ -96,6 +96,12 @@ def test_accuracy_streams_over_batches_in_local_variables():
         assert sess.run(accuracy) == 0.0
 
 
+def test_accuracy_squeezes_a_trailing_label_dimension():
+    predictions = tf.constant([1, 0, 3], tf.int64)
+    _, update = tf.metrics.accuracy(labels=[[1], [2], [3]], predictions=predictions)
+    assert _run(update)[0] == pytest.approx(2 / 3)
+
+
 def test_mean_precision_recall_and_collections():
     values = tf.placeholder(tf.float32, [None])
     mean, update_mean = tf.metrics.mean(values, weights=[1.0, 3.0], metrics_collections=["m"],
