@@ -58,6 +58,22 @@ def test_reentering_a_scope_with_reuse_shares_the_unnamed_layers():
     assert train_logits.shape.as_list() == test_logits.shape.as_list() == [None, 10]
 
 
+def test_variable_scope_default_names_count_within_the_enclosing_scope():
+    with tf.variable_scope("a"):
+        with tf.variable_scope(None, default_name="block"):
+            first = tf.get_variable("w", [1])
+        with tf.variable_scope(None, default_name="block"):
+            second = tf.get_variable("w", [1])
+    with tf.name_scope("ops_only"), tf.variable_scope(None, default_name="block"):
+        top = tf.get_variable("w", [1])  # a name scope does not prefix variables
+    assert [first.op.name, second.op.name, top.op.name] == ["a/block/w", "a/block_1/w", "block/w"]
+    with tf.variable_scope("a", reuse=True), tf.variable_scope(None, default_name="block"):
+        assert tf.get_variable("w", [1]) is first  # re-entering "a" numbers its sub-scopes from 0 again
+    with pytest.raises(TypeError, match="default_name"):
+        with tf.variable_scope(None):
+            pass
+
+
 def test_a_layer_object_reuses_its_variables_on_every_call():
     layer = tf.layers.Dense(3, activation=tf.nn.relu, name="shared")
     a = layer(tf.ones([2, 4]))
