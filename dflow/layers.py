@@ -71,6 +71,20 @@ def _pair(value, what: str) -> tuple[int, int]:
     return values
 
 
+# Keras (which TF 1.x's tf.layers is built on) also takes an activation by name
+_ACTIVATIONS = {"relu": nn_ops.relu, "sigmoid": math_ops.sigmoid, "tanh": math_ops.tanh,
+                "softmax": nn_ops.softmax, "linear": None}
+
+
+def _activation(activation):
+    if not isinstance(activation, str):
+        return activation
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not supported by dflow by name; pass a function "
+                         f"(tf.nn.relu...) or one of {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[activation]
+
+
 def _no_constraint(**constraints) -> None:
     given = [name for name, value in constraints.items() if value is not None]
     if given:
@@ -216,7 +230,7 @@ class Dense(Layer):
         super().__init__(trainable=trainable, name=name, activity_regularizer=activity_regularizer, **kwargs)
         _no_constraint(kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
         self.units = int(units)
-        self.activation, self.use_bias = activation, use_bias
+        self.activation, self.use_bias = _activation(activation), use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
         self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
 
@@ -273,7 +287,7 @@ class Conv2D(Layer):
         self.strides = _pair(strides, "strides")
         self.dilation_rate = _pair(dilation_rate, "dilation_rate")
         self.padding, self.data_format = _padding(padding), _data_format(data_format)
-        self.activation, self.use_bias = activation, use_bias
+        self.activation, self.use_bias = _activation(activation), use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
         self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
 

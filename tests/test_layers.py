@@ -96,7 +96,7 @@ def test_layers_inside_variable_scopes_and_non_trainable_layers():
 def test_dense_matches_numpy_on_2d_and_3d_inputs():
     rng = np.random.default_rng(0)
     x2, x3 = rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(2, 3, 4)).astype(np.float32)
-    layer = tf.layers.Dense(6, activation=tf.nn.relu, bias_initializer=tf.constant_initializer(0.5))
+    layer = tf.layers.Dense(6, activation="relu", bias_initializer=tf.constant_initializer(0.5))
     p3 = tf.placeholder(tf.float32, [None, None, 4])
     y2, y3 = layer(tf.constant(x2)), layer(p3)
     assert y3.shape.as_list() == [None, None, 6]
@@ -242,6 +242,8 @@ def test_bad_layer_arguments_say_what_was_wrong():
         tf.layers.max_pooling2d(x, 2, 2, data_format="NWHC")
     with pytest.raises(ValueError, match="last dimension of the inputs to `Dense`"):
         tf.layers.dense(tf.placeholder(tf.float32, [None, None]), 3)
+    with pytest.raises(ValueError, match="activation 'swish' is not supported by dflow by name"):
+        tf.layers.dense(tf.placeholder(tf.float32, [None, 2]), 3, activation="swish")
     with pytest.raises(ValueError, match="kernel_constraint is not supported"):
         tf.layers.dense(tf.placeholder(tf.float32, [None, 2]), 3, kernel_constraint=lambda w: w)
 
