@@ -418,3 +418,40 @@ def test_conv1d_and_1d_pooling_match_numpy():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.transpose(got_first, [0, 2, 1]), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got_pooled, x[:, :8].reshape(2, 4, 2, 3).max(axis=2))
+
+
+def _run_all(*fetches):
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        return sess.run(list(fetches))
+
+
+def test_contrib_layer_norm_matches_numpy():
+    x = np.random.default_rng(5).normal(2.0, 3.0, size=(4, 3, 5)).astype(np.float32)
+    y = tf.contrib.layers.layer_norm(x)
+    assert _names(tf.trainable_variables()) == ["LayerNorm/beta:0", "LayerNorm/gamma:0"]
+    assert tf.trainable_variables()[0].shape.as_list() == [5]
+    (got,) = _run_all(y)
+    mean, var = x.mean(axis=(1, 2), keepdims=True), x.var(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(got, (x - mean) / np.sqrt(var + 1e-12), rtol=1e-4, atol=1e-5)
+
+
+def test_optimize_loss_runs_update_ops_clips_and_steps():
+    """contrib's one-call training step: an optimizer by name, a learning-rate variable, the
+    UPDATE_OPS first, gradients clipped by their global norm."""
+    w = tf.Variable([3.0, 4.0], name="w")
+    counter = tf.Variable(0.0, trainable=False, name="counter")
+    tf.add_to_collection(tf.GraphKeys.UPDATE_OPS, tf.assign_add(counter, 1.0))
+    step = tf.train.get_or_create_global_step()
+    loss = 0.5 * tf.reduce_sum(tf.square(w))  # gradient w, norm 5
+    train = tf.contrib.layers.optimize_loss(loss, step, 0.1, "SGD", clip_gradients=1.0)
+    assert "OptimizeLoss/learning_rate" in {v.op.name for v in tf.global_variables()}
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        returned = sess.run(train)
+        got_w, got_counter, got_step = sess.run([w, counter, step])
+    assert returned == pytest.approx(12.5)  # the loss before the step
+    np.testing.assert_allclose(got_w, [3.0 - 0.1 * 0.6, 4.0 - 0.1 * 0.8], rtol=1e-6)  # clipped to norm 1
+    assert got_counter == 1.0 and got_step == 1
+    with pytest.raises(ValueError, match="Optimizer name should be one of"):
+        tf.contrib.layers.optimize_loss(loss, step, 0.1, "Nadam")
