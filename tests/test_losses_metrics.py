@@ -117,6 +117,34 @@ def test_mean_precision_recall_and_collections():
     assert got_precision == pytest.approx(2 / 3) and got_recall == pytest.approx(2 / 3)
 
 
+def test_auc_of_roc_and_pr_curves():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    scores = np.clip(labels * 0.3 + rng.uniform(0, 0.7, 400), 0, 1).astype(np.float32)
+    half = tf.placeholder(tf.float32, [None])
+    half_labels = tf.placeholder(tf.int64, [None])
+    roc, update_roc = tf.metrics.auc(half_labels, half)
+    pr, update_pr = tf.metrics.auc(half_labels, half, curve="PR", num_thresholds=50)
+    assert [v.name for v in tf.local_variables()][:4] == [
+        "auc/true_positives:0", "auc/false_negatives:0", "auc/true_negatives:0", "auc/false_positives:0"]
+    with tf.Session() as sess:
+        sess.run(tf.local_variables_initializer())
+        for part in (slice(0, 200), slice(200, 400)):  # streamed in two batches
+            sess.run([update_roc, update_pr], {half: scores[part], half_labels: labels[part]})
+        got_roc, got_pr = sess.run([roc, pr])
+    positive, negative = scores[labels == 1], scores[labels == 0]
+    exact = (positive[:, None] > negative[None, :]).mean()  # P(score of a positive > of a negative)
+    assert got_roc == pytest.approx(exact, abs=2e-3)
+    thresholds = np.array([-1e-7, *[(i + 1) / 49 for i in range(48)], 1 + 1e-7])
+    predicted = scores[:, None] > thresholds[None, :]
+    tp = (predicted & (labels[:, None] == 1)).sum(0)
+    fp = (predicted & (labels[:, None] == 0)).sum(0)
+    fn = (~predicted & (labels[:, None] == 1)).sum(0)
+    precision, recall = tp / (tp + fp + 1e-7), tp / (tp + fn + 1e-7)
+    expected = np.sum((recall[:-1] - recall[1:]) * (precision[:-1] + precision[1:]) / 2)
+    assert got_pr == pytest.approx(expected, rel=1e-5)
+
+
 # ---- tf.train.ExponentialMovingAverage ----------------------------------------------------------
 def test_shadow_variables_are_named_initialized_and_updated_as_in_tf():
     w = tf.Variable([1.0, 2.0], name="w")
