@@ -455,3 +455,17 @@ def test_optimize_loss_runs_update_ops_clips_and_steps():
     assert got_counter == 1.0 and got_step == 1
     with pytest.raises(ValueError, match="Optimizer name should be one of"):
         tf.contrib.layers.optimize_loss(loss, step, 0.1, "Nadam")
+
+
+def test_contrib_conv2d_transpose_and_one_hot_encoding():
+    x = tf.placeholder(tf.float32, [None, 4, 4, 3])
+    y = tf.contrib.layers.conv2d_transpose(x, 2, 3, stride=2)
+    onehot = tf.contrib.layers.one_hot_encoding([0, 2], 3)
+    assert y.shape.as_list() == [None, 8, 8, 2]
+    assert _names(tf.trainable_variables()) == ["Conv2d_transpose/weights:0", "Conv2d_transpose/biases:0"]
+    assert tf.trainable_variables()[0].shape.as_list() == [3, 3, 2, 3]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got, got_onehot = sess.run([y, onehot], {x: np.random.default_rng(6).normal(size=(2, 4, 4, 3))})
+    assert got.min() == 0.0 and got.max() > 0.0  # ReLU by default
+    np.testing.assert_array_equal(got_onehot, [[1, 0, 0], [0, 0, 1]])

@@ -39,7 +39,8 @@ _ZEROS, _ONES = zeros_initializer(), ones_initializer()
 __all__ = [
     "xavier_initializer", "xavier_initializer_conv2d", "variance_scaling_initializer",
     "l1_regularizer", "l2_regularizer", "l1_l2_regularizer", "sum_regularizer", "apply_regularization",
-    "flatten", "fully_connected", "conv2d", "convolution2d", "max_pool2d", "avg_pool2d", "dropout",
+    "flatten", "fully_connected", "conv2d", "convolution2d", "conv2d_transpose", "convolution2d_transpose",
+    "one_hot_encoding", "max_pool2d", "avg_pool2d", "dropout",
     "batch_norm", "layer_norm", "optimize_loss", "OPTIMIZER_CLS_NAMES",
 ]
 
@@ -191,6 +192,11 @@ class _Convolution(_NormalizedActivated, core.Conv2D):
     _weight_names = ("weights", "biases")
 
 
+class _TransposedConvolution(_NormalizedActivated, core.Conv2DTranspose):
+    _base_name = "Conv2d_transpose"
+    _weight_names = ("weights", "biases")
+
+
 def _apply_contrib(layer, inputs, variables_collections, outputs_collections):
     outputs = layer.apply(inputs)
     _add_to_collections(layer.kernel, variables_collections, "weights")
@@ -233,6 +239,37 @@ def conv2d(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_form
 
 
 convolution2d = conv2d
+
+
+def conv2d_transpose(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_format="NHWC",
+                     activation_fn=nn_ops.relu, normalizer_fn=None, normalizer_params=None,
+                     weights_initializer=None, weights_regularizer=None, biases_initializer=_ZEROS,
+                     biases_regularizer=None, reuse=None, variables_collections=None,
+                     outputs_collections=None, trainable=True, scope=None):
+    """Transposed 2-D convolution (``Conv2d_transpose/weights`` ``[kh, kw, out, in]``), upsampling by
+    ``stride``; ``'SAME'`` padding and ReLU by default."""
+    if data_format not in ("NHWC", "NCHW"):
+        raise ValueError(f"data_format has to be either NCHW or NHWC, got {data_format!r}")
+    layer = _TransposedConvolution(num_outputs, kernel_size, stride, padding, data_format, (1, 1), None,
+                                   normalizer_fn is None and biases_initializer is not None,
+                                   weights_initializer or xavier_initializer(), biases_initializer,
+                                   weights_regularizer, biases_regularizer, trainable=trainable, name=scope,
+                                   _reuse=reuse)
+    layer._contrib_options(activation_fn, normalizer_fn, normalizer_params)
+    return _apply_contrib(layer, inputs, variables_collections, outputs_collections)
+
+
+convolution2d_transpose = conv2d_transpose
+
+
+def one_hot_encoding(labels, num_classes, on_value=1.0, off_value=0.0, outputs_collections=None, scope=None):
+    """``labels`` (class indices) as one-hot float vectors of ``num_classes``."""
+    with name_scope(scope, "OneHotEncoding", [labels]):
+        labels = convert_to_tensor(labels)
+        if labels.dtype == dtypes.int32:
+            labels = math_ops.cast(labels, dtypes.int64)
+        outputs = array_ops.one_hot(labels, num_classes, on_value=on_value, off_value=off_value)
+    return _outputs(outputs, outputs_collections)
 
 
 def max_pool2d(inputs, kernel_size, stride=2, padding="VALID", data_format="NHWC", outputs_collections=None,
