@@ -469,3 +469,17 @@ def test_contrib_conv2d_transpose_and_one_hot_encoding():
         got, got_onehot = sess.run([y, onehot], {x: np.random.default_rng(6).normal(size=(2, 4, 4, 3))})
     assert got.min() == 0.0 and got.max() > 0.0  # ReLU by default
     np.testing.assert_array_equal(got_onehot, [[1, 0, 0], [0, 0, 1]])
+
+
+@pytest.mark.parametrize("make, shape, std", [
+    (lambda: tf.variance_scaling_initializer(), [400, 100], np.sqrt(1.0 / 400)),
+    (lambda: tf.variance_scaling_initializer(2.0, "fan_out", "uniform"), [100, 400], np.sqrt(2.0 / 400)),
+    (lambda: tf.variance_scaling_initializer(2.0, distribution="untruncated_normal"), [3, 3, 20, 8],
+     np.sqrt(2.0 / 180)),
+    (lambda: tf.glorot_normal_initializer(), [200, 300], np.sqrt(2.0 / 500)),
+])
+def test_core_variance_scaling_initializers(make, shape, std):
+    """As tensorflow/models' ResNet passes them: ``kernel_initializer=tf.variance_scaling_initializer()``."""
+    (values,) = _run_all(tf.get_variable("kernel", shape, initializer=make()))
+    np.testing.assert_allclose(values.std(), std, rtol=0.06)
+    assert abs(values.mean()) < std / 10
