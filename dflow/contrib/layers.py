@@ -25,6 +25,7 @@ from ..ops import array_ops, math_ops, nn_ops, state_ops
 from ..train import optimizers as train_optimizers
 from ..train.training_util import get_global_step
 from ..variables import (
+    _fans,
     _Initializer,
     constant_initializer,
     get_variable,
@@ -56,10 +57,7 @@ def variance_scaling_initializer(factor=2.0, mode="FAN_IN", uniform=False, seed=
         raise TypeError("Cannot create initializer for non-floating point type.")
 
     def build(shape, dt):
-        fan_in = float(shape[-2] if len(shape) > 1 else shape[-1]) if shape else 1.0
-        fan_out = float(shape[-1]) if shape else 1.0
-        receptive = float(math.prod(shape[:-2]))  # a conv kernel's window
-        fan_in, fan_out = fan_in * receptive, fan_out * receptive
+        fan_in, fan_out = _fans(shape)
         n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "FAN_AVG": (fan_in + fan_out) / 2.0}[mode]
         if uniform:
             limit = math.sqrt(3.0 * factor / n)
