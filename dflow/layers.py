@@ -561,8 +561,8 @@ class Flatten(Layer):
         if self.data_format == "NCHW" and rank > 2:
             inputs = array_ops.transpose(inputs, [0, *range(2, rank), 1])
         rest = inputs.shape.as_list()[1:]
-        if None in rest:
-            raise ValueError(f"flatten needs the non-batch dimensions known, got shape {inputs.shape}")
+        if None in rest:  # known only when run: keep the batch, fold the rest
+            return array_ops.reshape(inputs, array_ops.stack([array_ops.shape(inputs)[0], -1]))
         return array_ops.reshape(inputs, [-1, math.prod(rest)])
 
 

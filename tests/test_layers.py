@@ -158,6 +158,9 @@ def test_pooling_and_flatten():
     np.testing.assert_allclose(got_avg, blocks.mean(axis=(2, 4)))
     np.testing.assert_array_equal(got_last, x.reshape(2, -1))
     np.testing.assert_array_equal(got_first, got_last)  # flatten makes the order layout-independent
+    unknown = tf.placeholder(tf.float32, [None, None, None, 3])
+    with tf.Session() as sess:
+        assert sess.run(tf.layers.flatten(unknown), {unknown: x}).shape == (2, 48)
 
 
 def test_conv2d_transpose_upsamples_and_is_the_convolutions_transpose():
