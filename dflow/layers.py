@@ -512,9 +512,13 @@ def average_pooling1d(inputs, pool_size, strides, padding="valid", data_format="
 # ---- dropout and flatten ----------------------------------------------------------------------
 def _keep_probability(rate, training):
     """``1 - rate`` while training, 1 otherwise; None where dropout is statically off."""
+    symbolic_rate = isinstance(rate, (Tensor, Variable))
     if isinstance(training, (Tensor, Variable)):
-        return math_ops.where(convert_to_tensor(training), 1.0 - rate, 1.0)
-    return 1.0 - rate if training and rate > 0 else None
+        keep = 1.0 - math_ops.cast(rate, dtypes.float32) if symbolic_rate else 1.0 - rate
+        return math_ops.where(convert_to_tensor(training), keep, 1.0)
+    if not training or (not symbolic_rate and rate == 0):
+        return None
+    return 1.0 - rate
 
 
 class Dropout(Layer):

@@ -187,6 +187,10 @@ def test_dropout_follows_training_as_a_bool_or_a_tensor():
     with tf.Session() as sess:
         got_off, got_on = sess.run([off, on])
         fed_off, fed_on = sess.run(fed, {training: False}), sess.run(fed, {training: True})
+    rate = tf.placeholder(tf.float32, [])
+    fed_rate = tf.layers.dropout(x, rate=rate, training=True)
+    with tf.Session() as sess:
+        assert abs((sess.run(fed_rate, {rate: 0.25}) == 0).mean() - 0.25) < 0.03
     np.testing.assert_array_equal(got_off, x)
     np.testing.assert_array_equal(fed_off, x)
     for got in (got_on, fed_on):
