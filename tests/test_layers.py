@@ -352,8 +352,8 @@ def test_contrib_initializers_have_the_documented_variance(make, shape, std):
 
 
 def test_unsupported_contrib_names_say_so_and_what_to_use():
-    with pytest.raises(AttributeError, match=r"tf.contrib.rnn is not supported by dflow; use tf.nn.rnn_cell"):
-        _ = tf.contrib.rnn
+    with pytest.raises(AttributeError, match=r"tf.contrib.slim is not supported by dflow; use tf.layers"):
+        _ = tf.contrib.slim
     with pytest.raises(AttributeError, match=r"tf.contrib.learn is not supported by dflow; use tf.estimator"):
         _ = tf.contrib.learn
     with pytest.raises(AttributeError, match=r"tf.contrib.layers.embed_sequence is not supported by dflow"):
