@@ -214,6 +214,7 @@ from .variables import (
     get_variable_scope,
     global_variables,
     global_variables_initializer,
+    glorot_normal_initializer,
     glorot_uniform_initializer,
     group,
     initialize_all_variables,
@@ -229,6 +230,7 @@ from .variables import (
     truncated_normal_initializer,
     variable_scope,
     variables_initializer,
+    variance_scaling_initializer,
     zeros_initializer,
 )
 

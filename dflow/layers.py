@@ -20,6 +20,7 @@ on every call. Batch normalization's moving averages go to ``GraphKeys.UPDATE_OP
 from __future__ import annotations
 
 import math
+import operator
 
 from . import dtypes
 from .graph import GraphKeys, Tensor, TensorShape, convert_to_tensor, get_default_graph
@@ -34,8 +35,9 @@ from .variables import (
 )
 
 __all__ = [
-    "Layer", "Dense", "Conv2D", "Conv2DTranspose", "MaxPooling2D", "AveragePooling2D", "Dropout",
-    "Flatten", "BatchNormalization", "dense", "conv2d", "conv2d_transpose", "max_pooling2d",
+    "Layer", "Dense", "Conv1D", "Conv2D", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
+    "MaxPooling2D", "AveragePooling2D", "Dropout", "Flatten", "BatchNormalization", "dense", "conv1d",
+    "conv2d", "conv2d_transpose", "max_pooling1d", "average_pooling1d", "max_pooling2d",
     "average_pooling2d", "dropout", "flatten", "batch_normalization",
 ]
 
@@ -58,11 +60,29 @@ def _padding(padding: str) -> str:
 
 
 def _pair(value, what: str) -> tuple[int, int]:
-    """An int or a 2-sequence, as TF's ``kernel_size``, ``strides``, ``pool_size``."""
-    values = (value, value) if isinstance(value, int) else tuple(value)
-    if len(values) != 2 or not all(isinstance(v, int) and v > 0 for v in values):
+    """An int or a 2-sequence, as TF's ``kernel_size``, ``strides``, ``pool_size`` (NumPy ints too)."""
+    try:
+        values = (operator.index(value),) * 2 if not hasattr(value, "__len__") else tuple(
+            operator.index(v) for v in value)
+    except TypeError:
+        values = ()
+    if len(values) != 2 or min(values) < 1:
         raise ValueError(f"{what} must be a positive int or a pair of them, got {value!r}")
     return values
+
+
+# Keras (which TF 1.x's tf.layers is built on) also takes an activation by name
+_ACTIVATIONS = {"relu": nn_ops.relu, "sigmoid": math_ops.sigmoid, "tanh": math_ops.tanh,
+                "softmax": nn_ops.softmax, "linear": None}
+
+
+def _activation(activation):
+    if not isinstance(activation, str):
+        return activation
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not supported by dflow by name; pass a function "
+                         f"(tf.nn.relu...) or one of {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[activation]
 
 
 def _no_constraint(**constraints) -> None:
@@ -210,7 +230,7 @@ class Dense(Layer):
         super().__init__(trainable=trainable, name=name, activity_regularizer=activity_regularizer, **kwargs)
         _no_constraint(kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
         self.units = int(units)
-        self.activation, self.use_bias = activation, use_bias
+        self.activation, self.use_bias = _activation(activation), use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
         self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
 
@@ -267,7 +287,7 @@ class Conv2D(Layer):
         self.strides = _pair(strides, "strides")
         self.dilation_rate = _pair(dilation_rate, "dilation_rate")
         self.padding, self.data_format = _padding(padding), _data_format(data_format)
-        self.activation, self.use_bias = activation, use_bias
+        self.activation, self.use_bias = _activation(activation), use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
         self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
 
@@ -316,6 +336,56 @@ def _deconv_length(size, kernel, stride, padding):
     if size is None:
         return None
     return size * stride if padding == "SAME" else size * stride + max(kernel - stride, 0)
+
+
+def _one(value, what: str) -> int:
+    """An int or a 1-sequence, as TF's 1-D ``kernel_size``, ``strides``, ``pool_size``."""
+    values = value if hasattr(value, "__len__") else [value]
+    if len(values) != 1:
+        raise ValueError(f"{what} must be an int or a 1-sequence for a 1-D layer, got {value!r}")
+    return _pair(values[0], what)[0]
+
+
+class Conv1D(Conv2D):
+    """1-D convolution of ``[batch, width, channels]`` (``channels_first``: ``[batch, channels,
+    width]``) with a ``[k, in, filters]`` kernel: the 2-D convolution of a one-row image."""
+
+    _base_name = "conv1d"
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format="channels_last",
+                 dilation_rate=1, activation=None, use_bias=True, kernel_initializer=None,
+                 bias_initializer=_ZEROS, kernel_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None, trainable=True,
+                 name=None, **kwargs):
+        super().__init__(filters, (1, _one(kernel_size, "kernel_size")), (1, _one(strides, "strides")),
+                         padding, data_format, (1, _one(dilation_rate, "dilation_rate")), activation,
+                         use_bias, kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+                         activity_regularizer, kernel_constraint, bias_constraint, trainable, name, **kwargs)
+
+    def build(self, input_shape):
+        if input_shape.ndims != 3:
+            raise ValueError(f"Conv1D needs 3-D inputs, got shape {input_shape}")
+        channels = _channels(input_shape, self._channel_axis, "Conv1D")
+        self._add_kernel_and_bias([self.kernel_size[1], channels, self.filters], self.filters)
+
+    def _convolve(self, inputs):
+        row_axis = 2 if self.data_format == "NCHW" else 1
+        image = array_ops.expand_dims(inputs, row_axis)
+        outputs = nn_ops.conv2d(image, array_ops.expand_dims(self.kernel, 0), self.strides, self.padding,
+                                data_format=self.data_format, dilations=self.dilation_rate, name="conv1d")
+        return array_ops.squeeze(outputs, [row_axis])
+
+
+def conv1d(inputs, filters, kernel_size, strides=1, padding="valid", data_format="channels_last",
+           dilation_rate=1, activation=None, use_bias=True, kernel_initializer=None, bias_initializer=_ZEROS,
+           kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+           bias_constraint=None, trainable=True, name=None, reuse=None) -> Tensor:
+    """1-D convolution layer (variables ``conv1d/kernel`` ``[k, in, filters]``, ``conv1d/bias``)."""
+    layer = Conv1D(filters, kernel_size, strides, padding, data_format, dilation_rate, activation, use_bias,
+                   kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+                   activity_regularizer, kernel_constraint, bias_constraint, trainable, name=name,
+                   _reuse=reuse)
+    return layer.apply(inputs)
 
 
 class Conv2DTranspose(Conv2D):
@@ -400,12 +470,55 @@ def average_pooling2d(inputs, pool_size, strides, padding="valid", data_format="
     return AveragePooling2D(pool_size, strides, padding, data_format, name=name).apply(inputs)
 
 
+class _Pooling1D(_Pooling2D):
+    """1-D pooling of ``[batch, width, channels]``: 2-D pooling of a one-row image."""
+
+    def __init__(self, pool_size, strides, padding="valid", data_format="channels_last", name=None,
+                 **kwargs):
+        super().__init__((1, _one(pool_size, "pool_size")), (1, _one(strides, "strides")), padding,
+                         data_format, name=name, **kwargs)
+
+    def call(self, inputs):
+        row_axis = 2 if self.data_format == "NCHW" else 1
+        outputs = super().call(array_ops.expand_dims(inputs, row_axis))
+        return array_ops.squeeze(outputs, [row_axis])
+
+
+class MaxPooling1D(_Pooling1D):
+    """The maximum over ``pool_size`` windows along the width."""
+
+    _base_name = "max_pooling1d"
+
+
+class AveragePooling1D(_Pooling1D):
+    """The mean over ``pool_size`` windows along the width."""
+
+    _base_name = "average_pooling1d"
+    _pool = staticmethod(nn_ops.avg_pool)
+
+
+def max_pooling1d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                  name=None) -> Tensor:
+    """1-D max pooling of ``[batch, width, channels]``."""
+    return MaxPooling1D(pool_size, strides, padding, data_format, name=name).apply(inputs)
+
+
+def average_pooling1d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                      name=None) -> Tensor:
+    """1-D average pooling of ``[batch, width, channels]``."""
+    return AveragePooling1D(pool_size, strides, padding, data_format, name=name).apply(inputs)
+
+
 # ---- dropout and flatten ----------------------------------------------------------------------
 def _keep_probability(rate, training):
     """``1 - rate`` while training, 1 otherwise; None where dropout is statically off."""
+    symbolic_rate = isinstance(rate, (Tensor, Variable))
     if isinstance(training, (Tensor, Variable)):
-        return math_ops.where(convert_to_tensor(training), 1.0 - rate, 1.0)
-    return 1.0 - rate if training and rate > 0 else None
+        keep = 1.0 - math_ops.cast(rate, dtypes.float32) if symbolic_rate else 1.0 - rate
+        return math_ops.where(convert_to_tensor(training), keep, 1.0)
+    if not training or (not symbolic_rate and rate == 0):
+        return None
+    return 1.0 - rate
 
 
 class Dropout(Layer):
@@ -452,8 +565,8 @@ class Flatten(Layer):
         if self.data_format == "NCHW" and rank > 2:
             inputs = array_ops.transpose(inputs, [0, *range(2, rank), 1])
         rest = inputs.shape.as_list()[1:]
-        if None in rest:
-            raise ValueError(f"flatten needs the non-batch dimensions known, got shape {inputs.shape}")
+        if None in rest:  # known only when run: keep the batch, fold the rest
+            return array_ops.reshape(inputs, array_ops.stack([array_ops.shape(inputs)[0], -1]))
         return array_ops.reshape(inputs, [-1, math.prod(rest)])
 
 

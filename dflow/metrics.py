@@ -27,12 +27,12 @@ from .ops import array_ops, math_ops, state_ops
 from .variables import Variable, variable_scope
 
 __all__ = ["mean", "accuracy", "mean_squared_error", "mean_absolute_error", "root_mean_squared_error",
-           "precision", "recall", "true_positives", "false_positives", "false_negatives"]
+           "precision", "recall", "true_positives", "false_positives", "false_negatives", "auc"]
 
 
-def _metric_variable(name: str) -> Variable:
-    """A scalar float32 local variable starting at 0, as TF's ``metric_variable``."""
-    return Variable(lambda: array_ops.zeros([], dtypes.float32), trainable=False, name=name,
+def _metric_variable(name: str, shape=()) -> Variable:
+    """A float32 local variable starting at 0 (a scalar by default), as TF's ``metric_variable``."""
+    return Variable(lambda: array_ops.zeros(list(shape), dtypes.float32), trainable=False, name=name,
                     collections=[GraphKeys.LOCAL_VARIABLES, GraphKeys.METRIC_VARIABLES])
 
 
@@ -73,13 +73,24 @@ def mean(values, weights=None, metrics_collections=None, updates_collections=Non
         return _collect(metrics_collections, updates_collections, value, update_op)
 
 
+def _squeezed(labels: Tensor, predictions: Tensor) -> tuple[Tensor, Tensor]:
+    """TF's ``remove_squeezable_dimensions``: a trailing 1 on whichever has one more dim goes."""
+    rank_l, rank_p = labels.shape.ndims, predictions.shape.ndims
+    if rank_l is not None and rank_p is not None:
+        if rank_l == rank_p + 1 and labels.shape[-1] == 1:
+            labels = array_ops.squeeze(labels, [-1])
+        elif rank_p == rank_l + 1 and predictions.shape[-1] == 1:
+            predictions = array_ops.squeeze(predictions, [-1])
+    return labels, predictions
+
+
 def accuracy(labels, predictions, weights=None, metrics_collections=None, updates_collections=None,
              name=None):
     """The share of ``predictions`` equal to ``labels``: ``(accuracy, update_op)``.
 
     >>> acc, acc_op = tf.metrics.accuracy(labels=labels, predictions=tf.argmax(logits, 1))  # doctest: +SKIP
     """
-    labels, predictions = convert_to_tensor(labels), convert_to_tensor(predictions)
+    labels, predictions = _squeezed(convert_to_tensor(labels), convert_to_tensor(predictions))
     if labels.dtype != predictions.dtype:
         predictions = math_ops.cast(predictions, labels.dtype)
     is_correct = math_ops.cast(math_ops.equal(predictions, labels), dtypes.float32)
@@ -173,3 +184,56 @@ def recall(labels, predictions, weights=None, metrics_collections=None, updates_
     """``true_positives / (true_positives + false_negatives)`` so far: ``(recall, update_op)``."""
     return _ratio(true_positives, false_negatives, "recall", labels, predictions, weights,
                   metrics_collections, updates_collections, name)
+
+
+_AUC_EPSILON = 1e-7  # TF's: keeps the rates finite and puts the end thresholds just outside [0, 1]
+
+
+def _confusion_at_thresholds(labels, predictions, weights, thresholds):
+    """Running ``[tp, fn, tn, fp]`` per threshold (``prediction > threshold`` is positive)."""
+    predicted = math_ops.greater(array_ops.reshape(_as_float(predictions), [-1, 1]),
+                                 array_ops.constant([thresholds], dtypes.float32))
+    actual = array_ops.reshape(math_ops.cast(convert_to_tensor(labels), dtypes.bool), [-1, 1])
+    weight = 1.0 if weights is None else array_ops.reshape(_as_float(weights), [-1, 1])
+    negative, not_predicted = math_ops.logical_not(actual), math_ops.logical_not(predicted)
+    cells = {"true_positives": math_ops.logical_and(actual, predicted),
+             "false_negatives": math_ops.logical_and(actual, not_predicted),
+             "true_negatives": math_ops.logical_and(negative, not_predicted),
+             "false_positives": math_ops.logical_and(negative, predicted)}
+    values, updates = [], []
+    for name, condition in cells.items():
+        count = _metric_variable(name, [len(thresholds)])
+        with get_default_graph().colocate_with(count):
+            updates.append(state_ops.assign_add(
+                count, math_ops.reduce_sum(math_ops.cast(condition, dtypes.float32) * weight, 0)))
+        values.append(count.value())
+    return values, updates
+
+
+def _area(tp, fn, tn, fp, curve):
+    """The trapezoidal area under the ROC (recall against false-positive rate) or PR curve."""
+    recall = tp / (tp + fn + _AUC_EPSILON)
+    if curve == "ROC":
+        x, y = fp / (fp + tn + _AUC_EPSILON), recall
+    else:
+        x, y = recall, tp / (tp + fp + _AUC_EPSILON)
+    return math_ops.reduce_sum((x[:-1] - x[1:]) * (y[:-1] + y[1:]) / 2.0)
+
+
+def auc(labels, predictions, weights=None, num_thresholds=200, metrics_collections=None,
+        updates_collections=None, curve="ROC", name=None, summation_method="trapezoidal", thresholds=None):
+    """The area under the ROC (or ``curve='PR'``) curve of scores ``predictions`` in [0, 1] against
+    boolean ``labels``, from confusion counts at ``num_thresholds`` thresholds: ``(auc, update_op)``."""
+    if curve not in ("ROC", "PR"):
+        raise ValueError(f"curve must be either ROC or PR, {curve} unknown")
+    if summation_method != "trapezoidal":
+        raise ValueError(f"auc(summation_method={summation_method!r}) is not supported by dflow; "
+                         "use 'trapezoidal'")
+    if thresholds is None:
+        thresholds = [(i + 1) / (num_thresholds - 1) for i in range(num_thresholds - 2)]
+    thresholds = [0.0 - _AUC_EPSILON, *[float(t) for t in thresholds], 1.0 + _AUC_EPSILON]
+    with variable_scope(name, "auc", (labels, predictions, weights)):
+        values, updates = _confusion_at_thresholds(labels, predictions, weights, thresholds)
+        value = math_ops.multiply(_area(*values, curve), 1.0, name="value")
+        update_op = math_ops.multiply(_area(*updates, curve), 1.0, name="update_op")
+        return _collect(metrics_collections, updates_collections, value, update_op)

@@ -58,6 +58,22 @@ def test_reentering_a_scope_with_reuse_shares_the_unnamed_layers():
     assert train_logits.shape.as_list() == test_logits.shape.as_list() == [None, 10]
 
 
+def test_variable_scope_default_names_count_within_the_enclosing_scope():
+    with tf.variable_scope("a"):
+        with tf.variable_scope(None, default_name="block"):
+            first = tf.get_variable("w", [1])
+        with tf.variable_scope(None, default_name="block"):
+            second = tf.get_variable("w", [1])
+    with tf.name_scope("ops_only"), tf.variable_scope(None, default_name="block"):
+        top = tf.get_variable("w", [1])  # a name scope does not prefix variables
+    assert [first.op.name, second.op.name, top.op.name] == ["a/block/w", "a/block_1/w", "block/w"]
+    with tf.variable_scope("a", reuse=True), tf.variable_scope(None, default_name="block"):
+        assert tf.get_variable("w", [1]) is first  # re-entering "a" numbers its sub-scopes from 0 again
+    with pytest.raises(TypeError, match="default_name"):
+        with tf.variable_scope(None):
+            pass
+
+
 def test_a_layer_object_reuses_its_variables_on_every_call():
     layer = tf.layers.Dense(3, activation=tf.nn.relu, name="shared")
     a = layer(tf.ones([2, 4]))
@@ -80,7 +96,7 @@ def test_layers_inside_variable_scopes_and_non_trainable_layers():
 def test_dense_matches_numpy_on_2d_and_3d_inputs():
     rng = np.random.default_rng(0)
     x2, x3 = rng.normal(size=(5, 4)).astype(np.float32), rng.normal(size=(2, 3, 4)).astype(np.float32)
-    layer = tf.layers.Dense(6, activation=tf.nn.relu, bias_initializer=tf.constant_initializer(0.5))
+    layer = tf.layers.Dense(6, activation="relu", bias_initializer=tf.constant_initializer(0.5))
     p3 = tf.placeholder(tf.float32, [None, None, 4])
     y2, y3 = layer(tf.constant(x2)), layer(p3)
     assert y3.shape.as_list() == [None, None, 6]
@@ -142,6 +158,9 @@ def test_pooling_and_flatten():
     np.testing.assert_allclose(got_avg, blocks.mean(axis=(2, 4)))
     np.testing.assert_array_equal(got_last, x.reshape(2, -1))
     np.testing.assert_array_equal(got_first, got_last)  # flatten makes the order layout-independent
+    unknown = tf.placeholder(tf.float32, [None, None, None, 3])
+    with tf.Session() as sess:
+        assert sess.run(tf.layers.flatten(unknown), {unknown: x}).shape == (2, 48)
 
 
 def test_conv2d_transpose_upsamples_and_is_the_convolutions_transpose():
@@ -168,6 +187,10 @@ def test_dropout_follows_training_as_a_bool_or_a_tensor():
     with tf.Session() as sess:
         got_off, got_on = sess.run([off, on])
         fed_off, fed_on = sess.run(fed, {training: False}), sess.run(fed, {training: True})
+    rate = tf.placeholder(tf.float32, [])
+    fed_rate = tf.layers.dropout(x, rate=rate, training=True)
+    with tf.Session() as sess:
+        assert abs((sess.run(fed_rate, {rate: 0.25}) == 0).mean() - 0.25) < 0.03
     np.testing.assert_array_equal(got_off, x)
     np.testing.assert_array_equal(fed_off, x)
     for got in (got_on, fed_on):
@@ -226,6 +249,8 @@ def test_bad_layer_arguments_say_what_was_wrong():
         tf.layers.max_pooling2d(x, 2, 2, data_format="NWHC")
     with pytest.raises(ValueError, match="last dimension of the inputs to `Dense`"):
         tf.layers.dense(tf.placeholder(tf.float32, [None, None]), 3)
+    with pytest.raises(ValueError, match="activation 'swish' is not supported by dflow by name"):
+        tf.layers.dense(tf.placeholder(tf.float32, [None, 2]), 3, activation="swish")
     with pytest.raises(ValueError, match="kernel_constraint is not supported"):
         tf.layers.dense(tf.placeholder(tf.float32, [None, 2]), 3, kernel_constraint=lambda w: w)
 
@@ -327,6 +352,8 @@ def test_contrib_initializers_have_the_documented_variance(make, shape, std):
 
 
 def test_unsupported_contrib_names_say_so_and_what_to_use():
+    with pytest.raises(AttributeError, match=r"tf.contrib.slim is not supported by dflow; use tf.layers"):
+        _ = tf.contrib.slim
     with pytest.raises(AttributeError, match=r"tf.contrib.learn is not supported by dflow; use tf.estimator"):
         _ = tf.contrib.learn
     with pytest.raises(AttributeError, match=r"tf.contrib.layers.embed_sequence is not supported by dflow"):
@@ -366,3 +393,100 @@ def test_a_tf_layers_conv_net_learns_the_digits():
         sess.run(update_accuracy, test_feed)
         test_accuracy = sess.run(accuracy)
     assert test_accuracy > 0.9, test_accuracy
+
+
+def test_the_modules_examples_run():
+    import doctest
+    import importlib
+
+    for name in ("dflow.layers", "dflow.contrib", "dflow.contrib.layers", "dflow.losses", "dflow.metrics",
+                 "dflow.train.moving_averages", "dflow.train.optimizers"):
+        failed, _ = doctest.testmod(importlib.import_module(name))
+        assert failed == 0, name
+
+
+def test_conv1d_and_1d_pooling_match_numpy():
+    x = np.random.default_rng(4).normal(size=(2, 9, 3)).astype(np.float32)
+    y = tf.layers.conv1d(x, 4, 3, strides=2)
+    first = tf.layers.conv1d(np.transpose(x, [0, 2, 1]), 4, [3], strides=2, data_format="channels_first")
+    pooled = tf.layers.max_pooling1d(x, 2, 2)
+    averaged = tf.layers.average_pooling1d(x, 3, 1, padding="same")
+    assert _names(tf.trainable_variables()) == ["conv1d/kernel:0", "conv1d/bias:0", "conv1d_1/kernel:0",
+                                                "conv1d_1/bias:0"]
+    assert tf.trainable_variables()[0].shape.as_list() == [3, 3, 4]
+    assert y.shape.as_list() == [2, 4, 4] and averaged.shape.as_list() == [2, 9, 3]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        kernel = sess.run(tf.trainable_variables()[0])
+        tf.trainable_variables()[2].load(kernel, sess)
+        got, got_first, got_pooled = sess.run([y, first, pooled])
+    windows = [x[:, 2 * i:2 * i + 3] for i in range(4)]
+    expected = np.stack([np.tensordot(w, kernel, axes=([1, 2], [0, 1])) for w in windows], 1)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.transpose(got_first, [0, 2, 1]), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got_pooled, x[:, :8].reshape(2, 4, 2, 3).max(axis=2))
+
+
+def _run_all(*fetches):
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        return sess.run(list(fetches))
+
+
+def test_contrib_layer_norm_matches_numpy():
+    x = np.random.default_rng(5).normal(2.0, 3.0, size=(4, 3, 5)).astype(np.float32)
+    y = tf.contrib.layers.layer_norm(x)
+    assert _names(tf.trainable_variables()) == ["LayerNorm/beta:0", "LayerNorm/gamma:0"]
+    assert tf.trainable_variables()[0].shape.as_list() == [5]
+    (got,) = _run_all(y)
+    mean, var = x.mean(axis=(1, 2), keepdims=True), x.var(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(got, (x - mean) / np.sqrt(var + 1e-12), rtol=1e-4, atol=1e-5)
+
+
+def test_optimize_loss_runs_update_ops_clips_and_steps():
+    """contrib's one-call training step: an optimizer by name, a learning-rate variable, the
+    UPDATE_OPS first, gradients clipped by their global norm."""
+    w = tf.Variable([3.0, 4.0], name="w")
+    counter = tf.Variable(0.0, trainable=False, name="counter")
+    tf.add_to_collection(tf.GraphKeys.UPDATE_OPS, tf.assign_add(counter, 1.0))
+    step = tf.train.get_or_create_global_step()
+    loss = 0.5 * tf.reduce_sum(tf.square(w))  # gradient w, norm 5
+    train = tf.contrib.layers.optimize_loss(loss, step, 0.1, "SGD", clip_gradients=1.0)
+    assert "OptimizeLoss/learning_rate" in {v.op.name for v in tf.global_variables()}
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        returned = sess.run(train)
+        got_w, got_counter, got_step = sess.run([w, counter, step])
+    assert returned == pytest.approx(12.5)  # the loss before the step
+    np.testing.assert_allclose(got_w, [3.0 - 0.1 * 0.6, 4.0 - 0.1 * 0.8], rtol=1e-6)  # clipped to norm 1
+    assert got_counter == 1.0 and got_step == 1
+    with pytest.raises(ValueError, match="Optimizer name should be one of"):
+        tf.contrib.layers.optimize_loss(loss, step, 0.1, "Nadam")
+
+
+def test_contrib_conv2d_transpose_and_one_hot_encoding():
+    x = tf.placeholder(tf.float32, [None, 4, 4, 3])
+    y = tf.contrib.layers.conv2d_transpose(x, 2, 3, stride=2)
+    onehot = tf.contrib.layers.one_hot_encoding([0, 2], 3)
+    assert y.shape.as_list() == [None, 8, 8, 2]
+    assert _names(tf.trainable_variables()) == ["Conv2d_transpose/weights:0", "Conv2d_transpose/biases:0"]
+    assert tf.trainable_variables()[0].shape.as_list() == [3, 3, 2, 3]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got, got_onehot = sess.run([y, onehot], {x: np.random.default_rng(6).normal(size=(2, 4, 4, 3))})
+    assert got.min() == 0.0 and got.max() > 0.0  # ReLU by default
+    np.testing.assert_array_equal(got_onehot, [[1, 0, 0], [0, 0, 1]])
+
+
+@pytest.mark.parametrize("make, shape, std", [
+    (lambda: tf.variance_scaling_initializer(), [400, 100], np.sqrt(1.0 / 400)),
+    (lambda: tf.variance_scaling_initializer(2.0, "fan_out", "uniform"), [100, 400], np.sqrt(2.0 / 400)),
+    (lambda: tf.variance_scaling_initializer(2.0, distribution="untruncated_normal"), [3, 3, 20, 8],
+     np.sqrt(2.0 / 180)),
+    (lambda: tf.glorot_normal_initializer(), [200, 300], np.sqrt(2.0 / 500)),
+])
+def test_core_variance_scaling_initializers(make, shape, std):
+    """As tensorflow/models' ResNet passes them: ``kernel_initializer=tf.variance_scaling_initializer()``."""
+    (values,) = _run_all(tf.get_variable("kernel", shape, initializer=make()))
+    np.testing.assert_allclose(values.std(), std, rtol=0.06)
+    assert abs(values.mean()) < std / 10

@@ -4,6 +4,7 @@ TF names them, and their bad hyperparameters refused."""
 
 import numpy as np
 import pytest
+from conftest import local_cluster_fixture
 
 import dflow as tf
 
@@ -160,3 +161,37 @@ def test_initial_slot_values():
 def test_bad_hyperparameters_are_refused(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+# ---- on a cluster: the updates run on the parameter server -------------------------------------
+cluster = local_cluster_fixture(ps=1, workers=1)
+
+
+def _train_with_averages(make, target=None, spec=None, steps=3):
+    """``steps`` steps of ``make()``, each followed by an ExponentialMovingAverage update:
+    w, its slots and its average (with ``spec``: all on the PS)."""
+    with tf.Graph().as_default():
+        with tf.device(tf.train.replica_device_setter(cluster=spec) if spec else None):
+            w, b, loss = _model()
+            opt = make()
+            train = opt.minimize(loss)
+            ema = tf.train.ExponentialMovingAverage(0.5)
+            with tf.control_dependencies([train]):
+                train = ema.apply([w, b])
+        slots = [opt.get_slot(w, name) for name in opt.get_slot_names()]
+        if spec:
+            assert {v.device for v in [w, *slots, ema.average(w)]} == {"/job:ps/task:0"}
+        with tf.Session(target) as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(steps):
+                sess.run(train)
+            return sess.run([w, *slots, ema.average(w)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [row[1] for row in OPTIMIZERS[::2]], ids=[row[0] for row in OPTIMIZERS[::2]])
+def test_updates_and_averages_on_the_parameter_server_match_the_local_run(make, cluster, target):
+    local = _train_with_averages(make)
+    remote = _train_with_averages(make, target, cluster.spec)
+    for got, expected in zip(remote, local):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -20,17 +20,29 @@ import numbers
 
 from .. import dtypes
 from .. import layers as core
-from ..graph import GraphKeys, convert_to_tensor, get_default_graph, name_scope
+from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph, name_scope
 from ..ops import array_ops, math_ops, nn_ops, state_ops
-from ..variables import _Initializer, ones_initializer, zeros_initializer
+from ..train import optimizers as train_optimizers
+from ..train.training_util import get_global_step
+from ..variables import (
+    _fans,
+    _Initializer,
+    constant_initializer,
+    get_variable,
+    ones_initializer,
+    trainable_variables,
+    variable_scope,
+    zeros_initializer,
+)
 
 _ZEROS, _ONES = zeros_initializer(), ones_initializer()
 
 __all__ = [
     "xavier_initializer", "xavier_initializer_conv2d", "variance_scaling_initializer",
     "l1_regularizer", "l2_regularizer", "l1_l2_regularizer", "sum_regularizer", "apply_regularization",
-    "flatten", "fully_connected", "conv2d", "convolution2d", "max_pool2d", "avg_pool2d", "dropout",
-    "batch_norm",
+    "flatten", "fully_connected", "conv2d", "convolution2d", "conv2d_transpose", "convolution2d_transpose",
+    "one_hot_encoding", "max_pool2d", "avg_pool2d", "dropout",
+    "batch_norm", "layer_norm", "optimize_loss", "OPTIMIZER_CLS_NAMES",
 ]
 
 
@@ -45,10 +57,7 @@ def variance_scaling_initializer(factor=2.0, mode="FAN_IN", uniform=False, seed=
         raise TypeError("Cannot create initializer for non-floating point type.")
 
     def build(shape, dt):
-        fan_in = float(shape[-2] if len(shape) > 1 else shape[-1]) if shape else 1.0
-        fan_out = float(shape[-1]) if shape else 1.0
-        receptive = float(math.prod(shape[:-2]))  # a conv kernel's window
-        fan_in, fan_out = fan_in * receptive, fan_out * receptive
+        fan_in, fan_out = _fans(shape)
         n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "FAN_AVG": (fan_in + fan_out) / 2.0}[mode]
         if uniform:
             limit = math.sqrt(3.0 * factor / n)
@@ -181,6 +190,11 @@ class _Convolution(_NormalizedActivated, core.Conv2D):
     _weight_names = ("weights", "biases")
 
 
+class _TransposedConvolution(_NormalizedActivated, core.Conv2DTranspose):
+    _base_name = "Conv2d_transpose"
+    _weight_names = ("weights", "biases")
+
+
 def _apply_contrib(layer, inputs, variables_collections, outputs_collections):
     outputs = layer.apply(inputs)
     _add_to_collections(layer.kernel, variables_collections, "weights")
@@ -223,6 +237,37 @@ def conv2d(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_form
 
 
 convolution2d = conv2d
+
+
+def conv2d_transpose(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_format="NHWC",
+                     activation_fn=nn_ops.relu, normalizer_fn=None, normalizer_params=None,
+                     weights_initializer=None, weights_regularizer=None, biases_initializer=_ZEROS,
+                     biases_regularizer=None, reuse=None, variables_collections=None,
+                     outputs_collections=None, trainable=True, scope=None):
+    """Transposed 2-D convolution (``Conv2d_transpose/weights`` ``[kh, kw, out, in]``), upsampling by
+    ``stride``; ``'SAME'`` padding and ReLU by default."""
+    if data_format not in ("NHWC", "NCHW"):
+        raise ValueError(f"data_format has to be either NCHW or NHWC, got {data_format!r}")
+    layer = _TransposedConvolution(num_outputs, kernel_size, stride, padding, data_format, (1, 1), None,
+                                   normalizer_fn is None and biases_initializer is not None,
+                                   weights_initializer or xavier_initializer(), biases_initializer,
+                                   weights_regularizer, biases_regularizer, trainable=trainable, name=scope,
+                                   _reuse=reuse)
+    layer._contrib_options(activation_fn, normalizer_fn, normalizer_params)
+    return _apply_contrib(layer, inputs, variables_collections, outputs_collections)
+
+
+convolution2d_transpose = conv2d_transpose
+
+
+def one_hot_encoding(labels, num_classes, on_value=1.0, off_value=0.0, outputs_collections=None, scope=None):
+    """``labels`` (class indices) as one-hot float vectors of ``num_classes``."""
+    with name_scope(scope, "OneHotEncoding", [labels]):
+        labels = convert_to_tensor(labels)
+        if labels.dtype == dtypes.int32:
+            labels = math_ops.cast(labels, dtypes.int64)
+        outputs = array_ops.one_hot(labels, num_classes, on_value=on_value, off_value=off_value)
+    return _outputs(outputs, outputs_collections)
 
 
 def max_pool2d(inputs, kernel_size, stride=2, padding="VALID", data_format="NHWC", outputs_collections=None,
@@ -286,6 +331,137 @@ def batch_norm(inputs, decay=0.999, center=True, scale=False, epsilon=0.001, act
     if activation_fn is not None:
         outputs = activation_fn(outputs)
     return _outputs(outputs, outputs_collections)
+
+
+def layer_norm(inputs, center=True, scale=True, activation_fn=None, reuse=None, variables_collections=None,
+               outputs_collections=None, trainable=True, begin_norm_axis=1, begin_params_axis=-1, scope=None):
+    """Layer normalization (Ba et al.): each example normalized over the axes from
+    ``begin_norm_axis`` on, then ``* gamma + beta`` (``LayerNorm/gamma``, ``LayerNorm/beta``,
+    shaped like the axes from ``begin_params_axis`` on)."""
+    inputs = convert_to_tensor(inputs)
+    rank = inputs.shape.ndims
+    if rank is None:
+        raise ValueError(f"layer_norm needs inputs of known rank, got {inputs.name}")
+    begin_norm_axis %= rank
+    if begin_params_axis >= rank or begin_norm_axis >= rank:
+        raise ValueError(f"begin_params_axis ({begin_params_axis}) and begin_norm_axis ({begin_norm_axis}) "
+                         f"must be < rank ({rank})")
+    params_shape = inputs.shape.as_list()[begin_params_axis:]
+    if None in params_shape:
+        raise ValueError(f"layer_norm needs the parameters' dimensions known, got shape {inputs.shape}")
+    with variable_scope(scope, "LayerNorm", [inputs], reuse=reuse):
+        params = []
+        for name, wanted, initializer in (("beta", center, _ZEROS), ("gamma", scale, _ONES)):
+            variable = get_variable(name, params_shape, inputs.dtype, initializer, trainable=trainable) \
+                if wanted else None
+            if variable is not None:
+                _add_to_collections(variable, variables_collections, name)
+            params.append(variable)
+        beta, gamma = params
+        mean, variance = nn_ops.moments(inputs, list(range(begin_norm_axis, rank)), keep_dims=True)
+        factor = math_ops.rsqrt(variance + 1e-12)  # contrib's variance_epsilon
+        if gamma is not None:
+            factor = factor * gamma
+        outputs = inputs * factor + (-mean * factor if beta is None else beta - mean * factor)
+        if activation_fn is not None:
+            outputs = activation_fn(outputs)
+    return _outputs(outputs, outputs_collections)
+
+
+# ---- optimize_loss ----------------------------------------------------------------------------
+OPTIMIZER_CLS_NAMES = {
+    "Adagrad": train_optimizers.AdagradOptimizer,
+    "Adam": train_optimizers.AdamOptimizer,
+    "Ftrl": train_optimizers.FtrlOptimizer,
+    "Momentum": lambda learning_rate: train_optimizers.MomentumOptimizer(learning_rate, momentum=0.9),
+    "RMSProp": train_optimizers.RMSPropOptimizer,
+    "SGD": train_optimizers.GradientDescentOptimizer,
+}
+
+
+def _learning_rate(learning_rate):
+    if learning_rate is None or isinstance(learning_rate, Tensor) and learning_rate.shape.ndims == 0:
+        return learning_rate
+    if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
+        if learning_rate < 0.0:
+            raise ValueError(f"Invalid learning_rate {learning_rate}.")
+        return get_variable("learning_rate", [], trainable=False,
+                            initializer=constant_initializer(float(learning_rate)))
+    raise ValueError(f"Learning rate should be 0d Tensor or float. Got {learning_rate!r}")
+
+
+def _make_optimizer(optimizer, lr):
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZER_CLS_NAMES:
+            raise ValueError(f"Optimizer name should be one of [{', '.join(OPTIMIZER_CLS_NAMES)}], "
+                             f"you provided {optimizer}.")
+        if lr is None:
+            raise ValueError(f"Learning rate is None, but should be specified if optimizer is string "
+                             f"({optimizer}).")
+        return OPTIMIZER_CLS_NAMES[optimizer](learning_rate=lr)
+    if isinstance(optimizer, train_optimizers.Optimizer):
+        return optimizer
+    if isinstance(optimizer, type) and issubclass(optimizer, train_optimizers.Optimizer):
+        return optimizer(learning_rate=lr)
+    if callable(optimizer):
+        made = optimizer(lr) if lr is not None else optimizer()
+        if isinstance(made, train_optimizers.Optimizer):
+            return made
+    raise ValueError("optimizer should be a name (one of OPTIMIZER_CLS_NAMES), an Optimizer subclass or "
+                     f"instance, or a function returning an Optimizer; got {optimizer!r}")
+
+
+def _clip_by_global_norm(grads_and_vars, clip_norm):
+    """Every gradient scaled by ``clip_norm / max(global_norm, clip_norm)``."""
+    grads = [g for g, _ in grads_and_vars if g is not None]
+    global_norm = math_ops.sqrt(math_ops.add_n([2.0 * nn_ops.l2_loss(g) for g in grads]), name="global_norm")
+    scale = clip_norm / math_ops.maximum(global_norm, clip_norm)
+    return [(None if g is None else g * math_ops.cast(scale, g.dtype), v) for g, v in grads_and_vars]
+
+
+def optimize_loss(loss, global_step, learning_rate, optimizer, gradient_noise_scale=None,
+                  gradient_multipliers=None, clip_gradients=None, learning_rate_decay_fn=None,
+                  update_ops=None, variables=None, name=None, summaries=None,
+                  colocate_gradients_with_ops=False, increment_global_step=True):
+    """One training step of ``loss``: contrib's wrapper that makes the optimizer (a name such as
+    ``"Adam"``, a class or an instance), runs ``GraphKeys.UPDATE_OPS`` first, optionally decays the
+    learning rate and clips the gradients by their global norm, and returns the loss computed
+    before the update. ``summaries`` are not written (add ``tf.summary.scalar`` yourself).
+
+    >>> train_op = tf.contrib.layers.optimize_loss(loss, step, 0.01, "Adam")  # doctest: +SKIP
+    """
+    if gradient_noise_scale is not None:
+        raise ValueError("optimize_loss(gradient_noise_scale=) is not supported by dflow")
+    loss = convert_to_tensor(loss)
+    if global_step is None:
+        global_step = get_global_step()
+        if global_step is None:
+            raise ValueError("Global step was not found: create one with "
+                             "tf.train.get_or_create_global_step()")
+    graph = loss.graph
+    with variable_scope(name, "OptimizeLoss", [loss, global_step]):
+        update_ops = list(graph.get_collection(GraphKeys.UPDATE_OPS) if update_ops is None else update_ops)
+        if update_ops:
+            with graph.control_dependencies(update_ops):
+                loss = array_ops.identity(loss)
+        lr = _learning_rate(learning_rate)
+        if lr is not None and learning_rate_decay_fn is not None:
+            lr = learning_rate_decay_fn(lr, global_step)
+        opt = _make_optimizer(optimizer, lr)
+        gradients = opt.compute_gradients(loss, trainable_variables() if variables is None else variables)
+        if gradient_multipliers:
+            gradients = [(g if g is None or v not in gradient_multipliers else g * gradient_multipliers[v], v)
+                         for g, v in gradients]
+        if isinstance(clip_gradients, numbers.Real):
+            gradients = _clip_by_global_norm(gradients, float(clip_gradients))
+        elif callable(clip_gradients):
+            gradients = clip_gradients(gradients)
+        elif clip_gradients is not None:
+            raise ValueError(f"Unknown type {type(clip_gradients)} for clip_gradients")
+        update = opt.apply_gradients(gradients, global_step=global_step if increment_global_step else None,
+                                     name="train")
+        with graph.control_dependencies([update]):
+            return array_ops.identity(loss, name="train_op")
 
 
 def __getattr__(name: str):

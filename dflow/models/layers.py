@@ -60,28 +60,10 @@ def conv2d(x, filters: int, kernel: int | tuple[int, int], stride: int, data_for
 def batch_norm(x, data_format: str, decay: float = BATCH_NORM_DECAY,
                epsilon: float = BATCH_NORM_EPSILON, scale: bool = True, name: str = "batchnorm"):
     """Normalize each channel of ``x`` (4-D, in ``data_format``), then scale (``scale=True``:
-    a learned gamma) and shift it (a learned beta)."""
-    channel_axis = 1 if data_format == "NCHW" else 3
-    channels = x.shape.as_list()[channel_axis]
-    broadcast = [1, channels, 1, 1] if data_format == "NCHW" else [1, 1, 1, channels]
-    with tf.variable_scope(name):
-        gamma = tf.get_variable("gamma", [channels], initializer=tf.ones_initializer()) if scale else None
-        beta = tf.get_variable("beta", [channels], initializer=tf.zeros_initializer())
-        moving_mean = tf.get_variable("moving_mean", [channels], initializer=tf.zeros_initializer(),
-                                      trainable=False)
-        moving_variance = tf.get_variable("moving_variance", [channels],
-                                          initializer=tf.ones_initializer(), trainable=False)
-        batch_mean, batch_variance = tf.nn.moments(x, [a for a in range(4) if a != channel_axis])
-        for moving, batch in ((moving_mean, batch_mean), (moving_variance, batch_variance)):
-            tf.add_to_collection(tf.GraphKeys.UPDATE_OPS,
-                                 tf.assign_sub(moving, (moving - batch) * (1.0 - decay)))
-        training = is_training()
-        mean = tf.where(training, batch_mean, moving_mean.value())
-        variance = tf.where(training, batch_variance, moving_variance.value())
-        factor = tf.rsqrt(variance + epsilon)  # per channel: x * factor + (beta - mean * factor)
-        if gamma is not None:
-            factor = factor * gamma
-        return x * tf.reshape(factor, broadcast) + tf.reshape(beta - mean * factor, broadcast)
+    a learned gamma) and shift it (a learned beta): ``tf.layers.batch_normalization`` driven
+    by the graph's :func:`is_training` flag."""
+    return tf.layers.batch_normalization(x, axis=1 if data_format == "NCHW" else 3, momentum=decay,
+                                         epsilon=epsilon, scale=scale, training=is_training(), name=name)
 
 
 def conv_bn_relu(x, filters: int, kernel: int | tuple[int, int], stride: int, data_format: str,
