@@ -103,10 +103,14 @@ class _LazyFlagValues:
     def parse_command_line(self, argv: list[str]) -> list[str]:
         """Parse the program's command line once (the arguments that are not flags are returned,
         ``argv[0]`` first); a bad value exits 1 with absl's message, which names the flag."""
-        argv = list(argv)
+        wrapped, argv = self.__dict__["_wrapped"], list(argv)
+        defined = frozenset(wrapped)
         parsed = self.__dict__.get("_command_line")
-        if parsed is not None and parsed[0] == argv and self.__dict__["_wrapped"].is_parsed():
-            return list(parsed[1])  # parsing again would append a second copy to DEFINE_multi_* flags
+        if parsed is not None and parsed[:2] == (argv, defined) and wrapped.is_parsed():
+            return list(parsed[2])  # the same flags from the same command line: nothing new to parse
+        for flag in wrapped._flags().values():  # parsed again, a DEFINE_multi_* flag would repeat
+            if isinstance(flag, _absl.MultiFlag) and flag.present:
+                flag.unparse()
         program = os.path.basename(argv[0]) if argv else "program"
         try:
             remaining = self(argv, known_only=True)
@@ -114,7 +118,7 @@ class _LazyFlagValues:
             print(f"{program}: error: {error}\nPass --help to see the flags {program} defines.",
                   file=sys.stderr)
             sys.exit(1)
-        self.__dict__["_command_line"] = (argv, remaining)
+        self.__dict__["_command_line"] = (argv, defined, remaining)
         return list(remaining)
 
     def _parse_flags(self, args: list[str] | None = None) -> list[str]:

@@ -206,6 +206,16 @@ def test_lazy_flags_parse_sys_argv_on_first_read(flag_values, monkeypatch):
     assert lazy["steps"].value == 9 and "steps" in lazy and len(lazy) == len(flag_values)
 
 
+def test_flags_defined_after_the_first_read_get_their_values(flag_values, monkeypatch):
+    """A module read FLAGS at import; the script defines more flags after: tf.app.run parses them."""
+    monkeypatch.setattr(sys, "argv", ["prog", "--steps=3", "--tag=a", "--late=x"])
+    lazy = _LazyFlagValues(flag_values)
+    assert lazy.steps == 3
+    tf.flags.DEFINE_string("late", "default", "Defined after the first read.", flag_values=flag_values)
+    assert lazy.parse_command_line(sys.argv) == ["prog"]
+    assert (lazy.late, lazy.tag, lazy.steps) == ("x", ["a"], 3)
+
+
 def test_app_run_calls_main_with_the_rest_and_exits_with_its_value(flag_values, monkeypatch):
     monkeypatch.setattr(tf.app, "FLAGS", _LazyFlagValues(flag_values))
     seen = []
