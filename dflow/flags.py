@@ -156,6 +156,35 @@ class _LazyFlagValues:
     def __str__(self) -> str:
         return str(self.__dict__["_wrapped"])
 
+    def __reduce__(self):
+        # a train_fn sent to the cluster's workers (tf.replicate) reads FLAGS there: send the values
+        self._parse_if_unparsed()
+        return ParsedFlags, (self.__dict__["_wrapped"].flag_values_dict(),)
+
+
+class ParsedFlags:
+    """The flags' values as parsed in the client, read the same way (``FLAGS.name``) in a worker."""
+
+    def __init__(self, values: dict):
+        self.__dict__["_values"] = dict(values)
+
+    def __getattr__(self, name: str):
+        values = self.__dict__["_values"]
+        if name == "__flags":
+            return dict(values)
+        if name not in values:
+            raise AttributeError(f"no flag {name!r} was defined in the client that sent these flags")
+        return values[name]
+
+    def __setattr__(self, name: str, value) -> None:
+        self.__dict__["_values"][name] = value
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.__dict__["_values"]
+
+    def flag_values_dict(self) -> dict:
+        return dict(self.__dict__["_values"])
+
 
 #: the flags of the program, shared with absl (TF 1.x shared them too)
 FLAGS = _LazyFlagValues(_absl.FLAGS)

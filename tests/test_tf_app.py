@@ -232,6 +232,23 @@ def test_app_run_calls_main_with_the_rest_and_exits_with_its_value(flag_values, 
     assert exit_.value.code is None
 
 
+def test_flags_sent_to_a_worker_carry_the_parsed_values(flag_values, monkeypatch):
+    """A train_fn that reads FLAGS, pickled for the cluster's workers (tf.replicate), reads them there."""
+    import cloudpickle
+
+    monkeypatch.setattr(sys, "argv", ["prog", "--steps=6", "--fake_data"])
+    lazy = _LazyFlagValues(flag_values)
+
+    def train_fn(task_index):
+        return task_index, lazy.steps, lazy.fake_data, lazy.data_dir
+
+    assert cloudpickle.loads(cloudpickle.dumps(train_fn))(1) == (1, 6, True, "/tmp/data")
+    sent = cloudpickle.loads(cloudpickle.dumps(lazy))
+    assert sent.flag_values_dict() == lazy.flag_values_dict() and "steps" in sent
+    with pytest.raises(AttributeError, match="no flag 'stepz' was defined in the client"):
+        _ = sent.stepz
+
+
 def test_tf_flags_and_tf_app_flags_are_one_module():
     assert tf.app.flags is tf.flags and tf.flags.FLAGS is tf.app.flags.FLAGS
     assert tf.flags.DEFINE_bool is tf.flags.DEFINE_boolean
