@@ -4,7 +4,7 @@ Each subcommand is one entry of :data:`COMMANDS`: a function adding its
 arguments to an ``argparse`` parser, and a function running it.
 
     $ dflow train --model deep_mnist --dataset digits
-    training deep_mnist on digits: 1437 train / 360 test images of 28x28x1, ...
+    training deep_mnist on digits: 1437 train / 360 test examples of 28x28x1; ...; asynchronous updates ...
     step 20/600  loss 1.9071  images/sec 231.2  (eta 0:02:05)
     ...
     test accuracy: 0.9861 (360 images)
@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .cli_cluster import (
+    SYNCHRONOUS_UPDATES,
     add_cluster_arguments,
     add_worker_arguments,
     check_cluster_arguments,
@@ -66,7 +67,11 @@ class Command(NamedTuple):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import DFLOW_VERSION, __version__
+
     parser = argparse.ArgumentParser(prog="dflow", description="dflow: TF 1.x-style graphs on Dask")
+    parser.add_argument("--version", action="version",
+                        version=f"dflow {DFLOW_VERSION} (TF 1.x API: tf.__version__ is {__version__})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.add_arguments(subparsers.add_parser(name, help=command.help,
@@ -256,8 +261,19 @@ def _describe(spec, settings, data, steps, args) -> None:
     layout = f", {args.data_format}" if spec.convolutional else ""
     print(f"training {spec.name} on {settings['dataset']}: {data.num_train} train / "
           f"{data.num_test} test examples of {shape}; {settings['optimizer']} "
-          f"lr {settings['learning_rate']:g}, batch {settings['batch_size']}, {steps} steps{layout}",
-          flush=True)
+          f"lr {settings['learning_rate']:g}, batch {settings['batch_size']}, {steps} steps{layout}; "
+          f"{_update_mode(args)}", flush=True)
+
+
+def _update_mode(args) -> str:
+    """How the replicas update the variables, and whether that is the default."""
+    if args.local:
+        return "in this process (--local)"
+    if args.variable_update in SYNCHRONOUS_UPDATES:
+        return f"synchronous updates ({args.variable_update} always is)"
+    if args.sync:
+        return f"synchronous updates (--sync, {args.variable_update})"
+    return f"asynchronous updates (the default; --sync for synchronous, {args.variable_update})"
 
 
 def _restore(tf, saver, sess, checkpoint_dir, global_step) -> int:
@@ -360,10 +376,11 @@ def run_bench(args, parser) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "train": Command("train a model on a dataset, then report its test accuracy",
+    "train": Command("train a model on a dataset, then report its test accuracy (on a local cluster of "
+                     "1 PS + 2 workers with asynchronous updates unless --sync or --local)",
                      _add_train_arguments, run_train),
-    "bench": Command("measure training throughput (images/sec) against references",
-                     _add_bench_arguments, run_bench),
+    "bench": Command("measure training throughput (images/sec) against references (synchronous updates "
+                     "unless --async)", _add_bench_arguments, run_bench),
     "worker": Command("start a Dask worker that holds a dflow role (ps/0, worker/1) of a cluster",
                       add_worker_arguments, run_worker),
     "data": Command("prepare datasets as chunked Zarr stores, describe them, benchmark reading",

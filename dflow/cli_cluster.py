@@ -41,8 +41,9 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
     where.add_argument("--workers", type=int, default=2, help="worker tasks, one replica each (default 2)")
     where.add_argument("--sync", action="store_true",
-                       help="synchronous updates (SyncReplicasOptimizer) instead of asynchronous; "
-                            "replicated and allreduce are always synchronous")
+                       help="synchronous updates (SyncReplicasOptimizer) instead of the default, "
+                            "asynchronous (each worker applies its gradients to the PS as it computes "
+                            "them); replicated and allreduce are always synchronous")
     where.add_argument("--variable_update", choices=VARIABLE_UPDATES, default="parameter_server",
                        help="where the variables live and how replicas share updates (default "
                             "parameter_server; see README, 'Variable updates')")

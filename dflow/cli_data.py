@@ -6,12 +6,13 @@ split in batches, so the training loops do not care where examples come from.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["ArrayData", "StoreData", "store_path", "scale_to_unit"]
+__all__ = ["ArrayData", "StoreData", "store_path", "scale_to_unit", "scale_and_flatten"]
 
 EVAL_BATCH = 500
 
@@ -37,6 +38,11 @@ class ArrayData:
 def scale_to_unit(xp, images, rng=None):
     """uint8 pixels as float32 in [0, 1], as the digits are."""
     return xp.astype(images, xp.float32) / 255.0
+
+
+def scale_and_flatten(xp, images, rng=None):
+    """28x28x1 images for a model of flat 784 inputs (mnist_dnn), in [0, 1]."""
+    return xp.reshape(scale_to_unit(xp, images), (images.shape[0], -1))
 
 
 class StoreData:
@@ -84,6 +90,8 @@ def store_path(dataset: str) -> str | None:
 def _transforms(image_shape: tuple, input_shape: tuple, model: str, path: str) -> tuple[Callable, Callable]:
     if image_shape == input_shape:
         return scale_to_unit, scale_to_unit
+    if len(input_shape) == 1 and math.prod(image_shape) == input_shape[0]:
+        return scale_and_flatten, scale_and_flatten
     if image_shape == (32, 32, 3) and input_shape == (24, 24, 3):
         return "cifar10_train", "cifar10_eval"
     shape = "x".join(map(str, input_shape))

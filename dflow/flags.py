@@ -103,10 +103,14 @@ class _LazyFlagValues:
     def parse_command_line(self, argv: list[str]) -> list[str]:
         """Parse the program's command line once (the arguments that are not flags are returned,
         ``argv[0]`` first); a bad value exits 1 with absl's message, which names the flag."""
-        argv = list(argv)
+        wrapped, argv = self.__dict__["_wrapped"], list(argv)
+        defined = frozenset(wrapped)
         parsed = self.__dict__.get("_command_line")
-        if parsed is not None and parsed[0] == argv and self.__dict__["_wrapped"].is_parsed():
-            return list(parsed[1])  # parsing again would append a second copy to DEFINE_multi_* flags
+        if parsed is not None and parsed[:2] == (argv, defined) and wrapped.is_parsed():
+            return list(parsed[2])  # the same flags from the same command line: nothing new to parse
+        for flag in wrapped._flags().values():  # parsed again, a DEFINE_multi_* flag would repeat
+            if isinstance(flag, _absl.MultiFlag) and flag.present:
+                flag.unparse()
         program = os.path.basename(argv[0]) if argv else "program"
         try:
             remaining = self(argv, known_only=True)
@@ -114,7 +118,7 @@ class _LazyFlagValues:
             print(f"{program}: error: {error}\nPass --help to see the flags {program} defines.",
                   file=sys.stderr)
             sys.exit(1)
-        self.__dict__["_command_line"] = (argv, remaining)
+        self.__dict__["_command_line"] = (argv, defined, remaining)
         return list(remaining)
 
     def _parse_flags(self, args: list[str] | None = None) -> list[str]:
@@ -151,6 +155,35 @@ class _LazyFlagValues:
 
     def __str__(self) -> str:
         return str(self.__dict__["_wrapped"])
+
+    def __reduce__(self):
+        # a train_fn sent to the cluster's workers (tf.replicate) reads FLAGS there: send the values
+        self._parse_if_unparsed()
+        return ParsedFlags, (self.__dict__["_wrapped"].flag_values_dict(),)
+
+
+class ParsedFlags:
+    """The flags' values as parsed in the client, read the same way (``FLAGS.name``) in a worker."""
+
+    def __init__(self, values: dict):
+        self.__dict__["_values"] = dict(values)
+
+    def __getattr__(self, name: str):
+        values = self.__dict__["_values"]
+        if name == "__flags":
+            return dict(values)
+        if name not in values:
+            raise AttributeError(f"no flag {name!r} was defined in the client that sent these flags")
+        return values[name]
+
+    def __setattr__(self, name: str, value) -> None:
+        self.__dict__["_values"][name] = value
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.__dict__["_values"]
+
+    def flag_values_dict(self) -> dict:
+        return dict(self.__dict__["_values"])
 
 
 #: the flags of the program, shared with absl (TF 1.x shared them too)

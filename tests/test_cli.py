@@ -75,6 +75,8 @@ def test_train_streams_a_prepared_store(cifar_store, where, capsys):
                  "--batch_size", "20", "--log_every", "2", *where]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"training cifar10 on {cifar_store}: 300 train / 60 test examples of 24x24x3")
+    assert lines[0].endswith("; in this process (--local)" if where == ["--local"] else
+                             "; asynchronous updates (the default; --sync for synchronous, parameter_server)")
     assert ACCURACY.match(lines[-1]).group(2) == "60"
 
 
@@ -100,6 +102,38 @@ def test_bad_numbers_are_refused(capsys):
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
     assert "train" in capsys.readouterr().out
+
+
+def test_version_says_dflow_and_the_tf_api_level(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"dflow {tf.DFLOW_VERSION} (TF 1.x API: tf.__version__ is 1.15.0)\n"
+
+
+@pytest.mark.parametrize("command, says", [
+    ("train", "with asynchronous updates unless --sync or --local"),
+    ("bench", "(synchronous updates unless --async)")])
+def test_help_says_which_update_mode_is_the_default(command, says, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert says in " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+
+
+@pytest.mark.parametrize("flags, said", [
+    ([], "mnist_dnn, parameter_server, synchronous updates (the default; --async for asynchronous)"),
+    (["--async"], "mnist_dnn, parameter_server, asynchronous updates (--async)"),
+    (["--sync", "--variable_update", "allreduce", "--num_ps", "0"], "mnist_dnn, allreduce, synchronous "
+                                                                     "updates (--sync)")])
+def test_bench_says_its_update_mode_first(flags, said, capsys, monkeypatch):
+    """The line comes before the cluster starts; the benchmark itself is tests/test_bench_harness.py's."""
+    from dflow.bench import harness
+
+    started = []
+    monkeypatch.setattr(harness, "run_benchmark", lambda settings, **_: started.append(settings) or {})
+    assert main(["bench", "--model", "mnist_dnn", *flags]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"dflow bench: {said}"
+    assert len(started) == 1
 
 
 def test_linear_regression_learns_the_weight(capsys):
@@ -184,6 +218,10 @@ def test_train_on_the_embedded_cluster(mode, ps, sync, capsys):
             "--variable_update", mode, "--ps", str(ps)]
     assert main(args + (["--sync"] if sync and mode == "parameter_server" else [])) == 0
     lines = capsys.readouterr().out.splitlines()
+    mode_said = {(1, False): "asynchronous updates (the default; --sync for synchronous, parameter_server)",
+                 (1, True): "synchronous updates (--sync, parameter_server)",
+                 (0, True): "synchronous updates (allreduce always is)"}[ps, sync]
+    assert lines[0].startswith("training mnist_dnn on digits") and lines[0].endswith(f"; {mode_said}")
     roles = "['ps/0', 'worker/0', 'worker/1']" if ps else "['worker/0', 'worker/1']"
     assert lines[1].startswith(f"cluster: {ps} PS + 2 workers, {mode}, "
                                f"{'synchronous' if sync else 'asynchronous'} updates; roles {roles}; "

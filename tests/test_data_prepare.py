@@ -303,15 +303,52 @@ def test_imagenet_corrupt_jpeg_names_the_file_and_a_rerun_finishes(tmp_path):
 
 
 # ---- digits, synthetic, the writer ----------------------------------------------------------------
-def test_digits_store_matches_load_digits(tmp_path):
+@pytest.mark.parametrize("options, side", [({}, 28), ({"size": 8}, 8)])
+def test_digits_store_matches_load_digits(tmp_path, options, side):
+    """28x28 by default, as ``--dataset digits`` resizes them for the MNIST models; 8: as shipped."""
     from dflow.data import load_digits
 
-    out = prepare("digits", out=str(tmp_path / "digits.zarr"), echo=None)
-    split = load_digits((8, 8, 1), seed=0)
+    out = prepare("digits", out=str(tmp_path / "digits.zarr"), echo=None, **options)
+    split = load_digits((side, side, 1), seed=0)
     root = open_store(out)
+    assert root["train/images"].shape == (1437, side, side, 1)
     np.testing.assert_array_equal(root["train/images"][...], np.round(split.train_images * 255))
     np.testing.assert_array_equal(root["test/labels"][...], split.test_labels)
     assert root["train/images"].chunks[0] == 90  # at least 16 chunks: ceil(1437 / 16)
+
+
+@pytest.mark.parametrize("model", [pytest.param("deep_mnist", marks=pytest.mark.slow), "mnist_dnn"])
+def test_dflow_data_prepare_digits_writes_a_store_the_mnist_models_train_on(model, tmp_path, monkeypatch,
+                                                                             capsys):
+    from dflow.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "prepare", "digits"]) == 0
+    assert "train: images (1437, 28, 28, 1) uint8" in capsys.readouterr().out
+    assert main(["train", "--model", model, "--dataset", "datasets/digits.zarr", "--steps", "20",
+                 "--batch_size", "32", "--log_every", "20", "--local"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shape = "784" if model == "mnist_dnn" else "28x28x1"  # mnist_dnn's flat inputs: the images flattened
+    assert lines[0].startswith(f"training {model} on datasets/digits.zarr: 1437 train / 360 test "
+                               f"examples of {shape}")
+    accuracy = float(lines[-1].split()[2])
+    assert lines[-1].endswith("(360 images)") and accuracy > 0.3  # chance is 0.1
+
+
+def test_dflow_data_info_takes_the_name_that_train_takes(tmp_path, monkeypatch, capsys):
+    from dflow.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "info", "digits"]) == 1
+    err = capsys.readouterr().err
+    assert "dflow data info: error: no store 'digits': it is not a path, and datasets/digits.zarr" in err
+    assert "prepare it with `dflow data prepare digits`" in err
+    assert main(["data", "prepare", "digits", "--size", "8"]) == 0
+    capsys.readouterr()
+    for name in ("digits", "datasets/digits.zarr", str(tmp_path / "datasets" / "digits.zarr")):
+        assert main(["data", "info", name]) == 0
+        out = capsys.readouterr().out
+        assert ": digits (written by dflow " in out and "train: images (1437, 8, 8, 1) uint8" in out
 
 
 def test_synthetic_is_a_function_of_the_seed_not_the_chunking(tmp_path):

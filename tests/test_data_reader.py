@@ -143,7 +143,7 @@ def test_nchw_output(store):
 
 
 def test_placeholder_feed_trains(tmp_path):
-    store = prepare("digits", out=str(tmp_path / "digits.zarr"), echo=None)
+    store = prepare("digits", out=str(tmp_path / "digits.zarr"), echo=None, size=8)
     with tf.Graph().as_default():
         x = tf.placeholder(tf.float32, [None, 8, 8, 1])
         y = tf.placeholder(tf.int64, [None])

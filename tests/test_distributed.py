@@ -12,7 +12,7 @@ from conftest import local_cluster_fixture
 from distributed.comm.core import CommClosedError
 
 import dflow as tf
-from dflow.distributed.partition import partition, place
+from dflow.distributed.partition import describe, partition, place
 from dflow.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 from dflow.runtime.session import prune
 
@@ -195,6 +195,21 @@ def test_stages_form_a_dag_with_sends_matching_receives():
     assert part.stages[W0][1].receives == {a.name: PS0} and part.stages[W0][1].sends == {PS0: (b.name,)}
     assert first.sends == {W0: (a.name,)} and first.keeps == (a.name,)
     assert second.receives == {b.name: W0} and second.fetches == (c.name,)
+
+
+def test_described_placement_lists_whole_op_names_and_counts_the_rest():
+    x = tf.placeholder(tf.float32, [2])
+    with tf.device(W0):
+        total = x
+        for i in range(60):
+            total = tf.add(total, 1.0, name=f"step_{i:02d}")
+    ops = prune(tf.get_default_graph(), [total], {x.name})
+    text = describe(partition(ops, place(ops, W0, {W0: {}}), {x.name}, [total.name]))
+    listed = text[text.index("(") + 1:text.rindex(")")]
+    shown, rest = listed.split(", ... and ")
+    assert text.startswith(f"{W0} stage 0: 120 ops (") and len(shown) <= 200
+    assert rest == f"{120 - len(shown.split(', '))} more"
+    assert all(name in {op.name for op in ops} for name in shown.split(", "))  # none cut in the middle
 
 
 # ---- what goes wrong ------------------------------------------------------------------------

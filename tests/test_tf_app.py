@@ -206,6 +206,16 @@ def test_lazy_flags_parse_sys_argv_on_first_read(flag_values, monkeypatch):
     assert lazy["steps"].value == 9 and "steps" in lazy and len(lazy) == len(flag_values)
 
 
+def test_flags_defined_after_the_first_read_get_their_values(flag_values, monkeypatch):
+    """A module read FLAGS at import; the script defines more flags after: tf.app.run parses them."""
+    monkeypatch.setattr(sys, "argv", ["prog", "--steps=3", "--tag=a", "--late=x"])
+    lazy = _LazyFlagValues(flag_values)
+    assert lazy.steps == 3
+    tf.flags.DEFINE_string("late", "default", "Defined after the first read.", flag_values=flag_values)
+    assert lazy.parse_command_line(sys.argv) == ["prog"]
+    assert (lazy.late, lazy.tag, lazy.steps) == ("x", ["a"], 3)
+
+
 def test_app_run_calls_main_with_the_rest_and_exits_with_its_value(flag_values, monkeypatch):
     monkeypatch.setattr(tf.app, "FLAGS", _LazyFlagValues(flag_values))
     seen = []
@@ -220,6 +230,23 @@ def test_app_run_calls_main_with_the_rest_and_exits_with_its_value(flag_values, 
     with pytest.raises(SystemExit) as exit_:
         tf.app.run(main=lambda: None, argv=["prog"])  # a main() without arguments is called bare
     assert exit_.value.code is None
+
+
+def test_flags_sent_to_a_worker_carry_the_parsed_values(flag_values, monkeypatch):
+    """A train_fn that reads FLAGS, pickled for the cluster's workers (tf.replicate), reads them there."""
+    import cloudpickle
+
+    monkeypatch.setattr(sys, "argv", ["prog", "--steps=6", "--fake_data"])
+    lazy = _LazyFlagValues(flag_values)
+
+    def train_fn(task_index):
+        return task_index, lazy.steps, lazy.fake_data, lazy.data_dir
+
+    assert cloudpickle.loads(cloudpickle.dumps(train_fn))(1) == (1, 6, True, "/tmp/data")
+    sent = cloudpickle.loads(cloudpickle.dumps(lazy))
+    assert sent.flag_values_dict() == lazy.flag_values_dict() and "steps" in sent
+    with pytest.raises(AttributeError, match="no flag 'stepz' was defined in the client"):
+        _ = sent.stepz
 
 
 def test_tf_flags_and_tf_app_flags_are_one_module():

@@ -139,6 +139,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return _run_harness(args, parser)
 
 
+def _update_mode(args: argparse.Namespace) -> str:
+    if args.sync is None:
+        return "synchronous updates (the default; --async for asynchronous)"
+    return "synchronous updates (--sync)" if args.sync else "asynchronous updates (--async)"
+
+
 def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     given = [f"--{key}" for key in _HARNESS_ONLY if getattr(args, key) is not None]
     given += ["--trace"] if args.trace else []
@@ -167,9 +173,11 @@ def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
     settings = {key: getattr(args, key) for key in DEFAULT_SETTINGS if getattr(args, key) is not None}
     try:
-        resolve_settings(settings)
+        resolved = resolve_settings(settings)
     except SettingsError as error:
         parser.error(str(error))
+    print(f"dflow bench: {resolved['model']}, {resolved['variable_update']}, {_update_mode(args)}",
+          flush=True)
     try:
         record = run_benchmark(settings, echo=lambda line: print(line, flush=True), trace=args.trace)
     except (SettingsError, NetworkError) as error:  # the cluster it got cannot run the settings

@@ -3,7 +3,8 @@
     $ dflow data prepare cifar10 --source ~/Downloads/cifar-10-python.tar.gz
     $ dflow data prepare imagenet --source /data/ILSVRC2012 --size 299 --scheduler tcp://head:8786
     $ dflow data prepare synthetic --shape 32,32,3 --classes 10 --count 50000
-    $ dflow data info datasets/cifar10.zarr
+    $ dflow data prepare digits               # 28x28x1, as `dflow train --dataset digits` resizes them
+    $ dflow data info cifar10                 # datasets/cifar10.zarr, or a path or URL
     $ dflow data bench
 """
 
@@ -13,6 +14,8 @@ import argparse
 import sys
 
 __all__ = ["add_data_arguments", "run_data"]
+
+_DEFAULT_SIZE = {"imagenet": 224, "digits": 28}  # --size: the models' input side
 
 
 def _shape(text: str) -> tuple:
@@ -37,14 +40,18 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     prepare.add_argument("--overwrite", action="store_true", help="replace an existing store")
     prepare.add_argument("--scheduler", help="a Dask scheduler address to run the conversion on "
                                              "(default: threads in this process)")
-    prepare.add_argument("--size", type=int, default=224, help="imagenet: 224 or 299")
+    prepare.add_argument("--size", type=int,
+                         help=f"imagenet: 224 or 299 (default {_DEFAULT_SIZE['imagenet']}); digits: the side "
+                              f"they are resized to (default {_DEFAULT_SIZE['digits']}, the MNIST models' "
+                              "input; 8: the original pixels)")
     prepare.add_argument("--shape", type=_shape, default=(32, 32, 3), help="synthetic: H,W,C")
     prepare.add_argument("--classes", type=int, default=10, help="synthetic: number of classes")
     prepare.add_argument("--count", type=int, default=50_000, help="synthetic: training examples")
     prepare.add_argument("--test_count", type=int, default=10_000, help="synthetic: test examples")
     prepare.add_argument("--seed", type=int, default=0, help="synthetic: the generator's seed")
     info = actions.add_parser("info", help="describe a store")
-    info.add_argument("path")
+    info.add_argument("store", help="NAME (datasets/NAME.zarr, as `dflow train --dataset NAME` reads) "
+                                    "or a store's path or URL")
     bench = actions.add_parser("bench", help="reader throughput and the CIFAR-10 step's I/O overhead")
     bench.add_argument("--store", help="a CIFAR-shaped store to use (default: generate 50,000 images "
                                        "in a temporary directory)")
@@ -53,8 +60,8 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args) -> dict:
-    if args.name == "imagenet":
-        return {"size": args.size}
+    if args.name in _DEFAULT_SIZE:
+        return {"size": _DEFAULT_SIZE[args.name] if args.size is None else args.size}
     if args.name == "synthetic":
         return {"image_shape": args.shape, "num_classes": args.classes, "train_count": args.count,
                 "test_count": args.test_count, "seed": args.seed}
@@ -67,7 +74,7 @@ def run_data(args, parser) -> int:
 
     try:
         return _run(args)
-    except (SourceError, OpError, FileExistsError, ValueError) as error:
+    except (SourceError, OpError, FileExistsError, FileNotFoundError, ValueError) as error:
         print(f"dflow data {args.data_command}: error: {error}", file=sys.stderr)
         return 1
 
@@ -76,7 +83,7 @@ def _run(args) -> int:
     from .store import describe
 
     if args.data_command == "info":
-        print(describe(args.path))
+        print(describe(_existing_store(args.store)))
     elif args.data_command == "prepare":
         out = _prepare(args)
         print(f"wrote {out}")
@@ -87,6 +94,20 @@ def _run(args) -> int:
         bench.run(store=args.store, steps=args.steps, output=args.output,
                   echo=lambda line: print(line, flush=True))
     return 0
+
+
+def _existing_store(store: str) -> str:
+    """The store's path: ``store`` itself, or ``datasets/NAME.zarr`` (what ``--dataset NAME`` reads)."""
+    from ..cli_data import store_path
+    from .prepare import CONVERTERS
+
+    path = store_path(store)
+    if path is None:
+        name = store if store in CONVERTERS else "NAME"
+        raise FileNotFoundError(f"no store {store!r}: it is not a path, and datasets/{store}.zarr does not "
+                                f"exist here; prepare it with `dflow data prepare {name}` or give the "
+                                "store's path")
+    return path
 
 
 def _prepare(args) -> str:

@@ -4,7 +4,7 @@
 >>> store = prepare("digits", out=os.path.join(tempfile.mkdtemp(), "digits.zarr"), echo=None)
 >>> from dflow.data import open_store
 >>> open_store(store)["train/images"].shape
-(1437, 8, 8, 1)
+(1437, 28, 28, 1)
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ CONVERTERS: dict[str, tuple[Callable, str]] = {
     "cifar10": (sources.cifar10, "cifar-10-python.tar.gz: 50,000 train / 10,000 test 32x32x3 images"),
     "mnist": (sources.mnist, "the four MNIST IDX files: 60,000 train / 10,000 test 28x28x1 digits"),
     "imagenet": (imagenet.imagenet, "an ILSVRC2012 directory (train/<wnid>/, val/), --size 224 or 299"),
-    "digits": (sources.digits, "scikit-learn's 1,797 8x8 digits (bundled: no --source)"),
+    "digits": (sources.digits, "scikit-learn's 1,797 8x8 digits resized to --size (28: the MNIST "
+                               "models' input; bundled: no --source)"),
     "synthetic": (sources.synthetic, "generated from --seed: any --shape, --classes, --count"),
 }
 _NO_SOURCE = ("digits", "synthetic")
@@ -35,7 +36,7 @@ def prepare(name: str, source: str | None = None, out: str | None = None, *,
             echo: Callable | None = print, **options) -> str:
     """Convert dataset ``name`` from ``source`` into a store at ``out`` (default
     ``datasets/NAME.zarr``); returns the store's path. ``options`` go to the converter
-    (``size`` for imagenet; ``image_shape``, ``num_classes``, ``train_count``,
+    (``size`` for imagenet and digits; ``image_shape``, ``num_classes``, ``train_count``,
     ``test_count``, ``seed`` for synthetic)."""
     if name not in CONVERTERS:
         raise ValueError(f"unknown dataset {name!r}: choose one of {sorted(CONVERTERS)}")

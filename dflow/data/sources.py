@@ -7,7 +7,8 @@ distributes, and without one the error says which file to get and from where.
   batches are pickles; they are unpickled with only NumPy's array types
   allowed, so a tampered archive cannot run code.
 - ``mnist``: a directory with the four IDX files, gzipped or not.
-- ``digits``: scikit-learn's bundled 8x8 digits (values 0..16 scaled to 0..255).
+- ``digits``: scikit-learn's bundled 8x8 digits (values 0..16 scaled to 0..255), resized
+  to 28x28 as the MNIST models take them.
 - ``synthetic``: any shape and class count, a function of the seed alone.
 - ``imagenet``: see :mod:`dflow.data.imagenet`.
 
@@ -208,13 +209,15 @@ def mnist(source: str | None) -> DatasetSource:
 
 
 # ---- digits, synthetic ---------------------------------------------------------------------------
-def digits(source: str | None = None, seed: int = 0) -> DatasetSource:
-    """scikit-learn's 8x8 digits as uint8 (0..16 scaled to 0..255), split as :func:`load_digits`."""
+def digits(source: str | None = None, seed: int = 0, size: int = 28) -> DatasetSource:
+    """scikit-learn's 8x8 digits as uint8 (0..16 scaled to 0..255), split as :func:`load_digits`
+    and resized to ``size`` x ``size`` as ``--dataset digits`` is (28: what the MNIST models take;
+    8: the original pixels)."""
     import sklearn
 
     from .digits import load_digits
 
-    split = load_digits((8, 8, 1), seed=seed)
+    split = load_digits((size, size, 1), seed=seed)
     as_bytes = lambda x: np.round(x * 255).astype(np.uint8)  # noqa: E731
     arrays = {"train": (as_bytes(split.train_images), split.train_labels),
               "test": (as_bytes(split.test_images), split.test_labels)}

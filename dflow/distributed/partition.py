@@ -216,7 +216,19 @@ def describe(part: Partition) -> str:
     lines = []
     for task in part.tasks:
         for stage in part.stages[task]:
-            ops = ", ".join(stage.schedule.nodes)
-            lines.append(f"{task} stage {stage.level}: {len(stage.schedule.nodes)} ops ({ops[:200]})")
+            nodes = stage.schedule.nodes
+            lines.append(f"{task} stage {stage.level}: {len(nodes)} ops ({list_names(nodes)})")
     return "\n".join(lines)
+
+
+def list_names(names, limit: int = 200) -> str:
+    """``names`` joined by commas, whole names only, up to about ``limit`` characters; what is
+    left out is counted: ``a, b, ... and 40 more``."""
+    shown, length = [], 0
+    for name in names:
+        if shown and length + len(name) + 2 > limit:
+            return f"{', '.join(shown)}, ... and {len(names) - len(shown)} more"
+        shown.append(name)
+        length += len(name) + 2
+    return ", ".join(shown)
 
