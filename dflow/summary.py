@@ -255,3 +255,4 @@ class FileWriterCache:
             for writer in FileWriterCache._writers.values():
                 writer.close()
             FileWriterCache._writers.clear()
+

@@ -299,6 +299,34 @@ def test_file_writer_cache_shares_one_writer_per_directory(tmp_path):
     tf.summary.FileWriterCache.clear()
 
 
+def test_summary_saver_hook_writes_every_save_steps_in_a_monitored_session(tmp_path):
+    x = tf.placeholder(tf.float32, [None])
+    w = tf.Variable(1.0)
+    loss = tf.reduce_mean(tf.square(x * w - 3.0))
+    tf.summary.scalar("loss", loss)
+    train_op = tf.train.GradientDescentOptimizer(0.01).minimize(
+        loss, global_step=tf.train.get_or_create_global_step())
+    hooks = [tf.train.SummarySaverHook(save_steps=5, output_dir=str(tmp_path)),
+             tf.train.StopAtStepHook(last_step=12)]
+    losses = []
+    with tf.train.MonitoredTrainingSession(hooks=hooks) as sess:
+        while not sess.should_stop():
+            losses.append(sess.run([train_op, loss], {x: [1.0, 2.0]})[1])
+    # TF's labels: the first step, then every 5, each the global step after its run
+    logged = scalars(tmp_path)["loss"]
+    assert [s for s, _ in logged] == [1, 6, 11]
+    assert [v for _, v in logged] == pytest.approx([losses[0], losses[5], losses[10]], rel=1e-6)
+    status = [e.session_log.status for e in _raw_events(tmp_path) if e.HasField("session_log")]
+    assert status == [tf.SessionLog.START]
+
+
+def _raw_events(logdir):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    (path,) = [os.path.join(logdir, f) for f in os.listdir(logdir)]
+    return list(EventFileLoader(path).Load())
+
+
 # ---- on a cluster -------------------------------------------------------------------------
 def test_summaries_are_computed_where_their_inputs_live_on_a_cluster(tmp_path):
     with tf.cluster.local(ps=1, workers=1) as cluster:

@@ -32,6 +32,7 @@ from .optimizers import (
     exponential_decay,
 )
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
+from .summary_saver import SummarySaverHook
 from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
 from .variable_update import VARIABLE_UPDATES, DistributedReplicatedOptimizer, VariableUpdate
@@ -46,6 +47,7 @@ __all__ = [
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
 ]
+__all__ += ["SummarySaverHook"]
 
 
 def __getattr__(name: str):
