@@ -146,6 +146,8 @@ class FileWriter:
 
     def add_graph(self, graph: Graph | None, global_step=None, graph_def=None) -> None:
         """Write ``graph`` (or a dflow ``graph_def`` dict) as a GraphDef: TensorBoard's Graphs tab."""
+        if isinstance(graph, dict):  # a dflow graph_def given as the graph, as TF 1.x allowed
+            graph, graph_def = None, graph
         if graph is None and graph_def is not None:
             from .graph_io import import_graph_def
 

@@ -198,6 +198,20 @@ def test_hand_built_summaries_and_serialized_ones_are_written(tmp_path):
     assert scalars(tmp_path) == {"reward": [(0, 0.0), (1, 10.0), (2, 20.0)], "lr": [(7, 0.5)]}
 
 
+def test_a_fetched_summary_parsed_extended_and_written_as_cifar10_eval_does(tmp_path):
+    tf.summary.scalar("loss", tf.constant(0.25))
+    summary_op = tf.summary.merge_all()
+    with tf.Session() as sess:
+        summary = tf.Summary()
+        summary.ParseFromString(sess.run(summary_op))
+    summary.value.add(tag="Precision @ 1", simple_value=0.75)
+    writer = tf.summary.FileWriter(str(tmp_path), graph_def=tf.get_default_graph().as_graph_def())
+    writer.add_summary(summary, 100)
+    writer.close()
+    assert scalars(tmp_path) == {"loss": [(100, 0.25)], "Precision @ 1": [(100, 0.75)]}
+    assert [node.op for node in events(tmp_path).Graph().node] == ["Const", "ScalarSummary", "MergeSummary"]
+
+
 def test_flush_makes_events_readable_before_close(tmp_path):
     writer = tf.summary.FileWriter(str(tmp_path), flush_secs=3600)
     writer.add_summary(tf.Summary(value=[tf.Summary.Value(tag="x", simple_value=1.5)]), 1)
@@ -223,6 +237,16 @@ def test_family_collections_and_merge():
         tags = [[v.tag for v in tf.Summary.FromString(s).value] for s in sess.run([merged_all, merged])]
     assert tags == [["losses/losses/a"], ["losses/losses/a", "b"]]  # TF puts the family twice
     assert tf.summary.merge_all("nothing here") is None
+
+
+def test_a_summary_of_a_gpu_tensor_is_computed_on_that_tasks_cpu():
+    with tf.device("/job:worker/task:1/gpu:0"):
+        activations = tf.nn.relu(tf.constant([[-1.0, 2.0]]))
+        summary = tf.summary.histogram("activations", activations)
+    with tf.device("/gpu:0"):
+        local = tf.summary.scalar("local", tf.reduce_sum(activations))
+    assert summary.op.device == "/job:worker/task:1/device:CPU:0"
+    assert local.op.device == "/device:CPU:0"  # its input, reduce_sum, is on /gpu:0 of the default task
 
 
 def test_tags_are_cleaned_as_in_tf():
