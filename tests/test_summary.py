@@ -249,6 +249,20 @@ def test_a_summary_of_a_gpu_tensor_is_computed_on_that_tasks_cpu():
     assert local.op.device == "/device:CPU:0"  # its input, reduce_sum, is on /gpu:0 of the default task
 
 
+def test_a_graph_with_summaries_round_trips_through_its_plain_data_form():
+    import json
+
+    tf.summary.scalar("loss", tf.constant(2.0))
+    tf.summary.text("note", b"bytes become text")
+    tf.summary.merge_all(name="all")
+    graph = tf.import_graph_def(json.loads(json.dumps(tf.get_default_graph().as_graph_def())), tf.Graph())
+    with tf.Session(graph=graph) as sess:
+        values = tf.Summary.FromString(sess.run(graph.get_tensor_by_name("all/all:0"))).value
+    assert [v.tag for v in values] == ["loss", "note"]
+    assert values[0].simple_value == 2.0 and values[1].tensor.string_val == [b"bytes become text"]
+    assert len(graph.get_collection(tf.GraphKeys.SUMMARIES)) == 2
+
+
 def test_tags_are_cleaned_as_in_tf():
     s = tf.summary.scalar("loss (train)", tf.constant(1.0))
     with tf.Session() as sess:

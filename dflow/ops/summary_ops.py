@@ -271,12 +271,18 @@ def audio(name: str, tensor, sample_rate, max_outputs: int = 3, collections=None
 def text(name: str, tensor, collections=None) -> Tensor:
     """A text summary (TensorBoard's Text tab) of a ``tf.string`` tensor or a Python string."""
     if isinstance(tensor, (str, bytes)) or (isinstance(tensor, list) and not _is_symbolic(tensor)):
-        return _summary_op("TextSummary", name, [], {"text": tensor}, collections, None)
+        # kept as str, so that the graph stays plain JSON-ready data (graph_io)
+        text = [_as_str(t) for t in tensor] if isinstance(tensor, list) else _as_str(tensor)
+        return _summary_op("TextSummary", name, [], {"text": text}, collections, None)
     tensor = convert_to_tensor(tensor)
     if tensor.dtype != dtypes.string:
         raise TypeError(f"tf.summary.text {name!r} takes a tf.string tensor, got {tensor.dtype.name} "
                         f"({tensor.name}); format it in Python and pass the str")
     return _summary_op("TextSummary", name, [tensor], {}, collections, None)
+
+
+def _as_str(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _is_symbolic(values) -> bool:
@@ -291,7 +297,8 @@ def merge(inputs, collections=None, name=None) -> Tensor:
             raise TypeError(f"tf.summary.merge takes summary tensors (tf.string), got {t.name} "
                             f"({t.dtype.name})")
     graph = get_default_graph()
-    out = graph.create_op("MergeSummary", inputs, name=name or "Merge/MergeSummary").outputs[0]
+    with graph.name_scope(name or "Merge"):  # TF's names: Merge/MergeSummary, or NAME/NAME
+        out = graph.create_op("MergeSummary", inputs, name=name or "MergeSummary").outputs[0]
     for key in collections or ():
         graph.add_to_collection(key, out)
     return out
