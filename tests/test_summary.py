@@ -358,6 +358,17 @@ def test_summary_saver_hook_writes_every_save_steps_in_a_monitored_session(tmp_p
     assert status == [tf.SessionLog.START]
 
 
+def test_a_monitored_session_with_a_checkpoint_dir_writes_the_summaries_there(tmp_path):
+    loss = tf.Variable(5.0) * 2.0
+    tf.summary.scalar("loss", loss)
+    train_op = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+    with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), save_summaries_steps=2,
+                                           hooks=[tf.train.StopAtStepHook(last_step=5)]) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
+    assert scalars(tmp_path) == {"loss": [(1, 10.0), (3, 10.0), (5, 10.0)]}
+
+
 def _raw_events(logdir):
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 

@@ -8,7 +8,7 @@ from .. import summary
 from .monitored_session import SessionRunArgs, SessionRunHook
 from .training_util import get_global_step
 
-__all__ = ["SummarySaverHook"]
+__all__ = ["SummarySaverHook", "monitored_session_hooks"]
 
 
 class SummarySaverHook(SessionRunHook):
@@ -70,3 +70,17 @@ class SummarySaverHook(SessionRunHook):
         if self._secs is not None:
             return time.monotonic() - self._last_time >= self._secs
         return step >= self._last_written + self._steps
+
+
+def monitored_session_hooks(checkpoint_dir: str | None, scaffold=None, save_summaries_steps: int | None = 100,
+                            save_summaries_secs: float | None = None, summary_dir: str | None = None,
+                            **_other_arguments) -> list[SummarySaverHook]:
+    """The summary hook a chief's ``MonitoredTrainingSession`` adds, as in TF: to ``summary_dir`` or
+    ``checkpoint_dir``, every ``save_summaries_steps`` steps or ``save_summaries_secs`` seconds."""
+    output_dir = summary_dir or checkpoint_dir
+    if save_summaries_secs is not None:
+        save_summaries_steps = None
+    if output_dir is None or (save_summaries_steps is None and save_summaries_secs is None):
+        return []
+    return [SummarySaverHook(save_steps=save_summaries_steps, save_secs=save_summaries_secs,
+                             output_dir=output_dir, scaffold=scaffold)]
