@@ -32,7 +32,6 @@ from .optimizers import (
     exponential_decay,
 )
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
-from .summary_saver import SummarySaverHook
 from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
 from .variable_update import VARIABLE_UPDATES, DistributedReplicatedOptimizer, VariableUpdate
@@ -47,7 +46,6 @@ __all__ = [
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
 ]
-__all__ += ["SummarySaverHook"]
 
 
 def __getattr__(name: str):
@@ -56,3 +54,8 @@ def __getattr__(name: str):
     if name in REMOVED_TRAIN_NAMES:  # tf.train.SummaryWriter: TF 0.x
         raise removed_name_error(name, "tf.train")
     raise AttributeError(f"module 'dflow.train' has no attribute {name!r}")
+
+
+from .summary_saver import SummarySaverHook  # noqa: E402 - after the hooks it builds on
+
+__all__ += ["SummarySaverHook"]
