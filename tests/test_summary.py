@@ -278,6 +278,19 @@ def test_merging_two_summaries_with_one_tag_is_an_error():
         sess.run(second)
 
 
+def test_histogram_buckets_match_tensorflow():
+    # TF 1.x (tf.compat.v1 of TF 2.21) gave these limits and counts for these five values
+    histogram = tf.summary.histogram("h", tf.constant([0.0, 1.0, 1.5, -3.0, 100.0]))
+    with tf.Session() as sess:
+        histo = tf.Summary.FromString(sess.run(histogram)).value[0].histo
+    assert (histo.min, histo.max, histo.num, histo.sum, histo.sum_squares) == (-3, 100, 5, 99.5, 10012.25)
+    assert list(histo.bucket_limit) == pytest.approx(
+        [-3.1665833053880363, -2.8787120958073054, 0.0, 1e-12, 0.917246389039776, 1.0089710279437536,
+         1.47723448201245, 1.624957930213695, 97.88757810018231, 107.67633591020055, 1.7976931348623157e308],
+        rel=1e-12)
+    assert list(histo.bucket) == [0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
+
+
 def test_image_scaling_follows_tf_for_signed_and_uint8_images():
     signed = np.array([[-1.0, 0.0], [0.5, 1.0]], np.float32).reshape(1, 2, 2, 1)
     rgb = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(1, 2, 3, 3)
@@ -285,12 +298,22 @@ def test_image_scaling_follows_tf_for_signed_and_uint8_images():
     many = tf.summary.image("rgb", tf.constant(rgb))
     with tf.Session() as sess:
         one_value, many_value = (tf.Summary.FromString(s).value for s in sess.run([one, many]))
-    assert [v.tag for v in one_value] == ["signed/image"]
+    assert [v.tag for v in one_value] == ["signed/image"]  # pixels as TF 1.x wrote them:
     assert [v.tag for v in many_value] == ["rgb/image/0"]  # one image in the batch
     pixels = np.asarray(Image.open(io.BytesIO(one_value[0].image.encoded_image_string)))
     assert pixels.tolist() == [[1, 128], [191, 255]]  # 0 -> 128, largest magnitude -> 127 away
     decoded = np.asarray(Image.open(io.BytesIO(many_value[0].image.encoded_image_string)))
     assert np.array_equal(decoded, rgb[0]) and many_value[0].image.colorspace == 3
+
+
+def test_a_float_rgb_image_with_a_nan_is_scaled_and_marked_red_as_tf_does():
+    rgb = np.array([[[0.1, 0.2, 0.3], [np.nan, 0.5, 0.6]], [[0.7, 0.8, 0.9], [1.0, 2.0, 3.0]]], np.float32)
+    summary = tf.summary.image("rgb", tf.constant(rgb[None]))
+    with tf.Session() as sess:
+        image = tf.Summary.FromString(sess.run(summary)).value[0].image
+    pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string))).tolist()
+    # what TF 1.x (tf.compat.v1 of TF 2.21) wrote for the same image
+    assert pixels == [[[8, 17, 25], [255, 0, 0]], [[59, 68, 76], [85, 170, 255]]]
 
 
 def test_audio_and_text_summaries(tmp_path):
@@ -304,8 +327,8 @@ def test_audio_and_text_summaries(tmp_path):
     audio = reader.Audio("tone/audio/1")[0]
     assert (audio.step, audio.sample_rate, audio.length_frames) == (4, 800, 800)
     with wave.open(io.BytesIO(audio.encoded_audio_string)) as wav:
-        frames = np.frombuffer(wav.readframes(800), "<i2") / 32767
-    assert np.allclose(frames, clips[1, :, 0], atol=1e-4)
+        frames = np.frombuffer(wav.readframes(800), "<i2")
+    assert np.array_equal(frames, np.round(clips[1, :, 0] * 32768).astype(np.int16))
     text = reader.Tensors("note")[0].tensor_proto
     assert text.string_val == [b"**dflow** wrote this"] and sound.op.type == "AudioSummary"
     assert note.name == "note:0"

@@ -141,13 +141,13 @@ def _image_kernel(xp, images, tag, max_outputs):
 
 
 def _wav(clip: np.ndarray, sample_rate: int) -> bytes:
-    """16-bit PCM WAV (what TF's audio summary encodes), from floats in [-1, 1]."""
+    """16-bit PCM WAV, as TF's audio summary encodes it: round(x * 2**15), clamped to int16."""
     out = io.BytesIO()
     with wave.open(out, "wb") as wav:
         wav.setnchannels(clip.shape[1])
         wav.setsampwidth(2)
         wav.setframerate(sample_rate)
-        wav.writeframes((np.clip(clip, -1.0, 1.0) * 32767).astype("<i2").tobytes())
+        wav.writeframes(np.clip(np.round(clip * 32768.0), -32768, 32767).astype("<i2").tobytes())
     return out.getvalue()
 
 
