@@ -450,3 +450,31 @@ def test_train_logdir_on_a_cluster_writes_the_chiefs_progress(tmp_path, capsys):
     assert [v for _, v in logged["loss"]] == pytest.approx(printed_loss, abs=1e-4)
     accuracy = float(re.search(r"test accuracy: (\d\.\d{4})", out).group(1))
     assert logged["accuracy"] == [(20, pytest.approx(accuracy, abs=5e-5))]
+
+
+# ---- the embedding projector (word2vec_basic's last step) ---------------------------------
+def test_projector_config_and_the_embedding_values_are_written_for_tensorboard(tmp_path):
+    from google.protobuf import text_format
+    from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
+
+    from dflow.contrib.tensorboard.plugins import projector
+
+    log_dir = str(tmp_path)
+    embeddings = tf.Variable(tf.random_uniform([6, 4], -1.0, 1.0), name="embeddings")
+    with tf.Session() as session:
+        writer = tf.summary.FileWriter(log_dir, session.graph)
+        session.run(tf.global_variables_initializer())
+        values = session.run(embeddings)
+        config = projector.ProjectorConfig()
+        embedding_conf = config.embeddings.add()
+        embedding_conf.tensor_name = embeddings.name
+        embedding_conf.metadata_path = os.path.join(log_dir, "metadata.tsv")
+        projector.visualize_embeddings(writer, config)
+    writer.close()
+    with open(os.path.join(log_dir, "projector_config.pbtxt")) as f:
+        written = text_format.Parse(f.read(), ProjectorConfig())  # TensorBoard's own message
+    (embedding,) = written.embeddings
+    assert embedding.tensor_name == "embeddings:0" and list(embedding.tensor_shape) == [6, 4]
+    assert embedding.metadata_path == os.path.join(log_dir, "metadata.tsv")
+    # the projector reads tensor_path (TSV) since it cannot read dflow's checkpoints
+    assert np.allclose(np.loadtxt(embedding.tensor_path, delimiter="\t"), values, atol=1e-6)
