@@ -28,11 +28,11 @@ import time
 import weakref
 
 from .graph import Graph
-from .ops.summary_ops import audio, histogram, image, merge, merge_all, scalar, text
+from .ops.summary_ops import audio, histogram, image, merge, merge_all, scalar, tensor_summary, text
 
 # (and the protobuf classes of PROTO_CLASSES, through the module's __getattr__)
-__all__ = ["scalar", "histogram", "image", "audio", "text", "merge", "merge_all", "FileWriter",
-           "FileWriterCache"]
+__all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all",
+           "FileWriter", "FileWriterCache"]
 
 log = logging.getLogger("dflow")
 

@@ -334,6 +334,21 @@ def test_audio_and_text_summaries(tmp_path):
     assert note.name == "note:0"
 
 
+def test_tensor_summary_holds_the_whole_value(tmp_path):
+    from tensorboard.util.tensor_util import make_ndarray
+
+    value = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    tf.summary.tensor_summary("weights", tf.constant(value), summary_description="a 2x3 matrix")
+    tf.summary.tensor_summary("steps", tf.constant([1, 2, 3], dtype=tf.int64))
+    with tf.Session() as sess, tf.summary.FileWriter(str(tmp_path)) as writer:
+        writer.add_summary(sess.run(tf.summary.merge_all()), 3)
+    reader = events(tmp_path)
+    weights = reader.Tensors("weights")[0]
+    assert weights.step == 3 and np.array_equal(make_ndarray(weights.tensor_proto), value)
+    assert make_ndarray(reader.Tensors("steps")[0].tensor_proto).tolist() == [1, 2, 3]
+    assert reader.SummaryMetadata("weights").summary_description == "a 2x3 matrix"
+
+
 def test_bad_summaries_are_clear_errors(tmp_path):
     wide = tf.summary.scalar("wide", tf.constant([1.0, 2.0]))
     nan = tf.summary.histogram("nan", tf.constant([1.0, np.nan]))

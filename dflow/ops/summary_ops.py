@@ -25,7 +25,7 @@ from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
 from ..placement import DeviceSpec
 from .registry import Spec, defop
 
-__all__ = ["scalar", "histogram", "image", "audio", "text", "merge", "merge_all"]
+__all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all"]
 
 _STRING_SCALAR = [Spec((), dtypes.string)]
 
@@ -168,7 +168,7 @@ def _audio_kernel(xp, clips, sample_rate, tag, max_outputs):
     return _as_bytes_tensor(pb.Summary(value=values))
 
 
-def _text_proto(tag: str, strings: np.ndarray):
+def _text_proto(tag: str, strings: np.ndarray, plugin: str | None = "text"):
     from tensorboardX.proto import tensor_pb2, tensor_shape_pb2
 
     pb = _protos()
@@ -176,8 +176,32 @@ def _text_proto(tag: str, strings: np.ndarray):
         dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in strings.shape])
     as_bytes = [s if isinstance(s, bytes) else str(s).encode("utf-8") for s in strings.ravel()]
     tensor = tensor_pb2.TensorProto(dtype="DT_STRING", string_val=as_bytes, tensor_shape=shape)
-    metadata = pb.SummaryMetadata(plugin_data=pb.SummaryMetadata.PluginData(plugin_name="text"))
+    metadata = pb.SummaryMetadata(plugin_data=pb.SummaryMetadata.PluginData(plugin_name=plugin)) \
+        if plugin else pb.SummaryMetadata()
     return pb.Summary(value=[pb.Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
+
+
+# TensorFlow's DataType numbers (types.proto) of the dtypes a tensor summary may hold
+_TF_DATA_TYPES = {"float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5, "int8": 6, "int64": 9,
+                  "bool": 10, "float16": 19}
+
+
+def _tensor_kernel(xp, value, tag, description=""):
+    from tensorboardX.proto import tensor_pb2, tensor_shape_pb2
+
+    array = _as_host_array(value)
+    if array.dtype.kind in "OSU":
+        return _as_bytes_tensor(_text_proto(tag, array, plugin=None))
+    if array.dtype.name not in _TF_DATA_TYPES:
+        raise InvalidArgumentError(f"tf.summary.tensor_summary {tag!r}: dtype {array.dtype} is not one of "
+                                   f"{sorted(_TF_DATA_TYPES)}; tf.cast it first")
+    shape = tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in array.shape])
+    tensor = tensor_pb2.TensorProto(dtype=_TF_DATA_TYPES[array.dtype.name], tensor_shape=shape,
+                                    tensor_content=array.astype(array.dtype.newbyteorder("<")).tobytes())
+    pb = _protos()
+    metadata = pb.SummaryMetadata(summary_description=description)
+    return _as_bytes_tensor(pb.Summary(value=[pb.Summary.Value(tag=tag, tensor=tensor, metadata=metadata)]))
 
 
 def _text_kernel(xp, *strings, tag, text=None):
@@ -204,6 +228,7 @@ defop("HistogramSummary", lambda inputs, tag: _STRING_SCALAR, _histogram_kernel)
 defop("ImageSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _image_kernel)
 defop("AudioSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _audio_kernel)
 defop("TextSummary", lambda inputs, tag, text=None: _STRING_SCALAR, _text_kernel)
+defop("TensorSummary", lambda inputs, tag, description="": _STRING_SCALAR, _tensor_kernel)
 defop("MergeSummary", lambda inputs: _STRING_SCALAR, _merge_kernel)
 
 
@@ -279,6 +304,16 @@ def text(name: str, tensor, collections=None) -> Tensor:
         raise TypeError(f"tf.summary.text {name!r} takes a tf.string tensor, got {tensor.dtype.name} "
                         f"({tensor.name}); format it in Python and pass the str")
     return _summary_op("TextSummary", name, [tensor], {}, collections, None)
+
+
+def tensor_summary(name: str, tensor, summary_description: str | None = None, collections=None,
+                   summary_metadata=None, family=None, display_name=None) -> Tensor:
+    """A summary holding ``tensor``'s whole value (a TensorProto), for TensorBoard's plugins."""
+    if summary_metadata is not None or display_name is not None:
+        raise TypeError("tf.summary.tensor_summary(summary_metadata=, display_name=): dflow does not "
+                        "support them; pass summary_description")
+    return _summary_op("TensorSummary", name, [tensor], {"description": summary_description or ""},
+                       collections, family)
 
 
 def _as_str(value) -> str:
