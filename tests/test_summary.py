@@ -401,10 +401,15 @@ def test_a_monitored_session_with_a_checkpoint_dir_writes_the_summaries_there(tm
     tf.summary.scalar("loss", loss)
     train_op = tf.assign_add(tf.train.get_or_create_global_step(), 1)
     with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), save_summaries_steps=2,
+                                           log_step_count_steps=2,
                                            hooks=[tf.train.StopAtStepHook(last_step=5)]) as sess:
         while not sess.should_stop():
             sess.run(train_op)
-    assert scalars(tmp_path) == {"loss": [(1, 10.0), (3, 10.0), (5, 10.0)]}
+    logged = scalars(tmp_path)
+    assert logged["loss"] == [(1, 10.0), (3, 10.0), (5, 10.0)]
+    # the speed from the first step's clock on, as TF's StepCounterHook writes it
+    assert [s for s, _ in logged["global_step/sec"]] == [3, 5]
+    assert all(rate > 0 for _, rate in logged["global_step/sec"])
 
 
 def _raw_events(logdir):

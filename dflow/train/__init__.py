@@ -56,6 +56,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'dflow.train' has no attribute {name!r}")
 
 
-from .summary_saver import SummarySaverHook  # noqa: E402 - after the hooks it builds on
+from .summary_saver import StepCounterHook, SummarySaverHook  # noqa: E402 - after the hooks it builds on
 
-__all__ += ["SummarySaverHook"]
+__all__ += ["SummarySaverHook", "StepCounterHook"]

@@ -1,14 +1,18 @@
-"""``tf.train.SummarySaverHook``: a ``MonitoredTrainingSession`` hook writing summaries."""
+"""``tf.train.SummarySaverHook`` and ``StepCounterHook``: ``MonitoredTrainingSession`` hooks
+writing summaries, and the training speed (``global_step/sec``), for TensorBoard."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from .. import summary
 from .monitored_session import SessionRunArgs, SessionRunHook
 from .training_util import get_global_step
 
-__all__ = ["SummarySaverHook", "monitored_session_hooks"]
+__all__ = ["SummarySaverHook", "StepCounterHook", "monitored_session_hooks"]
+
+log = logging.getLogger("dflow")
 
 
 class SummarySaverHook(SessionRunHook):
@@ -72,15 +76,69 @@ class SummarySaverHook(SessionRunHook):
         return step >= self._last_written + self._steps
 
 
+class StepCounterHook(SessionRunHook):
+    """Write (and log) the global steps per second every ``every_n_steps`` steps or
+    ``every_n_secs`` seconds, as the summary ``global_step/sec``."""
+
+    def __init__(self, every_n_steps: int | None = 100, every_n_secs: float | None = None,
+                 output_dir: str | None = None, summary_writer=None):
+        if (every_n_steps is None) == (every_n_secs is None):
+            raise ValueError("StepCounterHook needs exactly one of every_n_steps and every_n_secs")
+        self._steps, self._secs = every_n_steps, every_n_secs
+        self._output_dir, self._writer = output_dir, summary_writer
+
+    def begin(self) -> None:
+        if self._writer is None and self._output_dir:
+            self._writer = summary.FileWriterCache.get(self._output_dir)
+        self._step = get_global_step()
+        if self._step is None:
+            raise RuntimeError("StepCounterHook needs a global step: create one with "
+                               "tf.train.get_or_create_global_step() before the session")
+        self._tag = f"{self._step.op.name}/sec"
+        self._last_step = self._last_time = None
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._step)
+
+    def after_run(self, run_context, run_values):
+        # the step fetched may have been read before or after this run's update: when it says
+        # the count may be due, read it again (after the run) and decide on that
+        if not self._due(int(run_values.results) + 1):
+            return
+        step, now = int(run_context.session.run(self._step)), time.monotonic()
+        if self._last_step is not None and not self._due(step):
+            return
+        if self._last_step is not None and step > self._last_step:
+            rate = (step - self._last_step) / (now - self._last_time)
+            log.info("%s: %g", self._tag, rate)
+            if self._writer is not None:
+                value = summary.proto_class("Summary").Value(tag=self._tag, simple_value=rate)
+                self._writer.add_summary(summary.proto_class("Summary")(value=[value]), step)
+        self._last_step, self._last_time = step, now
+
+    def _due(self, step: int) -> bool:
+        if self._last_step is None:
+            return True  # the first step starts the clock
+        if self._secs is not None:
+            return time.monotonic() - self._last_time >= self._secs
+        return step >= self._last_step + self._steps
+
+
 def monitored_session_hooks(checkpoint_dir: str | None, scaffold=None, save_summaries_steps: int | None = 100,
                             save_summaries_secs: float | None = None, summary_dir: str | None = None,
-                            **_other_arguments) -> list[SummarySaverHook]:
-    """The summary hook a chief's ``MonitoredTrainingSession`` adds, as in TF: to ``summary_dir`` or
-    ``checkpoint_dir``, every ``save_summaries_steps`` steps or ``save_summaries_secs`` seconds."""
+                            log_step_count_steps: int | None = 100, **_other_arguments) -> list:
+    """The hooks a chief's ``MonitoredTrainingSession`` adds, as in TF, writing to ``summary_dir`` or
+    ``checkpoint_dir``: the speed every ``log_step_count_steps``, and the summaries every
+    ``save_summaries_steps`` steps or ``save_summaries_secs`` seconds."""
     output_dir = summary_dir or checkpoint_dir
+    if output_dir is None:
+        return []
+    hooks: list = []
+    if log_step_count_steps and log_step_count_steps > 0:
+        hooks.append(StepCounterHook(every_n_steps=log_step_count_steps, output_dir=output_dir))
     if save_summaries_secs is not None:
         save_summaries_steps = None
-    if output_dir is None or (save_summaries_steps is None and save_summaries_secs is None):
-        return []
-    return [SummarySaverHook(save_steps=save_summaries_steps, save_secs=save_summaries_secs,
-                             output_dir=output_dir, scaffold=scaffold)]
+    if save_summaries_steps or save_summaries_secs:
+        hooks.append(SummarySaverHook(save_steps=save_summaries_steps, save_secs=save_summaries_secs,
+                                      output_dir=output_dir, scaffold=scaffold))
+    return hooks
