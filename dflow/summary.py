@@ -28,11 +28,11 @@ import time
 import weakref
 
 from .graph import Graph
-from .ops.summary_ops import audio, histogram, image, merge, merge_all, scalar, text
+from .ops.summary_ops import audio, histogram, image, merge, merge_all, scalar, tensor_summary, text
 
 # (and the protobuf classes of PROTO_CLASSES, through the module's __getattr__)
-__all__ = ["scalar", "histogram", "image", "audio", "text", "merge", "merge_all", "FileWriter",
-           "FileWriterCache"]
+__all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all",
+           "FileWriter", "FileWriterCache"]
 
 log = logging.getLogger("dflow")
 
@@ -146,6 +146,8 @@ class FileWriter:
 
     def add_graph(self, graph: Graph | None, global_step=None, graph_def=None) -> None:
         """Write ``graph`` (or a dflow ``graph_def`` dict) as a GraphDef: TensorBoard's Graphs tab."""
+        if isinstance(graph, dict):  # a dflow graph_def given as the graph, as TF 1.x allowed
+            graph, graph_def = None, graph
         if graph is None and graph_def is not None:
             from .graph_io import import_graph_def
 
@@ -255,3 +257,4 @@ class FileWriterCache:
             for writer in FileWriterCache._writers.values():
                 writer.close()
             FileWriterCache._writers.clear()
+

@@ -198,6 +198,20 @@ def test_hand_built_summaries_and_serialized_ones_are_written(tmp_path):
     assert scalars(tmp_path) == {"reward": [(0, 0.0), (1, 10.0), (2, 20.0)], "lr": [(7, 0.5)]}
 
 
+def test_a_fetched_summary_parsed_extended_and_written_as_cifar10_eval_does(tmp_path):
+    tf.summary.scalar("loss", tf.constant(0.25))
+    summary_op = tf.summary.merge_all()
+    with tf.Session() as sess:
+        summary = tf.Summary()
+        summary.ParseFromString(sess.run(summary_op))
+    summary.value.add(tag="Precision @ 1", simple_value=0.75)
+    writer = tf.summary.FileWriter(str(tmp_path), graph_def=tf.get_default_graph().as_graph_def())
+    writer.add_summary(summary, 100)
+    writer.close()
+    assert scalars(tmp_path) == {"loss": [(100, 0.25)], "Precision @ 1": [(100, 0.75)]}
+    assert [node.op for node in events(tmp_path).Graph().node] == ["Const", "ScalarSummary", "MergeSummary"]
+
+
 def test_flush_makes_events_readable_before_close(tmp_path):
     writer = tf.summary.FileWriter(str(tmp_path), flush_secs=3600)
     writer.add_summary(tf.Summary(value=[tf.Summary.Value(tag="x", simple_value=1.5)]), 1)
@@ -225,6 +239,30 @@ def test_family_collections_and_merge():
     assert tf.summary.merge_all("nothing here") is None
 
 
+def test_a_summary_of_a_gpu_tensor_is_computed_on_that_tasks_cpu():
+    with tf.device("/job:worker/task:1/gpu:0"):
+        activations = tf.nn.relu(tf.constant([[-1.0, 2.0]]))
+        summary = tf.summary.histogram("activations", activations)
+    with tf.device("/gpu:0"):
+        local = tf.summary.scalar("local", tf.reduce_sum(activations))
+    assert summary.op.device == "/job:worker/task:1/device:CPU:0"
+    assert local.op.device == "/device:CPU:0"  # its input, reduce_sum, is on /gpu:0 of the default task
+
+
+def test_a_graph_with_summaries_round_trips_through_its_plain_data_form():
+    import json
+
+    tf.summary.scalar("loss", tf.constant(2.0))
+    tf.summary.text("note", b"bytes become text")
+    tf.summary.merge_all(name="all")
+    graph = tf.import_graph_def(json.loads(json.dumps(tf.get_default_graph().as_graph_def())), tf.Graph())
+    with tf.Session(graph=graph) as sess:
+        values = tf.Summary.FromString(sess.run(graph.get_tensor_by_name("all/all:0"))).value
+    assert [v.tag for v in values] == ["loss", "note"]
+    assert values[0].simple_value == 2.0 and values[1].tensor.string_val == [b"bytes become text"]
+    assert len(graph.get_collection(tf.GraphKeys.SUMMARIES)) == 2
+
+
 def test_tags_are_cleaned_as_in_tf():
     s = tf.summary.scalar("loss (train)", tf.constant(1.0))
     with tf.Session() as sess:
@@ -240,6 +278,19 @@ def test_merging_two_summaries_with_one_tag_is_an_error():
         sess.run(second)
 
 
+def test_histogram_buckets_match_tensorflow():
+    # TF 1.x (tf.compat.v1 of TF 2.21) gave these limits and counts for these five values
+    histogram = tf.summary.histogram("h", tf.constant([0.0, 1.0, 1.5, -3.0, 100.0]))
+    with tf.Session() as sess:
+        histo = tf.Summary.FromString(sess.run(histogram)).value[0].histo
+    assert (histo.min, histo.max, histo.num, histo.sum, histo.sum_squares) == (-3, 100, 5, 99.5, 10012.25)
+    assert list(histo.bucket_limit) == pytest.approx(
+        [-3.1665833053880363, -2.8787120958073054, 0.0, 1e-12, 0.917246389039776, 1.0089710279437536,
+         1.47723448201245, 1.624957930213695, 97.88757810018231, 107.67633591020055, 1.7976931348623157e308],
+        rel=1e-12)
+    assert list(histo.bucket) == [0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
+
+
 def test_image_scaling_follows_tf_for_signed_and_uint8_images():
     signed = np.array([[-1.0, 0.0], [0.5, 1.0]], np.float32).reshape(1, 2, 2, 1)
     rgb = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(1, 2, 3, 3)
@@ -247,12 +298,22 @@ def test_image_scaling_follows_tf_for_signed_and_uint8_images():
     many = tf.summary.image("rgb", tf.constant(rgb))
     with tf.Session() as sess:
         one_value, many_value = (tf.Summary.FromString(s).value for s in sess.run([one, many]))
-    assert [v.tag for v in one_value] == ["signed/image"]
+    assert [v.tag for v in one_value] == ["signed/image"]  # pixels as TF 1.x wrote them:
     assert [v.tag for v in many_value] == ["rgb/image/0"]  # one image in the batch
     pixels = np.asarray(Image.open(io.BytesIO(one_value[0].image.encoded_image_string)))
     assert pixels.tolist() == [[1, 128], [191, 255]]  # 0 -> 128, largest magnitude -> 127 away
     decoded = np.asarray(Image.open(io.BytesIO(many_value[0].image.encoded_image_string)))
     assert np.array_equal(decoded, rgb[0]) and many_value[0].image.colorspace == 3
+
+
+def test_a_float_rgb_image_with_a_nan_is_scaled_and_marked_red_as_tf_does():
+    rgb = np.array([[[0.1, 0.2, 0.3], [np.nan, 0.5, 0.6]], [[0.7, 0.8, 0.9], [1.0, 2.0, 3.0]]], np.float32)
+    summary = tf.summary.image("rgb", tf.constant(rgb[None]))
+    with tf.Session() as sess:
+        image = tf.Summary.FromString(sess.run(summary)).value[0].image
+    pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string))).tolist()
+    # what TF 1.x (tf.compat.v1 of TF 2.21) wrote for the same image
+    assert pixels == [[[8, 17, 25], [255, 0, 0]], [[59, 68, 76], [85, 170, 255]]]
 
 
 def test_audio_and_text_summaries(tmp_path):
@@ -266,11 +327,26 @@ def test_audio_and_text_summaries(tmp_path):
     audio = reader.Audio("tone/audio/1")[0]
     assert (audio.step, audio.sample_rate, audio.length_frames) == (4, 800, 800)
     with wave.open(io.BytesIO(audio.encoded_audio_string)) as wav:
-        frames = np.frombuffer(wav.readframes(800), "<i2") / 32767
-    assert np.allclose(frames, clips[1, :, 0], atol=1e-4)
+        frames = np.frombuffer(wav.readframes(800), "<i2")
+    assert np.array_equal(frames, np.round(clips[1, :, 0] * 32768).astype(np.int16))
     text = reader.Tensors("note")[0].tensor_proto
     assert text.string_val == [b"**dflow** wrote this"] and sound.op.type == "AudioSummary"
     assert note.name == "note:0"
+
+
+def test_tensor_summary_holds_the_whole_value(tmp_path):
+    from tensorboard.util.tensor_util import make_ndarray
+
+    value = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    tf.summary.tensor_summary("weights", tf.constant(value), summary_description="a 2x3 matrix")
+    tf.summary.tensor_summary("steps", tf.constant([1, 2, 3], dtype=tf.int64))
+    with tf.Session() as sess, tf.summary.FileWriter(str(tmp_path)) as writer:
+        writer.add_summary(sess.run(tf.summary.merge_all()), 3)
+    reader = events(tmp_path)
+    weights = reader.Tensors("weights")[0]
+    assert weights.step == 3 and np.array_equal(make_ndarray(weights.tensor_proto), value)
+    assert make_ndarray(reader.Tensors("steps")[0].tensor_proto).tolist() == [1, 2, 3]
+    assert reader.SummaryMetadata("weights").summary_description == "a 2x3 matrix"
 
 
 def test_bad_summaries_are_clear_errors(tmp_path):
@@ -297,6 +373,50 @@ def test_file_writer_cache_shares_one_writer_per_directory(tmp_path):
     tf.summary.FileWriterCache.clear()
     assert tf.summary.FileWriterCache.get(str(tmp_path)) is not writer
     tf.summary.FileWriterCache.clear()
+
+
+def test_summary_saver_hook_writes_every_save_steps_in_a_monitored_session(tmp_path):
+    x = tf.placeholder(tf.float32, [None])
+    w = tf.Variable(1.0)
+    loss = tf.reduce_mean(tf.square(x * w - 3.0))
+    tf.summary.scalar("loss", loss)
+    train_op = tf.train.GradientDescentOptimizer(0.01).minimize(
+        loss, global_step=tf.train.get_or_create_global_step())
+    hooks = [tf.train.SummarySaverHook(save_steps=5, output_dir=str(tmp_path)),
+             tf.train.StopAtStepHook(last_step=12)]
+    losses = []
+    with tf.train.MonitoredTrainingSession(hooks=hooks) as sess:
+        while not sess.should_stop():
+            losses.append(sess.run([train_op, loss], {x: [1.0, 2.0]})[1])
+    # TF's labels: the first step, then every 5, each the global step after its run
+    logged = scalars(tmp_path)["loss"]
+    assert [s for s, _ in logged] == [1, 6, 11]
+    assert [v for _, v in logged] == pytest.approx([losses[0], losses[5], losses[10]], rel=1e-6)
+    status = [e.session_log.status for e in _raw_events(tmp_path) if e.HasField("session_log")]
+    assert status == [tf.SessionLog.START]
+
+
+def test_a_monitored_session_with_a_checkpoint_dir_writes_the_summaries_there(tmp_path):
+    loss = tf.Variable(5.0) * 2.0
+    tf.summary.scalar("loss", loss)
+    train_op = tf.assign_add(tf.train.get_or_create_global_step(), 1)
+    with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), save_summaries_steps=2,
+                                           log_step_count_steps=2,
+                                           hooks=[tf.train.StopAtStepHook(last_step=5)]) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
+    logged = scalars(tmp_path)
+    assert logged["loss"] == [(1, 10.0), (3, 10.0), (5, 10.0)]
+    # the speed from the first step's clock on, as TF's StepCounterHook writes it
+    assert [s for s, _ in logged["global_step/sec"]] == [3, 5]
+    assert all(rate > 0 for _, rate in logged["global_step/sec"])
+
+
+def _raw_events(logdir):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    (path,) = [os.path.join(logdir, f) for f in os.listdir(logdir)]
+    return list(EventFileLoader(path).Load())
 
 
 # ---- on a cluster -------------------------------------------------------------------------
@@ -350,3 +470,31 @@ def test_train_logdir_on_a_cluster_writes_the_chiefs_progress(tmp_path, capsys):
     assert [v for _, v in logged["loss"]] == pytest.approx(printed_loss, abs=1e-4)
     accuracy = float(re.search(r"test accuracy: (\d\.\d{4})", out).group(1))
     assert logged["accuracy"] == [(20, pytest.approx(accuracy, abs=5e-5))]
+
+
+# ---- the embedding projector (word2vec_basic's last step) ---------------------------------
+def test_projector_config_and_the_embedding_values_are_written_for_tensorboard(tmp_path):
+    from google.protobuf import text_format
+    from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
+
+    from dflow.contrib.tensorboard.plugins import projector
+
+    log_dir = str(tmp_path)
+    embeddings = tf.Variable(tf.random_uniform([6, 4], -1.0, 1.0), name="embeddings")
+    with tf.Session() as session:
+        writer = tf.summary.FileWriter(log_dir, session.graph)
+        session.run(tf.global_variables_initializer())
+        values = session.run(embeddings)
+        config = projector.ProjectorConfig()
+        embedding_conf = config.embeddings.add()
+        embedding_conf.tensor_name = embeddings.name
+        embedding_conf.metadata_path = os.path.join(log_dir, "metadata.tsv")
+        projector.visualize_embeddings(writer, config)
+    writer.close()
+    with open(os.path.join(log_dir, "projector_config.pbtxt")) as f:
+        written = text_format.Parse(f.read(), ProjectorConfig())  # TensorBoard's own message
+    (embedding,) = written.embeddings
+    assert embedding.tensor_name == "embeddings:0" and list(embedding.tensor_shape) == [6, 4]
+    assert embedding.metadata_path == os.path.join(log_dir, "metadata.tsv")
+    # the projector reads tensor_path (TSV) since it cannot read dflow's checkpoints
+    assert np.allclose(np.loadtxt(embedding.tensor_path, delimiter="\t"), values, atol=1e-6)

@@ -25,7 +25,7 @@ from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
 from ..placement import DeviceSpec
 from .registry import Spec, defop
 
-__all__ = ["scalar", "histogram", "image", "audio", "text", "merge", "merge_all"]
+__all__ = ["scalar", "histogram", "image", "audio", "text", "tensor_summary", "merge", "merge_all"]
 
 _STRING_SCALAR = [Spec((), dtypes.string)]
 
@@ -141,13 +141,13 @@ def _image_kernel(xp, images, tag, max_outputs):
 
 
 def _wav(clip: np.ndarray, sample_rate: int) -> bytes:
-    """16-bit PCM WAV (what TF's audio summary encodes), from floats in [-1, 1]."""
+    """16-bit PCM WAV, as TF's audio summary encodes it: round(x * 2**15), clamped to int16."""
     out = io.BytesIO()
     with wave.open(out, "wb") as wav:
         wav.setnchannels(clip.shape[1])
         wav.setsampwidth(2)
         wav.setframerate(sample_rate)
-        wav.writeframes((np.clip(clip, -1.0, 1.0) * 32767).astype("<i2").tobytes())
+        wav.writeframes(np.clip(np.round(clip * 32768.0), -32768, 32767).astype("<i2").tobytes())
     return out.getvalue()
 
 
@@ -168,7 +168,7 @@ def _audio_kernel(xp, clips, sample_rate, tag, max_outputs):
     return _as_bytes_tensor(pb.Summary(value=values))
 
 
-def _text_proto(tag: str, strings: np.ndarray):
+def _text_proto(tag: str, strings: np.ndarray, plugin: str | None = "text"):
     from tensorboardX.proto import tensor_pb2, tensor_shape_pb2
 
     pb = _protos()
@@ -176,8 +176,32 @@ def _text_proto(tag: str, strings: np.ndarray):
         dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in strings.shape])
     as_bytes = [s if isinstance(s, bytes) else str(s).encode("utf-8") for s in strings.ravel()]
     tensor = tensor_pb2.TensorProto(dtype="DT_STRING", string_val=as_bytes, tensor_shape=shape)
-    metadata = pb.SummaryMetadata(plugin_data=pb.SummaryMetadata.PluginData(plugin_name="text"))
+    metadata = pb.SummaryMetadata(plugin_data=pb.SummaryMetadata.PluginData(plugin_name=plugin)) \
+        if plugin else pb.SummaryMetadata()
     return pb.Summary(value=[pb.Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
+
+
+# TensorFlow's DataType numbers (types.proto) of the dtypes a tensor summary may hold
+_TF_DATA_TYPES = {"float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5, "int8": 6, "int64": 9,
+                  "bool": 10, "float16": 19}
+
+
+def _tensor_kernel(xp, value, tag, description=""):
+    from tensorboardX.proto import tensor_pb2, tensor_shape_pb2
+
+    array = _as_host_array(value)
+    if array.dtype.kind in "OSU":
+        return _as_bytes_tensor(_text_proto(tag, array, plugin=None))
+    if array.dtype.name not in _TF_DATA_TYPES:
+        raise InvalidArgumentError(f"tf.summary.tensor_summary {tag!r}: dtype {array.dtype} is not one of "
+                                   f"{sorted(_TF_DATA_TYPES)}; tf.cast it first")
+    shape = tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in array.shape])
+    tensor = tensor_pb2.TensorProto(dtype=_TF_DATA_TYPES[array.dtype.name], tensor_shape=shape,
+                                    tensor_content=array.astype(array.dtype.newbyteorder("<")).tobytes())
+    pb = _protos()
+    metadata = pb.SummaryMetadata(summary_description=description)
+    return _as_bytes_tensor(pb.Summary(value=[pb.Summary.Value(tag=tag, tensor=tensor, metadata=metadata)]))
 
 
 def _text_kernel(xp, *strings, tag, text=None):
@@ -204,6 +228,7 @@ defop("HistogramSummary", lambda inputs, tag: _STRING_SCALAR, _histogram_kernel)
 defop("ImageSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _image_kernel)
 defop("AudioSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _audio_kernel)
 defop("TextSummary", lambda inputs, tag, text=None: _STRING_SCALAR, _text_kernel)
+defop("TensorSummary", lambda inputs, tag, description="": _STRING_SCALAR, _tensor_kernel)
 defop("MergeSummary", lambda inputs: _STRING_SCALAR, _merge_kernel)
 
 
@@ -271,12 +296,28 @@ def audio(name: str, tensor, sample_rate, max_outputs: int = 3, collections=None
 def text(name: str, tensor, collections=None) -> Tensor:
     """A text summary (TensorBoard's Text tab) of a ``tf.string`` tensor or a Python string."""
     if isinstance(tensor, (str, bytes)) or (isinstance(tensor, list) and not _is_symbolic(tensor)):
-        return _summary_op("TextSummary", name, [], {"text": tensor}, collections, None)
+        # kept as str, so that the graph stays plain JSON-ready data (graph_io)
+        text = [_as_str(t) for t in tensor] if isinstance(tensor, list) else _as_str(tensor)
+        return _summary_op("TextSummary", name, [], {"text": text}, collections, None)
     tensor = convert_to_tensor(tensor)
     if tensor.dtype != dtypes.string:
         raise TypeError(f"tf.summary.text {name!r} takes a tf.string tensor, got {tensor.dtype.name} "
                         f"({tensor.name}); format it in Python and pass the str")
     return _summary_op("TextSummary", name, [tensor], {}, collections, None)
+
+
+def tensor_summary(name: str, tensor, summary_description: str | None = None, collections=None,
+                   summary_metadata=None, family=None, display_name=None) -> Tensor:
+    """A summary holding ``tensor``'s whole value (a TensorProto), for TensorBoard's plugins."""
+    if summary_metadata is not None or display_name is not None:
+        raise TypeError("tf.summary.tensor_summary(summary_metadata=, display_name=): dflow does not "
+                        "support them; pass summary_description")
+    return _summary_op("TensorSummary", name, [tensor], {"description": summary_description or ""},
+                       collections, family)
+
+
+def _as_str(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _is_symbolic(values) -> bool:
@@ -291,7 +332,8 @@ def merge(inputs, collections=None, name=None) -> Tensor:
             raise TypeError(f"tf.summary.merge takes summary tensors (tf.string), got {t.name} "
                             f"({t.dtype.name})")
     graph = get_default_graph()
-    out = graph.create_op("MergeSummary", inputs, name=name or "Merge/MergeSummary").outputs[0]
+    with graph.name_scope(name or "Merge"):  # TF's names: Merge/MergeSummary, or NAME/NAME
+        out = graph.create_op("MergeSummary", inputs, name=name or "MergeSummary").outputs[0]
     for key in collections or ():
         graph.add_to_collection(key, out)
     return out

@@ -62,3 +62,8 @@ def __getattr__(name: str):
     if name in REMOVED_TRAIN_NAMES:  # tf.train.SummaryWriter: TF 0.x
         raise removed_name_error(name, "tf.train")
     raise AttributeError(f"module 'dflow.train' has no attribute {name!r}")
+
+
+from .summary_saver import StepCounterHook, SummarySaverHook  # noqa: E402 - after the hooks it builds on
+
+__all__ += ["SummarySaverHook", "StepCounterHook"]

@@ -185,6 +185,10 @@ class MonitoredTrainingSession:
                 every = ({"save_steps": save_checkpoint_steps} if save_checkpoint_steps
                          else {"save_secs": save_checkpoint_secs or 600})
                 self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=saver, **every))
+        if is_chief:  # TF's default: merge_all written to checkpoint_dir every 100 steps
+            from .summary_saver import monitored_session_hooks  # (a module that imports this one)
+
+            self._hooks += monitored_session_hooks(checkpoint_dir, scaffold, **_ignored)
         for hook in self._hooks:
             hook.begin()
         variables = global_variables()

@@ -1,0 +1,1 @@
+"""``tf.contrib.tensorboard``: the embedding projector's configuration (``plugins.projector``)."""
