@@ -16,7 +16,9 @@ from . import (
     cluster,
     dtypes,
     errors,
+    math,  # tf.math and tf.random: the TF 1.13+ names
     nn,  # noqa: E402,I001 - after the core ops it builds on
+    random,
     train,  # noqa: E402,I001
 )
 from .autodiff import gradients
@@ -224,6 +226,7 @@ mul = multiply
 div = divide
 newaxis = None
 lin_space = linspace
+neg, select, pack, unpack = negative, where, stack, unstack  # TF 0.x names older scripts still use
 
 
 def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:  # noqa: F811

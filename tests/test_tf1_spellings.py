@@ -400,3 +400,24 @@ def test_python_operators_and_iteration_as_tf1():
         iter(tf.constant(1.0))
     with pytest.raises(TypeError, match="please use // instead"):
         tf.Dimension(4) / 2
+
+
+def test_tf_random_and_tf_math_namespaces_and_old_names():
+    import math
+
+    from dflow.ops import state_ops as ops_module
+
+    assert ops_module.math is math  # dflow/math.py does not shadow the standard library inside dflow
+    weights = tf.Variable(tf.random.truncated_normal([784, 10], stddev=1.0 / math.sqrt(784.0)))
+    x = tf.constant([[1.0, -2.0]])
+    fetches = [tf.math.log1p(tf.math.abs(x)), tf.math.reduce_logsumexp(x), tf.math.mod(7, 3),
+               tf.random.normal([3]), tf.random.uniform([2], maxval=2.0), tf.random.shuffle([1, 2, 3]),
+               tf.random.categorical(x, 5), tf.neg(x), tf.select(x > 0.0, x, -x), tf.pack([x, x]),
+               tf.unpack(x)[0]]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got = sess.run([weights] + fetches)
+    assert got[0].shape == (784, 10) and np.abs(got[0]).max() <= 2.0 / 28
+    np.testing.assert_allclose(got[1], np.log1p([[1.0, 2.0]]), rtol=1e-6)
+    assert got[3] == 1 and got[7].shape == (1, 5) and got[8].tolist() == [[-1.0, 2.0]]
+    assert got[9].tolist() == [[1.0, 2.0]] and got[10].shape == (2, 1, 2) and got[11].tolist() == [1.0, -2.0]
