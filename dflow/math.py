@@ -7,7 +7,7 @@
 """
 
 from .nn import in_top_k as _in_top_k
-from .nn import l2_normalize, log_softmax, softmax, softplus, zero_fraction
+from .nn import l2_normalize, log_softmax, softmax, softplus, top_k, zero_fraction
 from .ops.math_ops import (
     abs,
     add,
@@ -73,7 +73,7 @@ __all__ = [
     "mod", "multiply", "negative", "not_equal", "pow", "reciprocal", "reduce_all", "reduce_any",
     "reduce_logsumexp", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
     "round", "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
-    "squared_difference", "subtract", "tanh", "truediv", "zero_fraction",
+    "squared_difference", "subtract", "tanh", "top_k", "truediv", "zero_fraction",
 ]
 
 mod = floormod

@@ -421,3 +421,16 @@ def test_tf_random_and_tf_math_namespaces_and_old_names():
     np.testing.assert_allclose(got[1], np.log1p([[1.0, 2.0]]), rtol=1e-6)
     assert got[3] == 1 and got[7].shape == (1, 5) and got[8].tolist() == [[-1.0, 2.0]]
     assert got[9].tolist() == [[1.0, 2.0]] and got[10].shape == (2, 1, 2) and got[11].tolist() == [1.0, -2.0]
+
+
+def test_top_k_and_batch_normalization():
+    scores = tf.constant([[1.0, 3.0, 2.0, 3.0], [4.0, 0.0, -1.0, 2.0]])
+    values, indices = tf.nn.top_k(scores, k=2)
+    x = tf.constant([[1.0, 2.0], [3.0, 6.0]])
+    mean, variance = tf.nn.moments(x, axes=[0])
+    normalized = tf.nn.batch_normalization(x, mean, variance, offset=None, scale=None, variance_epsilon=0.0)
+    with tf.Session() as sess:
+        got = sess.run([values, indices, normalized, tf.math.top_k(scores)[1]])
+    assert got[0].tolist() == [[3.0, 3.0], [4.0, 2.0]] and got[1].tolist() == [[1, 3], [0, 3]]
+    np.testing.assert_allclose(got[2], [[-1.0, -1.0], [1.0, 1.0]], rtol=1e-6)
+    assert got[3].tolist() == [[1], [0]]
