@@ -203,6 +203,7 @@ from .variables import (
     get_variable_scope,
     global_variables,
     global_variables_initializer,
+    glorot_normal_initializer,
     glorot_uniform_initializer,
     group,
     initialize_all_variables,
@@ -218,6 +219,7 @@ from .variables import (
     truncated_normal_initializer,
     variable_scope,
     variables_initializer,
+    variance_scaling_initializer,
     zeros_initializer,
 )
 

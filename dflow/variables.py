@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,8 @@ __all__ = [
     "group", "initialize_variables", "initialize_local_variables", "zeros_initializer",
     "ones_initializer", "constant_initializer",
     "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
-    "glorot_uniform_initializer", "report_uninitialized_variables",
+    "glorot_uniform_initializer", "report_uninitialized_variables", "variance_scaling_initializer",
+    "glorot_normal_initializer",
 ]
 
 
@@ -128,6 +130,10 @@ class Variable(_Operators):
 
     def eval(self, session=None):
         return self._snapshot.eval(session=session)
+
+    def initialized_value(self) -> Tensor:
+        """The value the initializer gives (to initialize another variable from this one)."""
+        return self.initial_value
 
     def load(self, value, session=None):
         """Write ``value`` into the variable through ``session`` (no new ops per call)."""
@@ -362,3 +368,46 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         if loss is not None:
             graph.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
     return var
+
+
+def _fans(shape) -> tuple[int, int]:
+    """TF's fans: for a conv kernel ``[..., in, out]`` the receptive field times in and out."""
+    if not shape:
+        return 1, 1
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    receptive = 1
+    for d in shape[:-2]:
+        receptive *= d
+    return shape[-2] * receptive, shape[-1] * receptive
+
+
+def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal", seed=None,
+                                 dtype=dtypes.float32):
+    """Samples with variance ``scale / n`` (``n``: fan in, fan out or their mean): a normal
+    truncated at two standard deviations (``"truncated_normal"``/``"normal"``), an untruncated
+    normal (``"untruncated_normal"``) or a uniform (``"uniform"``)."""
+    if mode not in ("fan_in", "fan_out", "fan_avg"):
+        raise ValueError(f"mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
+    if distribution not in ("normal", "truncated_normal", "untruncated_normal", "uniform"):
+        raise ValueError(f"distribution must be 'truncated_normal', 'untruncated_normal' or 'uniform', "
+                         f"got {distribution!r}")
+
+    def build(shape, dt):
+        fan_in, fan_out = _fans(shape)
+        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
+        variance = scale / max(1.0, n)
+        if distribution == "uniform":
+            limit = math.sqrt(3.0 * variance)
+            return state_ops.random_uniform(shape, -limit, limit, dt, seed)
+        if distribution == "untruncated_normal":
+            return state_ops.random_normal(shape, 0.0, math.sqrt(variance), dt, seed)
+        # the stddev of a unit normal truncated at +-2 is 0.8796...: divide it out
+        return state_ops.truncated_normal(shape, 0.0, math.sqrt(variance) / 0.87962566103423978, dt, seed)
+
+    return _Initializer(build, dtype)
+
+
+def glorot_normal_initializer(seed=None, dtype=dtypes.float32):
+    """Truncated normal with variance ``2 / (fan_in + fan_out)``."""
+    return variance_scaling_initializer(1.0, "fan_avg", "truncated_normal", seed, dtype)

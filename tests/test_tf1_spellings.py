@@ -434,3 +434,19 @@ def test_top_k_and_batch_normalization():
     assert got[0].tolist() == [[3.0, 3.0], [4.0, 2.0]] and got[1].tolist() == [[1, 3], [0, 3]]
     np.testing.assert_allclose(got[2], [[-1.0, -1.0], [1.0, 1.0]], rtol=1e-6)
     assert got[3].tolist() == [[1], [0]]
+
+
+@pytest.mark.parametrize("mode, distribution, fan", [
+    ("fan_in", "truncated_normal", 300), ("fan_out", "untruncated_normal", 200),
+    ("fan_avg", "uniform", 250), ("fan_in", "normal", 300)])
+def test_variance_scaling_initializer_has_the_variance_it_names(mode, distribution, fan):
+    init = tf.variance_scaling_initializer(scale=2.0, mode=mode, distribution=distribution, seed=4)
+    w = tf.get_variable("w", [300, 200], initializer=init)
+    w2 = tf.Variable(w.initialized_value() * 2.0)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        values, doubled = sess.run([w, w2])
+    np.testing.assert_allclose(values.var(), 2.0 / fan, rtol=0.05)
+    np.testing.assert_allclose(doubled, 2.0 * values)
+    if distribution in ("truncated_normal", "normal"):
+        assert np.abs(values).max() <= 2.0 * np.sqrt(2.0 / fan) / 0.87962566103423978 + 1e-6
