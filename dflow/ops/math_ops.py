@@ -377,9 +377,10 @@ def static_axis(axis, what="axis"):
         return None
     if isinstance(axis, Tensor) or hasattr(axis, "_as_graph_element"):
         value = convert_to_tensor(axis).spec.value
-        if value is None or isinstance(value, tuple):
-            raise ValueError(f"{what} must be known when the graph is built, got {axis!r}")
-        axis = value.tolist()
+        if value is None or (isinstance(value, tuple) and None in value):
+            raise ValueError(f"dflow needs the {what} when the graph is built (an int, a list of ints or "
+                             f"a constant), got {axis!r}, whose value is known only at run time")
+        axis = list(value) if isinstance(value, tuple) else value.tolist()
     if hasattr(axis, "tolist"):
         axis = axis.tolist()
     return [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
