@@ -450,3 +450,34 @@ def test_variance_scaling_initializer_has_the_variance_it_names(mode, distributi
     np.testing.assert_allclose(doubled, 2.0 * values)
     if distribution in ("truncated_normal", "normal"):
         assert np.abs(values).max() <= 2.0 * np.sqrt(2.0 / fan) / 0.87962566103423978 + 1e-6
+
+
+def test_the_new_kernels_without_gradients_run_on_array_api_strict():
+    """As the gradient table does for the differentiable ones: the same plan on
+    array_api_strict gives NumPy's numbers (seeded random ops draw the same values)."""
+    import array_api_strict
+
+    from dflow.runtime.executor import execute
+    from dflow.runtime.state import SessionState
+
+    x = tf.placeholder(tf.float32, [2, 3])
+    b = tf.placeholder(tf.bool, [2, 3])
+    ints = tf.placeholder(tf.int32, [3])
+    fetches = [tf.is_nan(x), tf.is_finite(x), tf.is_inf(x), tf.round(x), tf.ceil(x), ints // 2, ints % 3,
+               tf.logical_xor(b, ~b), tf.reduce_any(b, 1), tf.reduce_all(b), tf.linspace(0.0, 1.0, 4),
+               tf.nn.top_k(x, 2)[1], tf.count_nonzero(x, 1), tf.nn.zero_fraction(x),
+               tf.random_normal(tf.shape(x), seed=1), tf.random_uniform([tf.shape(x)[0], 2], seed=2),
+               tf.truncated_normal(tf.shape(x), seed=3), tf.random_shuffle(ints, seed=4),
+               tf.multinomial(tf.log([[0.2, 0.8], [0.5, 0.5]]), 5, seed=5), tf.Print(x, [x], "strict: ")]
+    assert_op = tf.assert_less(tf.abs(ints), 8)
+    feeds = {x: np.array([[0.5, -1.5, np.inf], [np.nan, 2.5, 0.0]], np.float32),
+             b: np.array([[True, False, True], [True, True, True]]), ints: np.array([7, -7, 5], np.int32)}
+    with tf.Session() as sess:
+        expected = sess.run(fetches + [assert_op], feeds)[:-1]
+        plan = list(sess._plans.values())[-1]
+    strict_feeds = {t.name: array_api_strict.asarray(v) for t, v in feeds.items()}
+    out = execute(plan, strict_feeds, SessionState(), {"CPU": array_api_strict})
+    for tensor, want in zip(fetches, expected):
+        got = out[tensor.name]
+        assert type(got).__module__.startswith("array_api_strict"), tensor.name
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=tensor.name)

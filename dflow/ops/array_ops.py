@@ -322,7 +322,7 @@ def concat(values, axis, name="concat") -> Tensor:
     """Join tensors along ``axis``. TF 0.x's order ``tf.concat(1, [a, b])`` is taken too."""
     if isinstance(values, (int, np.integer)) and isinstance(axis, (list, tuple)):
         values, axis = axis, values
-    values = list(values)
+    values = [values] if _is_symbolic(values) else list(values)  # TF: one tensor is a list of one
     if len(values) == 1:
         return identity(values[0], name=name)
     return _out("ConcatV2", values, {"axis": int(axis)}, name)
