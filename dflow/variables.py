@@ -263,6 +263,48 @@ def glorot_uniform_initializer(seed=None, dtype=dtypes.float32):
     return _Initializer(build, dtype)
 
 
+
+def _fans(shape) -> tuple[float, float]:
+    """TF's fan-in and fan-out (a conv kernel's window multiplies both)."""
+    if not shape:
+        return 1.0, 1.0
+    if len(shape) == 1:
+        return float(shape[0]), float(shape[0])
+    receptive = math.prod(shape[:-2])
+    return float(shape[-2] * receptive), float(shape[-1] * receptive)
+
+
+def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal", seed=None,
+                                 dtype=dtypes.float32):
+    """Samples of variance ``scale / n`` (``n``: ``mode``'s fan-in, fan-out or their mean), from a
+    normal truncated at 2 stddevs (rescaled so the variance holds), a normal, or a uniform."""
+    if scale <= 0.0:
+        raise ValueError(f"`scale` must be a positive float, got {scale}")
+    if mode not in ("fan_in", "fan_out", "fan_avg"):
+        raise ValueError(f"Invalid `mode` argument: {mode!r} (fan_in, fan_out or fan_avg)")
+    distribution = distribution.lower()
+    if distribution not in ("normal", "truncated_normal", "untruncated_normal", "uniform"):
+        raise ValueError(f"Invalid `distribution` argument: {distribution!r}")
+
+    def build(shape, dt):
+        fan_in, fan_out = _fans(shape)
+        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
+        variance = scale / max(1.0, n)
+        if distribution == "uniform":
+            limit = math.sqrt(3.0 * variance)
+            return state_ops.random_uniform(shape, -limit, limit, dt, seed)
+        if distribution == "untruncated_normal":
+            return state_ops.random_normal(shape, 0.0, math.sqrt(variance), dt, seed)
+        # the stddev of a unit normal truncated to [-2, 2] is 0.8796...: divide it out
+        return state_ops.truncated_normal(shape, 0.0, math.sqrt(variance) / 0.87962566103423978, dt, seed)
+
+    return _Initializer(build, dtype)
+
+
+def glorot_normal_initializer(seed=None, dtype=dtypes.float32):
+    """Truncated normal of variance ``2 / (fan_in + fan_out)`` (Glorot & Bengio)."""
+    return variance_scaling_initializer(1.0, "fan_avg", "truncated_normal", seed, dtype)
+
 # ---- variable scopes and get_variable ------------------------------------------------
 class _ReuseAuto:
     def __repr__(self):
@@ -369,45 +411,3 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
             graph.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
     return var
 
-
-def _fans(shape) -> tuple[int, int]:
-    """TF's fans: for a conv kernel ``[..., in, out]`` the receptive field times in and out."""
-    if not shape:
-        return 1, 1
-    if len(shape) == 1:
-        return shape[0], shape[0]
-    receptive = 1
-    for d in shape[:-2]:
-        receptive *= d
-    return shape[-2] * receptive, shape[-1] * receptive
-
-
-def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal", seed=None,
-                                 dtype=dtypes.float32):
-    """Samples with variance ``scale / n`` (``n``: fan in, fan out or their mean): a normal
-    truncated at two standard deviations (``"truncated_normal"``/``"normal"``), an untruncated
-    normal (``"untruncated_normal"``) or a uniform (``"uniform"``)."""
-    if mode not in ("fan_in", "fan_out", "fan_avg"):
-        raise ValueError(f"mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
-    if distribution not in ("normal", "truncated_normal", "untruncated_normal", "uniform"):
-        raise ValueError(f"distribution must be 'truncated_normal', 'untruncated_normal' or 'uniform', "
-                         f"got {distribution!r}")
-
-    def build(shape, dt):
-        fan_in, fan_out = _fans(shape)
-        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
-        variance = scale / max(1.0, n)
-        if distribution == "uniform":
-            limit = math.sqrt(3.0 * variance)
-            return state_ops.random_uniform(shape, -limit, limit, dt, seed)
-        if distribution == "untruncated_normal":
-            return state_ops.random_normal(shape, 0.0, math.sqrt(variance), dt, seed)
-        # the stddev of a unit normal truncated at +-2 is 0.8796...: divide it out
-        return state_ops.truncated_normal(shape, 0.0, math.sqrt(variance) / 0.87962566103423978, dt, seed)
-
-    return _Initializer(build, dtype)
-
-
-def glorot_normal_initializer(seed=None, dtype=dtypes.float32):
-    """Truncated normal with variance ``2 / (fan_in + fan_out)``."""
-    return variance_scaling_initializer(1.0, "fan_avg", "truncated_normal", seed, dtype)
