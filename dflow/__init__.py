@@ -16,9 +16,7 @@ from . import (
     cluster,
     dtypes,
     errors,
-    math,  # tf.math and tf.random: the TF 1.13+ names
     nn,  # noqa: E402,I001 - after the core ops it builds on
-    random,
     train,  # noqa: E402,I001
 )
 from .autodiff import gradients
@@ -229,6 +227,7 @@ div = divide
 newaxis = None
 lin_space = linspace
 neg, select, pack, unpack = negative, where, stack, unstack  # TF 0.x names older scripts still use
+from . import math, random  # noqa: E402 - tf.math and tf.random: the TF 1.13+ names
 
 
 def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:  # noqa: F811

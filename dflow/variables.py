@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import dtypes
 from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph
-from .ops import array_ops, math_ops, state_ops
+from .ops import array_ops, state_ops
 from .ops.state_ops import glorot_limit
 
 __all__ = [
@@ -203,15 +204,28 @@ initialize_local_variables = local_variables_initializer
 
 
 def report_uninitialized_variables(var_list=None, name="report_uninitialized_variables") -> Tensor:
-    """A bool vector, True for each variable of ``var_list`` (default: the global variables)
-    not yet initialized. TF returns their names; dflow has no string tensors, so pair the
-    flags with ``var_list``. Each variable is checked where it lives.
+    """The names of the variables of ``var_list`` (default: the global variables) not yet
+    initialized, as a 1-D string tensor (fetched as bytes, as in TF); empty when all are.
+    Each variable is checked where it lives.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     a, b = tf.Variable(1.0, name="a"), tf.Variable(2.0, name="b")
+    ...     with tf.Session() as sess:
+    ...         _ = sess.run(a.initializer)
+    ...         sess.run(tf.report_uninitialized_variables()).tolist()
+    [b'b']
     """
     variables = global_variables() if var_list is None else list(var_list)
     if not variables:
-        return array_ops.constant([], dtypes.bool, name=name)
+        return _report([], [], name)
     flags = array_ops.stack([state_ops.is_variable_initialized(v) for v in variables])
-    return math_ops.logical_not(flags, name=name)
+    return _report([flags], [v.op.name for v in variables], name)
+
+
+def _report(inputs, names, name) -> Tensor:
+    return get_default_graph().create_op("ReportUninitialized", inputs, {"names": tuple(names)},
+                                         name=name).outputs[0]
 
 
 # ---- initializers --------------------------------------------------------------------
@@ -337,16 +351,40 @@ def get_variable_scope() -> VariableScope:
     return stack[-1]
 
 
+# graph -> {full variable scope name: times opened}, as TF's variable scope store counts them
+_opened_scopes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _unique_scope_name(opened: dict, outer: str, prefix: str) -> str:
+    """TF's ``default_name`` rule: ``prefix``, else ``prefix_1``, ``prefix_2``... the first
+    not opened yet inside ``outer`` (since ``outer`` was last entered)."""
+    name, index = prefix, 0
+    while opened.get(f"{outer}/{name}" if outer else name):
+        index += 1
+        name = f"{prefix}_{index}"
+    return name
+
+
 @contextlib.contextmanager
 def variable_scope(name_or_scope, default_name=None, values=None, initializer=None, reuse=None):
-    """Prefix ``get_variable`` names (and op names): ``with tf.variable_scope('conv1'):``."""
+    """Prefix ``get_variable`` names (and op names): ``with tf.variable_scope('conv1'):``.
+
+    With ``name_or_scope=None``, ``default_name`` made unique (``dense``, ``dense_1``...)
+    among the scopes opened inside the enclosing scope since it was entered, as TF does:
+    re-entering ``model`` with ``reuse=True`` numbers its unnamed sub-scopes from 0 again.
+    """
     graph = get_default_graph()
     outer = get_variable_scope()
+    opened = _opened_scopes.setdefault(graph, {})
     if isinstance(name_or_scope, VariableScope):
         name, full = name_or_scope.name.rsplit("/", 1)[-1], name_or_scope.name
     else:
-        name = name_or_scope or graph.unique_name(default_name, mark_as_used=False)
+        if not name_or_scope and default_name is None:
+            raise TypeError("variable_scope needs a name_or_scope, or a default_name when it is None")
+        name = name_or_scope or _unique_scope_name(opened, outer.name, default_name)
         full = f"{outer.name}/{name}" if outer.name else name
+    opened[full] = opened.get(full, 0) + 1
+    saved = dict(opened) if isinstance(name_or_scope, VariableScope) else None
     inherited = outer.reuse if outer.reuse is not False else False
     scope = VariableScope(full, reuse if reuse else inherited, initializer or outer.initializer)
     _scope_stack(graph).append(scope)
@@ -355,6 +393,13 @@ def variable_scope(name_or_scope, default_name=None, values=None, initializer=No
             yield scope
     finally:
         _scope_stack(graph).pop()
+        if saved is not None:  # TF: a re-entered scope object restores the counts it found
+            opened.clear()
+            opened.update(saved)
+        else:  # leaving a scope closes its sub-scopes: entering it again starts them over
+            for key in opened:
+                if key.startswith(full + "/"):
+                    opened[key] = 0
 
 
 def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None,
@@ -410,4 +455,3 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         if loss is not None:
             graph.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
     return var
-

@@ -201,7 +201,7 @@ def test_report_uninitialized_variables():
     a, b = tf.Variable(1.0, name="a"), tf.Variable(2.0, name="b")
     report = tf.report_uninitialized_variables()
     with tf.Session() as sess:
-        assert sess.run(report).tolist() == [True, True]
+        assert sess.run(report).tolist() == [b"a", b"b"]
         sess.run(a.initializer)
-        assert sess.run(report).tolist() == [False, True]
+        assert sess.run(report).tolist() == [b"b"]
     del b
