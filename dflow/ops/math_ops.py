@@ -604,10 +604,19 @@ def _print_kernel(state, xp, value, *data, message, first_n, summarize, key):
 
 
 def _summary(xp, array, summarize):
+    """The first ``summarize`` entries, space-separated, as TF's Print shows them."""
     flat = xp.reshape(array, (-1,))
-    shown = [v.decode() if isinstance(v, bytes) else v for v in flat[:summarize].tolist()] \
-        if hasattr(flat, "tolist") else [float(flat[i]) for i in range(min(summarize, flat.shape[0]))]
-    return " ".join(str(v) for v in shown) + ("..." if flat.shape[0] > summarize else "")
+    count = flat.shape[0]
+    shown = [_host_scalar(flat[i]) for i in range(min(summarize, count))]
+    return " ".join(str(v) for v in shown) + ("..." if count > summarize else "")
+
+
+def _host_scalar(value):
+    if hasattr(value, "item"):  # NumPy, CuPy (bytes stay bytes, decoded for printing)
+        value = value.item()
+        return value.decode(errors="replace") if isinstance(value, bytes) else value
+    kind = str(value.dtype)  # array_api_strict
+    return bool(value) if kind == "bool" else int(value) if "int" in kind else float(value)
 
 
 defop("Print", lambda inputs, **_: [inputs[0]._replace(value=None)], _print_kernel,
