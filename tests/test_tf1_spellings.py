@@ -232,6 +232,20 @@ def test_shapes_given_as_tensors():
     assert got["broadcast"].shape == (4, 2)
 
 
+def test_range_takes_scalar_tensors():
+    """ad_dynamic_rnn's last-output index: ``tf.range(0, batch_size) * max_len + (seqlen - 1)``."""
+    outputs = tf.placeholder(tf.float32, [None, 5, 2])
+    seqlen = tf.placeholder(tf.int32, [None])
+    batch_size = tf.shape(outputs)[0]
+    index = tf.range(0, batch_size) * 5 + (seqlen - 1)
+    assert index.shape == (None,) and tf.range(tf.constant(4)).shape == (4,)
+    floats = tf.range(tf.constant(1.0), 2.0, 0.25)
+    with tf.Session() as sess:
+        got = sess.run([index, floats], {outputs: np.zeros((3, 5, 2)), seqlen: [5, 1, 2]})
+    assert got[0].tolist() == [4, 5, 11] and got[0].dtype == np.int32
+    assert got[1].tolist() == [1.0, 1.25, 1.5, 1.75] and got[1].dtype == np.float32
+
+
 def test_tensor_stddev_reaches_the_gradient():
     sigma = tf.Variable(2.0)
     sample = tf.random_normal([1000], stddev=sigma, seed=1)
@@ -468,7 +482,8 @@ def test_the_new_kernels_without_gradients_run_on_array_api_strict():
                tf.nn.top_k(x, 2)[1], tf.count_nonzero(x, 1), tf.nn.zero_fraction(x),
                tf.random_normal(tf.shape(x), seed=1), tf.random_uniform([tf.shape(x)[0], 2], seed=2),
                tf.truncated_normal(tf.shape(x), seed=3), tf.random_shuffle(ints, seed=4),
-               tf.multinomial(tf.log([[0.2, 0.8], [0.5, 0.5]]), 5, seed=5), tf.Print(x, [x], "strict: ")]
+               tf.multinomial(tf.log([[0.2, 0.8], [0.5, 0.5]]), 5, seed=5), tf.Print(x, [x], "strict: "),
+               tf.range(0, tf.shape(x)[0]) * 3 + 1, tf.range(0.0, tf.reduce_sum(tf.ones([2])), 0.5)]
     assert_op = tf.assert_less(tf.abs(ints), 8)
     feeds = {x: np.array([[0.5, -1.5, np.inf], [np.nan, 2.5, 0.0]], np.float32),
              b: np.array([[True, False, True], [True, True, True]]), ints: np.array([7, -7, 5], np.int32)}

@@ -740,11 +740,40 @@ defop("Range", _range_infer,
 
 
 def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
-    """``tf.range(5)``: 0, 1, 2, 3, 4 (Python numbers only). Exported as ``tf.range``."""
+    """``tf.range(5)``: 0, 1, 2, 3, 4. Exported as ``tf.range``; the bounds may be scalar tensors
+    (``tf.range(0, tf.shape(x)[0])``)."""
     if limit is None:
         start, limit = 0, start
+    if any(map(_is_symbolic, (start, limit, delta))):
+        return _tensor_range(start, limit, delta, dtype, name)
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(start + limit + delta)
     return _out("Range", [], {"start": start, "limit": limit, "delta": delta, "dtype": dtype}, name)
+
+
+def _tensor_range_infer(inputs):
+    for spec in inputs:
+        if spec.shape not in (None, ()):
+            raise ShapeError(f"range needs scalar start, limit and delta, got shape {fmt(spec.shape)}")
+    values = [None if spec.value is None or isinstance(spec.value, tuple) else spec.value.item()
+              for spec in inputs]
+    length = None if None in values else len(np.arange(*values))
+    return [Spec((length,), inputs[0].dtype)]
+
+
+def _tensor_range_kernel(xp, start, limit, delta):
+    as_python = int if "int" in str(start.dtype) else float
+    return xp.arange(as_python(start), as_python(limit), as_python(delta), dtype=start.dtype)
+
+
+defop("RangeFromTensors", _tensor_range_infer, _tensor_range_kernel)
+
+
+def _tensor_range(start, limit, delta, dtype, name) -> Tensor:
+    symbolic = next(convert_to_tensor(v) for v in (start, limit, delta) if _is_symbolic(v))
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else symbolic.dtype
+    bounds = [_cast(convert_to_tensor(v), dtype) if _is_symbolic(v) else constant(v, dtype)
+              for v in (start, limit, delta)]
+    return _out("RangeFromTensors", bounds, name=name)
 
 
 # ---- slice / reverse / linspace ------------------------------------------------------
