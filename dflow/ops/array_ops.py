@@ -187,10 +187,11 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
     return _out("Shape", [input], {"out_type": dtypes.as_dtype(out_type)}, name)
 
 
-def size(input, name=None):
+def size(input, name=None, out_type=dtypes.int32):
+    """The number of elements of ``input``, as a scalar of ``out_type``."""
     from .math_ops import reduce_prod
 
-    return reduce_prod(shape(input), name=name)
+    return reduce_prod(shape(input, out_type=out_type), name=name)
 
 
 def rank(input, name=None):
