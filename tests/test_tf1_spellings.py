@@ -496,3 +496,24 @@ def test_the_new_kernels_without_gradients_run_on_array_api_strict():
         got = out[tensor.name]
         assert type(got).__module__.startswith("array_api_strict"), tensor.name
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=tensor.name)
+
+
+def test_graphs_with_the_new_spellings_survive_the_json_round_trip():
+    import json
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.placeholder("float", [None, 2, 2], name="x")
+        tf.constant("Hello", name="hello")
+        scalar = tf.constant(2.0, name="two")
+        flat = tf.reshape(x, [tf.shape(x)[0], -1], name="flat")
+        tf.random_normal(tf.shape(flat), stddev=scalar, seed=1, name="noise")
+        tf.reduce_sum(flat, reduction_indices=[1], keep_dims=True, name="total")
+    restored = tf.import_graph_def(json.loads(json.dumps(graph.as_graph_def())))
+    assert restored.get_tensor_by_name("two:0").shape == ()  # a 0-d constant stays 0-d
+    assert restored.get_tensor_by_name("flat:0").shape == (None, 4)
+    feed = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    with restored.as_default(), tf.Session() as sess:
+        got = sess.run(["hello:0", "flat:0", "noise:0", "total:0"], {"x:0": feed})
+    assert got[0] == b"Hello" and got[1].shape == (3, 4) and got[2].shape == (3, 4)
+    assert got[3].ravel().tolist() == [6.0, 22.0, 38.0]

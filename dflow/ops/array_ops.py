@@ -60,12 +60,12 @@ def shape_tensor(shape, name=None) -> Tensor:
         return convert_to_tensor(shape)
     if isinstance(shape, (list, tuple)) and any(_is_symbolic(d) for d in shape):
         dims = [_as_int32(d) for d in shape]
-        return stack(dims, name=name or "shape")
+        return stack(dims, name=name or "stack")
     dims = static_shape(shape)
     if dims is None or None in dims:
         raise ValueError(f"a shape for a value needs every dim, got {TensorShape(dims)}; "
                          "use tf.shape(x) for dims known only at run time")
-    return constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32, name=name or "shape")
+    return constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32, name=name or "Const")
 
 
 def _as_int32(dim) -> Tensor:
