@@ -241,6 +241,8 @@ mul = multiply
 div = divide
 newaxis = None
 lin_space = linspace
+neg, select, pack, unpack = negative, where, stack, unstack  # TF 0.x names older scripts still use
+from . import math, random  # noqa: E402 - tf.math and tf.random: the TF 1.13+ names
 
 DFLOW_VERSION = "0.1.0"  # dflow's own release: setup.cfg's version, `dflow --version`
 VERSION = __version__

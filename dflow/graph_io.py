@@ -30,7 +30,7 @@ def _encode(value):
     if isinstance(value, numpy.ndarray):
         data = numpy.ascontiguousarray(value)
         return {"__ndarray__": base64.b64encode(data.tobytes()).decode("ascii"),
-                "dtype": data.dtype.str, "shape": list(data.shape)}
+                "dtype": data.dtype.str, "shape": list(value.shape)}  # (ascontiguousarray makes 0-d 1-d)
     if isinstance(value, numpy.generic):
         return value.item()
     if isinstance(value, tuple):

@@ -132,6 +132,10 @@ class Variable(_Operators):
     def eval(self, session=None):
         return self._snapshot.eval(session=session)
 
+    def initialized_value(self) -> Tensor:
+        """The value the initializer gives (to initialize another variable from this one)."""
+        return self.initial_value
+
     def load(self, value, session=None):
         """Write ``value`` into the variable through ``session`` (no new ops per call)."""
         from .runtime.session import get_default_session

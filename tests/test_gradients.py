@@ -112,6 +112,12 @@ GRAD_ROWS = [
     ("weighted_cross_entropy", lambda z, x: tf.nn.weighted_cross_entropy_with_logits(
         targets=z, logits=x, pos_weight=2.0), [r(3, 4, low=0.0, high=1.0), r(3, 4)]),
     ("softmax_dim", lambda a: tf.nn.softmax(a, dim=0), [r(3, 4)]),
+    ("top_k", lambda a: tf.nn.top_k(a, 2)[0], [r(3, 5)]),
+    ("relu_layer", tf.nn.relu_layer, [r(3, 4), r(4, 2), r(2)]),
+    ("batch_normalization", lambda x, m, v, b, s: tf.nn.batch_normalization(x, m, v, b, s, 1e-3),
+     [r(3, 4), r(4), positive(4), r(4), r(4)]),
+    ("batch_normalization_no_affine", lambda x, m, v: tf.nn.batch_normalization(x, m, v, None, None, 1e-3),
+     [r(3, 4), r(4), positive(4)]),
 ]
 
 

@@ -232,6 +232,20 @@ def test_shapes_given_as_tensors():
     assert got["broadcast"].shape == (4, 2)
 
 
+def test_range_takes_scalar_tensors():
+    """ad_dynamic_rnn's last-output index: ``tf.range(0, batch_size) * max_len + (seqlen - 1)``."""
+    outputs = tf.placeholder(tf.float32, [None, 5, 2])
+    seqlen = tf.placeholder(tf.int32, [None])
+    batch_size = tf.shape(outputs)[0]
+    index = tf.range(0, batch_size) * 5 + (seqlen - 1)
+    assert index.shape == (None,) and tf.range(tf.constant(4)).shape == (4,)
+    floats = tf.range(tf.constant(1.0), 2.0, 0.25)
+    with tf.Session() as sess:
+        got = sess.run([index, floats], {outputs: np.zeros((3, 5, 2)), seqlen: [5, 1, 2]})
+    assert got[0].tolist() == [4, 5, 11] and got[0].dtype == np.int32
+    assert got[1].tolist() == [1.0, 1.25, 1.5, 1.75] and got[1].dtype == np.float32
+
+
 def test_tensor_stddev_reaches_the_gradient():
     sigma = tf.Variable(2.0)
     sample = tf.random_normal([1000], stddev=sigma, seed=1)
@@ -400,3 +414,106 @@ def test_python_operators_and_iteration_as_tf1():
         iter(tf.constant(1.0))
     with pytest.raises(TypeError, match="please use // instead"):
         tf.Dimension(4) / 2
+
+
+def test_tf_random_and_tf_math_namespaces_and_old_names():
+    import math
+
+    from dflow.ops import state_ops as ops_module
+
+    assert ops_module.math is math  # dflow/math.py does not shadow the standard library inside dflow
+    weights = tf.Variable(tf.random.truncated_normal([784, 10], stddev=1.0 / math.sqrt(784.0)))
+    x = tf.constant([[1.0, -2.0]])
+    fetches = [tf.math.log1p(tf.math.abs(x)), tf.math.reduce_logsumexp(x), tf.math.mod(7, 3),
+               tf.random.normal([3]), tf.random.uniform([2], maxval=2.0), tf.random.shuffle([1, 2, 3]),
+               tf.random.categorical(x, 5), tf.neg(x), tf.select(x > 0.0, x, -x), tf.pack([x, x]),
+               tf.unpack(x)[0]]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got = sess.run([weights] + fetches)
+    assert got[0].shape == (784, 10) and np.abs(got[0]).max() <= 2.0 / 28
+    np.testing.assert_allclose(got[1], np.log1p([[1.0, 2.0]]), rtol=1e-6)
+    assert got[3] == 1 and got[7].shape == (1, 5) and got[8].tolist() == [[-1.0, 2.0]]
+    assert got[9].tolist() == [[1.0, 2.0]] and got[10].shape == (2, 1, 2) and got[11].tolist() == [1.0, -2.0]
+
+
+def test_top_k_and_batch_normalization():
+    scores = tf.constant([[1.0, 3.0, 2.0, 3.0], [4.0, 0.0, -1.0, 2.0]])
+    values, indices = tf.nn.top_k(scores, k=2)
+    x = tf.constant([[1.0, 2.0], [3.0, 6.0]])
+    mean, variance = tf.nn.moments(x, axes=[0])
+    normalized = tf.nn.batch_normalization(x, mean, variance, offset=None, scale=None, variance_epsilon=0.0)
+    with tf.Session() as sess:
+        got = sess.run([values, indices, normalized, tf.math.top_k(scores)[1]])
+    assert got[0].tolist() == [[3.0, 3.0], [4.0, 2.0]] and got[1].tolist() == [[1, 3], [0, 3]]
+    np.testing.assert_allclose(got[2], [[-1.0, -1.0], [1.0, 1.0]], rtol=1e-6)
+    assert got[3].tolist() == [[1], [0]]
+
+
+@pytest.mark.parametrize("mode, distribution, fan", [
+    ("fan_in", "truncated_normal", 300), ("fan_out", "untruncated_normal", 200),
+    ("fan_avg", "uniform", 250), ("fan_in", "normal", 300)])
+def test_variance_scaling_initializer_has_the_variance_it_names(mode, distribution, fan):
+    init = tf.variance_scaling_initializer(scale=2.0, mode=mode, distribution=distribution, seed=4)
+    w = tf.get_variable("w", [300, 200], initializer=init)
+    w2 = tf.Variable(w.initialized_value() * 2.0)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        values, doubled = sess.run([w, w2])
+    np.testing.assert_allclose(values.var(), 2.0 / fan, rtol=0.05)
+    np.testing.assert_allclose(doubled, 2.0 * values)
+    if distribution in ("truncated_normal", "normal"):
+        assert np.abs(values).max() <= 2.0 * np.sqrt(2.0 / fan) / 0.87962566103423978 + 1e-6
+
+
+def test_the_new_kernels_without_gradients_run_on_array_api_strict():
+    """As the gradient table does for the differentiable ones: the same plan on
+    array_api_strict gives NumPy's numbers (seeded random ops draw the same values)."""
+    import array_api_strict
+
+    from dflow.runtime.executor import execute
+    from dflow.runtime.state import SessionState
+
+    x = tf.placeholder(tf.float32, [2, 3])
+    b = tf.placeholder(tf.bool, [2, 3])
+    ints = tf.placeholder(tf.int32, [3])
+    fetches = [tf.is_nan(x), tf.is_finite(x), tf.is_inf(x), tf.round(x), tf.ceil(x), ints // 2, ints % 3,
+               tf.logical_xor(b, ~b), tf.reduce_any(b, 1), tf.reduce_all(b), tf.linspace(0.0, 1.0, 4),
+               tf.nn.top_k(x, 2)[1], tf.count_nonzero(x, 1), tf.nn.zero_fraction(x),
+               tf.random_normal(tf.shape(x), seed=1), tf.random_uniform([tf.shape(x)[0], 2], seed=2),
+               tf.truncated_normal(tf.shape(x), seed=3), tf.random_shuffle(ints, seed=4),
+               tf.multinomial(tf.log([[0.2, 0.8], [0.5, 0.5]]), 5, seed=5), tf.Print(x, [x], "strict: "),
+               tf.range(0, tf.shape(x)[0]) * 3 + 1, tf.range(0.0, tf.reduce_sum(tf.ones([2])), 0.5)]
+    assert_op = tf.assert_less(tf.abs(ints), 8)
+    feeds = {x: np.array([[0.5, -1.5, np.inf], [np.nan, 2.5, 0.0]], np.float32),
+             b: np.array([[True, False, True], [True, True, True]]), ints: np.array([7, -7, 5], np.int32)}
+    with tf.Session() as sess:
+        expected = sess.run(fetches + [assert_op], feeds)[:-1]
+        plan = list(sess._plans.values())[-1]
+    strict_feeds = {t.name: array_api_strict.asarray(v) for t, v in feeds.items()}
+    out = execute(plan, strict_feeds, SessionState(), {"CPU": array_api_strict})
+    for tensor, want in zip(fetches, expected):
+        got = out[tensor.name]
+        assert type(got).__module__.startswith("array_api_strict"), tensor.name
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=tensor.name)
+
+
+def test_graphs_with_the_new_spellings_survive_the_json_round_trip():
+    import json
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.placeholder("float", [None, 2, 2], name="x")
+        tf.constant("Hello", name="hello")
+        scalar = tf.constant(2.0, name="two")
+        flat = tf.reshape(x, [tf.shape(x)[0], -1], name="flat")
+        tf.random_normal(tf.shape(flat), stddev=scalar, seed=1, name="noise")
+        tf.reduce_sum(flat, reduction_indices=[1], keep_dims=True, name="total")
+    restored = tf.import_graph_def(json.loads(json.dumps(graph.as_graph_def())))
+    assert restored.get_tensor_by_name("two:0").shape == ()  # a 0-d constant stays 0-d
+    assert restored.get_tensor_by_name("flat:0").shape == (None, 4)
+    feed = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    with restored.as_default(), tf.Session() as sess:
+        got = sess.run(["hello:0", "flat:0", "noise:0", "total:0"], {"x:0": feed})
+    assert got[0] == b"Hello" and got[1].shape == (3, 4) and got[2].shape == (3, 4)
+    assert got[3].ravel().tolist() == [6.0, 22.0, 38.0]

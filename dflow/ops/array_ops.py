@@ -60,12 +60,12 @@ def shape_tensor(shape, name=None) -> Tensor:
         return convert_to_tensor(shape)
     if isinstance(shape, (list, tuple)) and any(_is_symbolic(d) for d in shape):
         dims = [_as_int32(d) for d in shape]
-        return stack(dims, name=name or "shape")
+        return stack(dims, name=name or "stack")
     dims = static_shape(shape)
     if dims is None or None in dims:
         raise ValueError(f"a shape for a value needs every dim, got {TensorShape(dims)}; "
                          "use tf.shape(x) for dims known only at run time")
-    return constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32, name=name or "shape")
+    return constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32, name=name or "Const")
 
 
 def _as_int32(dim) -> Tensor:
@@ -187,10 +187,11 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
     return _out("Shape", [input], {"out_type": dtypes.as_dtype(out_type)}, name)
 
 
-def size(input, name=None):
+def size(input, name=None, out_type=dtypes.int32):
+    """The number of elements of ``input``, as a scalar of ``out_type``."""
     from .math_ops import reduce_prod
 
-    return reduce_prod(shape(input), name=name)
+    return reduce_prod(shape(input, out_type=out_type), name=name)
 
 
 def rank(input, name=None):
@@ -322,7 +323,7 @@ def concat(values, axis, name="concat") -> Tensor:
     """Join tensors along ``axis``. TF 0.x's order ``tf.concat(1, [a, b])`` is taken too."""
     if isinstance(values, (int, np.integer)) and isinstance(axis, (list, tuple)):
         values, axis = axis, values
-    values = list(values)
+    values = [values] if _is_symbolic(values) else list(values)  # TF: one tensor is a list of one
     if len(values) == 1:
         return identity(values[0], name=name)
     return _out("ConcatV2", values, {"axis": int(axis)}, name)
@@ -740,11 +741,40 @@ defop("Range", _range_infer,
 
 
 def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
-    """``tf.range(5)``: 0, 1, 2, 3, 4 (Python numbers only). Exported as ``tf.range``."""
+    """``tf.range(5)``: 0, 1, 2, 3, 4. Exported as ``tf.range``; the bounds may be scalar tensors
+    (``tf.range(0, tf.shape(x)[0])``)."""
     if limit is None:
         start, limit = 0, start
+    if any(map(_is_symbolic, (start, limit, delta))):
+        return _tensor_range(start, limit, delta, dtype, name)
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(start + limit + delta)
     return _out("Range", [], {"start": start, "limit": limit, "delta": delta, "dtype": dtype}, name)
+
+
+def _tensor_range_infer(inputs):
+    for spec in inputs:
+        if spec.shape not in (None, ()):
+            raise ShapeError(f"range needs scalar start, limit and delta, got shape {fmt(spec.shape)}")
+    values = [None if spec.value is None or isinstance(spec.value, tuple) else spec.value.item()
+              for spec in inputs]
+    length = None if None in values else len(np.arange(*values))
+    return [Spec((length,), inputs[0].dtype)]
+
+
+def _tensor_range_kernel(xp, start, limit, delta):
+    as_python = int if "int" in str(start.dtype) else float
+    return xp.arange(as_python(start), as_python(limit), as_python(delta), dtype=start.dtype)
+
+
+defop("RangeFromTensors", _tensor_range_infer, _tensor_range_kernel)
+
+
+def _tensor_range(start, limit, delta, dtype, name) -> Tensor:
+    symbolic = next(convert_to_tensor(v) for v in (start, limit, delta) if _is_symbolic(v))
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else symbolic.dtype
+    bounds = [_cast(convert_to_tensor(v), dtype) if _is_symbolic(v) else constant(v, dtype)
+              for v in (start, limit, delta)]
+    return _out("RangeFromTensors", bounds, name=name)
 
 
 # ---- slice / reverse / linspace ------------------------------------------------------

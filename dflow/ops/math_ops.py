@@ -377,9 +377,10 @@ def static_axis(axis, what="axis"):
         return None
     if isinstance(axis, Tensor) or hasattr(axis, "_as_graph_element"):
         value = convert_to_tensor(axis).spec.value
-        if value is None or isinstance(value, tuple):
-            raise ValueError(f"{what} must be known when the graph is built, got {axis!r}")
-        axis = value.tolist()
+        if value is None or (isinstance(value, tuple) and None in value):
+            raise ValueError(f"dflow needs the {what} when the graph is built (an int, a list of ints or "
+                             f"a constant), got {axis!r}, whose value is known only at run time")
+        axis = list(value) if isinstance(value, tuple) else value.tolist()
     if hasattr(axis, "tolist"):
         axis = axis.tolist()
     return [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
@@ -603,10 +604,19 @@ def _print_kernel(state, xp, value, *data, message, first_n, summarize, key):
 
 
 def _summary(xp, array, summarize):
+    """The first ``summarize`` entries, space-separated, as TF's Print shows them."""
     flat = xp.reshape(array, (-1,))
-    shown = [v.decode() if isinstance(v, bytes) else v for v in flat[:summarize].tolist()] \
-        if hasattr(flat, "tolist") else [float(flat[i]) for i in range(min(summarize, flat.shape[0]))]
-    return " ".join(str(v) for v in shown) + ("..." if flat.shape[0] > summarize else "")
+    count = flat.shape[0]
+    shown = [_host_scalar(flat[i]) for i in range(min(summarize, count))]
+    return " ".join(str(v) for v in shown) + ("..." if count > summarize else "")
+
+
+def _host_scalar(value):
+    if hasattr(value, "item"):  # NumPy, CuPy (bytes stay bytes, decoded for printing)
+        value = value.item()
+        return value.decode(errors="replace") if isinstance(value, bytes) else value
+    kind = str(value.dtype)  # array_api_strict
+    return bool(value) if kind == "bool" else int(value) if "int" in kind else float(value)
 
 
 defop("Print", lambda inputs, **_: [inputs[0]._replace(value=None)], _print_kernel,

@@ -33,7 +33,8 @@ __all__ = [
     "softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits_v2",
     "sigmoid_cross_entropy_with_logits", "moments", "in_top_k",
     "softplus", "softsign", "elu", "selu", "relu6", "leaky_relu", "xw_plus_b", "l2_normalize",
-    "zero_fraction", "weighted_cross_entropy_with_logits",
+    "zero_fraction", "weighted_cross_entropy_with_logits", "relu_layer", "batch_normalization",
+    "top_k",
 ]
 
 
@@ -310,6 +311,12 @@ def xw_plus_b(x, weights, biases, name=None) -> Tensor:
     """``matmul(x, weights) + biases``."""
     with get_default_graph().name_scope(name or "xw_plus_b") as scope:
         return bias_add(math_ops.matmul(x, weights), biases, name=scope)
+
+
+def relu_layer(x, weights, biases, name=None) -> Tensor:
+    """``relu(matmul(x, weights) + biases)``."""
+    with get_default_graph().name_scope(name or "relu_layer") as scope:
+        return relu(xw_plus_b(x, weights, biases), name=scope)
 
 
 def bias_add(value, bias, data_format=None, name=None) -> Tensor:
@@ -788,3 +795,53 @@ defop("InTopK", _in_top_k_infer, _in_top_k_kernel)
 def in_top_k(predictions, targets, k, name=None) -> Tensor:
     """Whether each ``targets[i]`` is among the top ``k`` of ``predictions[i]``."""
     return _out("InTopK", [predictions, targets], {"k": int(k)}, name)
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None) -> Tensor:
+    """``(x - mean) / sqrt(variance + variance_epsilon) * scale + offset``; ``offset`` and
+    ``scale`` may be None (0 and 1), as in TF."""
+    with get_default_graph().name_scope(name or "batchnorm") as scope:
+        inverse = math_ops.rsqrt(variance + variance_epsilon)
+        if scale is not None:
+            inverse = inverse * scale
+        shift = -mean * inverse if offset is None else offset - mean * inverse
+        return math_ops.add(x * inverse, shift, name=scope)
+
+
+# ---- top_k -------------------------------------------------------------------------------------
+def _top_k_infer(inputs, k, sorted):
+    s = inputs[0].shape
+    if s is not None and not s:
+        raise ShapeError("top_k needs a tensor of rank >= 1, got a scalar")
+    if s is not None and s[-1] is not None and s[-1] < k:
+        raise ShapeError(f"top_k: k={k} is more than the last dim of {fmt(s)}")
+    out = None if s is None else s[:-1] + (k,)
+    return [Spec(out, inputs[0].dtype), Spec(out, dtypes.int32)]
+
+
+def _top_k_kernel(xp, x, k, sorted):
+    # a stable descending sort: equal values keep their order (lower index first), as TF's
+    order = xp.argsort(x, axis=-1, descending=True, stable=True)[..., :k]
+    values = xp.sort(x, axis=-1, descending=True, stable=True)[..., :k]  # (take_along_axis is newer)
+    return values, xp.astype(order, xp.int32)
+
+
+def _top_k_grad(op, g_values, g_indices=None):
+    """Each value's gradient goes back to the position it was taken from."""
+    if g_values is None:
+        return [None]
+    from .array_ops import one_hot
+
+    depth = op.inputs[0].shape[-1].value
+    if depth is None:
+        raise ValueError(f"the gradient of {op.name} needs the last dim of its input at build time")
+    picked = one_hot(op.outputs[1], depth, dtype=g_values.dtype)  # [..., k, n]
+    return [reduce_sum(picked * expand_dims(g_values, -1), -2)]
+
+
+defop("TopKV2", _top_k_infer, _top_k_kernel, _top_k_grad, num_outputs=2)
+
+
+def top_k(input, k=1, sorted=True, name=None):
+    """``(values, indices)`` of the ``k`` largest entries along the last axis, largest first."""
+    return tuple(_op("TopKV2", [input], {"k": int(k), "sorted": bool(sorted)}, name).outputs)
