@@ -16,6 +16,7 @@ from . import (
     cluster,
     dtypes,
     errors,
+    estimator,  # noqa: E402,I001
     nn,  # noqa: E402,I001 - after the core ops it builds on
     train,  # noqa: E402,I001
 )
