@@ -390,10 +390,13 @@ def _sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, n
     sampled, true_expected, sampled_expected = (stop_gradient(v) for v in sampled_values)
     sampled = math_ops.cast(sampled, dtypes.int64)
     flat_labels = reshape(labels, [-1])
-    true_w = embedding_lookup(weights, flat_labels, partition_strategy)         # (batch*num_true, dim)
-    sampled_w = embedding_lookup(weights, sampled, partition_strategy)          # (num_sampled, dim)
-    true_b = embedding_lookup(biases, flat_labels, partition_strategy)
-    sampled_b = embedding_lookup(biases, sampled, partition_strategy)
+    # one lookup per table for the true and the sampled classes (sampled last: their count is
+    # static), so each table's gradient is one scatter-add, not the sum of two dense tensors
+    all_ids = concat([flat_labels, sampled], 0)
+    all_w = embedding_lookup(weights, all_ids, partition_strategy)
+    all_b = embedding_lookup(biases, all_ids, partition_strategy)
+    true_w, sampled_w = all_w[:-num_sampled], all_w[-num_sampled:]  # (batch*num_true, dim), (S, dim)
+    true_b, sampled_b = all_b[:-num_sampled], all_b[-num_sampled:]
     dim = inputs.shape[-1] if inputs.shape[-1] is not None else true_w.shape[-1]
     true_w = reshape(true_w, [-1, num_true, dim])
     true_logits = math_ops.reduce_sum(expand_dims(inputs, 1) * true_w, 2) + reshape(true_b, [-1, num_true])
