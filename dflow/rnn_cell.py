@@ -27,7 +27,7 @@ from .ops import array_ops, math_ops, nn_ops
 from .variables import constant_initializer, get_variable, variable_scope, zeros_initializer
 
 __all__ = ["RNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "GRUCell", "MultiRNNCell",
-           "DropoutWrapper", "ResidualWrapper", "LSTMStateTuple"]
+           "DropoutWrapper", "ResidualWrapper", "OutputProjectionWrapper", "LSTMStateTuple"]
 
 
 class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
@@ -453,6 +453,41 @@ def _drop_state(state, drop):
     if isinstance(state, tuple | list):
         return type(state)(_drop_state(s, drop) for s in state)
     return drop(state)
+
+
+class OutputProjectionWrapper(RNNCell):
+    """The cell's output projected to ``output_size`` units (``kernel``, ``bias`` in the
+    wrapper's scope ``output_projection_wrapper/``, the cell's variables inside it)."""
+
+    _base_name = "output_projection_wrapper"
+
+    def __init__(self, cell, output_size, activation=None, reuse=None):
+        super().__init__(reuse)
+        self._cell, self._output_size, self._projection_activation = cell, int(output_size), activation
+
+    @property
+    def state_size(self):
+        return self._cell.state_size
+
+    @property
+    def output_size(self):
+        return self._output_size
+
+    def zero_state(self, batch_size, dtype):
+        return self._cell.zero_state(batch_size, dtype)
+
+    def build(self, input_depth):
+        pass  # the kernel's input size is the cell's output size, known after the cell runs
+
+    def call(self, inputs, state):
+        output, new_state = self._cell(inputs, state)
+        if not hasattr(self, "_kernel"):
+            self._kernel = self._variable("kernel", [self._cell.output_size, self._output_size])
+            self._bias = self._variable("bias", [self._output_size], zeros_initializer())
+        projected = _linear([output], self._kernel, self._bias)
+        if self._projection_activation is not None:
+            projected = self._projection_activation(projected)
+        return projected, new_state
 
 
 class ResidualWrapper(_Wrapper):

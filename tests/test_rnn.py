@@ -57,6 +57,33 @@ def test_stacked_and_bidirectional_names():
     assert tf.trainable_variables()[6].shape.as_list() == [5 + 3, 8]  # input + projected output
 
 
+def test_output_projection_wrapper_over_a_dynamic_rnn():
+    """The time-series pattern: a ReLU RNN whose outputs are projected to one value per step."""
+    from dflow.contrib import rnn as contrib_rnn
+
+    X = tf.placeholder(tf.float32, [None, 20, 1])
+    cell = contrib_rnn.OutputProjectionWrapper(
+        contrib_rnn.BasicRNNCell(num_units=10, activation=tf.nn.relu), output_size=1)
+    outputs, states = tf.nn.dynamic_rnn(cell, X, dtype=tf.float32)
+    assert outputs.shape.as_list() == [None, 20, 1] and states.shape.as_list() == [None, 10]
+    assert _names() == ["rnn/output_projection_wrapper/basic_rnn_cell/kernel:0",
+                        "rnn/output_projection_wrapper/basic_rnn_cell/bias:0",
+                        "rnn/output_projection_wrapper/kernel:0", "rnn/output_projection_wrapper/bias:0"]
+    y = tf.placeholder(tf.float32, [None, 20, 1])
+    loss = tf.reduce_mean(tf.square(outputs - y))
+    train = tf.train.AdamOptimizer(0.01).minimize(loss)
+    t = np.linspace(0, 30, 400)
+    series = np.sin(t) / 3 + 2 * np.sin(5 * t)
+    starts = np.random.default_rng(0).integers(0, 379, (300, 50))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        losses = []
+        for batch in starts:
+            windows = np.stack([series[s:s + 21] for s in batch]).astype(np.float32)[..., None]
+            losses.append(sess.run([train, loss], {X: windows[:, :-1], y: windows[:, 1:]})[1])
+    assert np.mean(losses[-20:]) < 0.2 * np.mean(losses[:20])
+
+
 def test_a_second_rnn_needs_reuse_as_in_tf():
     x = tf.placeholder(tf.float32, [None, 2, 3])
     tf.nn.dynamic_rnn(rnn.BasicLSTMCell(4), x, dtype=tf.float32)
