@@ -24,7 +24,7 @@ from .graph import convert_to_tensor, get_default_graph
 from .ops import array_ops, math_ops
 from .ops.embedding_ops import reverse_sequence
 from .rnn_cell import map_structure
-from .variables import variable_scope
+from .variables import get_variable_scope, variable_scope
 
 __all__ = ["static_rnn", "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bidirectional_rnn"]
 
@@ -48,6 +48,8 @@ def _unroll(cell, inputs, state, sequence_length):
         running = array_ops.expand_dims(sequence_length, 1)  # (batch, 1): broadcasts over units
     outputs = []
     for step, x in enumerate(inputs):
+        if step == 1:  # as TF: later steps reuse what the first created (old-style cells ask get_variable)
+            get_variable_scope().reuse_variables()
         output, new_state = cell(x, state)
         if sequence_length is not None:
             done = math_ops.greater_equal(step, running)

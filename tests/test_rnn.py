@@ -84,6 +84,54 @@ def test_output_projection_wrapper_over_a_dynamic_rnn():
     assert np.mean(losses[-20:]) < 0.2 * np.mean(losses[:20])
 
 
+class LeakyCell(rnn.RNNCell):
+    """A user's cell in the TF 1.x layer style: build(inputs_shape) + add_variable + call."""
+
+    def __init__(self, num_units, reuse=None):
+        super().__init__(_reuse=reuse)
+        self._num_units = num_units
+
+    @property
+    def state_size(self):
+        return self._num_units
+
+    @property
+    def output_size(self):
+        return self._num_units
+
+    def build(self, inputs_shape):
+        self._kernel = self.add_variable("kernel", [inputs_shape[-1], self._num_units])
+
+    def call(self, inputs, state):
+        new_state = 0.5 * state + tf.matmul(inputs, self._kernel)
+        return new_state, new_state
+
+
+def test_user_defined_cells_new_and_old_style():
+    class OldStyleCell(rnn.RNNCell):  # TF 1.0 style: __call__ overridden, variables by get_variable
+        state_size = output_size = 2
+
+        def __call__(self, inputs, state, scope=None):
+            with tf.variable_scope(scope or "old_style"):
+                w = tf.get_variable("w", [inputs.shape[-1], 2])
+            return tf.tanh(tf.matmul(inputs, w) + state), tf.tanh(tf.matmul(inputs, w) + state)
+
+    x = tf.placeholder(tf.float32, [None, 3, 4])
+    outputs, state = tf.nn.dynamic_rnn(LeakyCell(5), x, dtype=tf.float32)
+    with tf.variable_scope("second"):
+        tf.nn.static_rnn(OldStyleCell(), tf.unstack(x, 3, 1), dtype=tf.float32)
+    assert _names() == ["rnn/rnn_cell/kernel:0", "second/rnn/old_style/w:0"]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        kernel = sess.run(tf.trainable_variables()[0])
+        data = rng.normal(size=(2, 3, 4)).astype(np.float32)
+        out = sess.run(outputs, {x: data})
+    expected = np.zeros((2, 5), np.float32)
+    for t in range(3):
+        expected = 0.5 * expected + data[:, t] @ kernel
+    np.testing.assert_allclose(out[:, -1], expected, rtol=1e-5)
+
+
 def test_a_second_rnn_needs_reuse_as_in_tf():
     x = tf.placeholder(tf.float32, [None, 2, 3])
     tf.nn.dynamic_rnn(rnn.BasicLSTMCell(4), x, dtype=tf.float32)

@@ -26,6 +26,7 @@ import numpy as np  # the candidate samplers draw on the host, as TF's CPU kerne
 
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
+from ..runtime.devices import numpy_namespace, to_namespace
 from . import math_ops
 from .array_ops import concat, constant, expand_dims, reshape, shape, stop_gradient, transpose
 from .registry import ShapeError, Spec, defop
@@ -376,7 +377,7 @@ def _sampler_kernel(state, xp, true_classes, num_true, num_sampled, unique, rang
         sampled = np.asarray(picked, dtype=np.int64)
     else:
         sampled, tries = _draw(rng, num_sampled, range_max, distribution).astype(np.int64), num_sampled
-    classes = np.asarray(true_classes)
+    classes = np.asarray(to_namespace(true_classes, numpy_namespace))  # CuPy's come to the host
     true_expected = _expected_count(_probability(classes, range_max, distribution), num_sampled, tries)
     sampled_expected = _expected_count(_probability(sampled, range_max, distribution), num_sampled, tries)
     return (xp.asarray(sampled), xp.asarray(true_expected.astype(np.float32)),
