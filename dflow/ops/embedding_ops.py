@@ -25,7 +25,7 @@ import math
 import numpy as np  # the candidate samplers draw on the host, as TF's CPU kernels do
 
 from .. import dtypes
-from ..graph import Tensor, convert_to_tensor, get_default_graph
+from ..graph import Tensor, colocate_with, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
 from . import math_ops
 from .array_ops import concat, constant, expand_dims, reshape, shape, stop_gradient, transpose
@@ -86,8 +86,11 @@ def _gather_grad(op, g):
     # move the index dims of g to the front: (indices..., params[:axis], params[axis+1:])
     perm = [*range(axis, axis + index_rank), *range(axis), *range(axis + index_rank, rank + index_rank - 1)]
     moved = g if axis == 0 else transpose(g, perm)
-    rows = params.shape[axis] if params.shape[axis] is not None else shape(params)[axis]
-    summed = unsorted_segment_sum(moved, indices, rows)
+    # beside the params (on a parameter server: the variable's task), so only the rows'
+    # gradients cross the network, not a dense table
+    with colocate_with(params.op):
+        rows = params.shape[axis] if params.shape[axis] is not None else shape(params)[axis]
+        summed = unsorted_segment_sum(moved, indices, rows)
     if axis == 0:
         return [summed, None]
     back = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
@@ -187,7 +190,9 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     with get_default_graph().name_scope(name or "embedding_lookup"):
         ids = convert_to_tensor(ids)
         if len(shards) == 1:
-            rows = gather(shards[0], ids)
+            table = convert_to_tensor(shards[0])
+            with colocate_with(table):  # as TF: on a parameter server only the rows travel
+                rows = gather(table, ids)
         else:
             rows = _sharded_lookup(shards, ids, partition_strategy)
         return rows if max_norm is None else _clip_rows(rows, ids, max_norm)
@@ -220,7 +225,8 @@ def _sharded_lookup(shards, ids, strategy):
     out = None
     for p, shard in enumerate(shards):
         mine = math_ops.equal(owner, p)
-        picked = gather(shard, math_ops.where(mine, row, math_ops.multiply(row, 0)))  # 0: any valid row
+        with colocate_with(shard):
+            picked = gather(shard, math_ops.where(mine, row, math_ops.multiply(row, 0)))  # 0: any valid row
         mask = math_ops.cast(mine, picked.dtype)
         for _ in range((shard.shape.ndims or 1) - 1):
             mask = expand_dims(mask, -1)
