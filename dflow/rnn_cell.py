@@ -24,6 +24,7 @@ import collections
 from . import dtypes
 from .graph import Tensor, convert_to_tensor, get_default_graph
 from .ops import array_ops, math_ops, nn_ops
+from .ops.embedding_ops import static_dim
 from .variables import constant_initializer, get_variable, variable_scope, zeros_initializer
 
 __all__ = ["RNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "GRUCell", "MultiRNNCell",
@@ -139,7 +140,7 @@ def _zeros(batch_size, size, dtype):
 
 def _input_depth(inputs_shape, cell) -> int:
     depth = inputs_shape[-1] if inputs_shape.ndims is not None else None
-    depth = getattr(depth, "value", depth)  # an int, or a Dimension
+    depth = getattr(depth, "value", depth)  # an int, or TF's Dimension
     if depth is None:
         raise ValueError(f"{type(cell).__name__} needs the inputs' last dimension at graph-build time, "
                          f"saw shape {inputs_shape}; give the placeholder a static feature size")
@@ -232,7 +233,7 @@ class BasicLSTMCell(RNNCell):
 def _lstm_state(state, is_tuple, c_units):
     if is_tuple:
         return state
-    return array_ops.split(state, [c_units, state.shape[-1] - c_units], axis=1)
+    return array_ops.split(state, [c_units, static_dim(state, -1) - c_units], axis=1)
 
 
 def _lstm_new_state(c, h, is_tuple):

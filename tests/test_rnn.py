@@ -156,6 +156,8 @@ def test_unknown_time_steps_and_features_say_what_to_do():
         tf.nn.dynamic_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [None, None, 3]), dtype=tf.float32)
     with pytest.raises(ValueError, match="last dimension at graph-build time"):
         tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32)], dtype=tf.float32)
+    with pytest.raises(TypeError, match=r"one per time step.*tf.unstack"):
+        tf.nn.static_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [1, 4, 3]), dtype=tf.float32)
     with pytest.raises(ValueError, match="dtype must be specified"):
         tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32, [1, 3])])
 
@@ -248,6 +250,19 @@ def test_dynamic_rnn_sequence_length_zeroes_outputs_and_carries_the_state():
     np.testing.assert_allclose(out[0, :2], short_out[0], rtol=1e-6)
     np.testing.assert_allclose(st.h[0], short_st.h[0], rtol=1e-6)
     np.testing.assert_allclose(st.h[1], out[1, 3], rtol=1e-6)
+
+
+def test_time_major_dynamic_rnn_matches_batch_major():
+    data = rng.normal(size=(3, 5, 2)).astype(np.float32)
+    x = tf.placeholder(tf.float32, [3, 5, 2])
+    cell = rnn.GRUCell(4)
+    batch_major, state = tf.nn.dynamic_rnn(cell, x, sequence_length=[5, 2, 4], dtype=tf.float32)
+    with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+        time_major, state_tm = tf.nn.dynamic_rnn(cell, tf.transpose(x, [1, 0, 2]), sequence_length=[5, 2, 4],
+                                                 dtype=tf.float32, time_major=True)
+    a, b, sa, sb = _run([batch_major, time_major, state, state_tm], {x: data})
+    np.testing.assert_allclose(np.transpose(b, [1, 0, 2]), a, rtol=1e-6)
+    np.testing.assert_allclose(sb, sa, rtol=1e-6)
 
 
 def test_bidirectional_backward_pass_reads_each_sequence_reversed():

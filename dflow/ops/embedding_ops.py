@@ -47,6 +47,16 @@ def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
     return _op(op_type, inputs, attrs, name).outputs[0]
 
 
+def static_dim(tensor, axis):
+    """The size of ``tensor``'s dimension ``axis`` known at build time (an int), or None: an int
+    whether the shape gives ints or TF's ``Dimension`` objects."""
+    shape_ = convert_to_tensor(tensor).shape
+    if shape_.ndims is None:
+        return None
+    dim = shape_[axis]
+    return getattr(dim, "value", dim)
+
+
 def _integer(spec, what):
     if not spec.dtype.is_integer:
         raise ShapeError(f"{what} must be int32 or int64, got {spec.dtype.name}; use tf.cast")
@@ -89,7 +99,8 @@ def _gather_grad(op, g):
     # beside the params (on a parameter server: the variable's task), so only the rows'
     # gradients cross the network, not a dense table
     with colocate_with(params.op):
-        rows = params.shape[axis] if params.shape[axis] is not None else shape(params)[axis]
+        rows = static_dim(params, axis)
+        rows = shape(params)[axis] if rows is None else rows
         summed = unsorted_segment_sum(moved, indices, rows)
     if axis == 0:
         return [summed, None]
@@ -218,7 +229,7 @@ def _sharded_lookup(shards, ids, strategy):
     """Each shard's rows for every id, kept where the id lives in that shard (one gather per
     shard, so the gradient reaches each shard through its own gather)."""
     shards = [convert_to_tensor(s) for s in shards]
-    sizes = [s.shape[0] for s in shards]
+    sizes = [static_dim(s, 0) for s in shards]
     if None in sizes:
         raise ValueError("embedding_lookup over a list of params needs each shard's first dim at build time")
     owner, row = _op("EmbeddingShardIds", [ids], {"sizes": sizes, "strategy": strategy}).outputs
@@ -261,7 +272,7 @@ def _top_k_kernel(xp, x, k, sorted):
 
 def _top_k_grad(op, g_values, g_indices=None):
     """Each value's gradient back at the position it was taken from."""
-    depth = op.inputs[0].shape[-1] if op.inputs[0].shape.ndims else None
+    depth = static_dim(op.inputs[0], -1)
     if depth is None:
         raise ValueError(f"the gradient of {op.name} needs the input's last dimension at build time")
     from .array_ops import one_hot
@@ -442,7 +453,7 @@ def _sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, n
     all_b = embedding_lookup(biases, all_ids, partition_strategy)
     true_w, sampled_w = all_w[:-num_sampled], all_w[-num_sampled:]  # (batch*num_true, dim), (S, dim)
     true_b, sampled_b = all_b[:-num_sampled], all_b[-num_sampled:]
-    dim = inputs.shape[-1] if inputs.shape[-1] is not None else true_w.shape[-1]
+    dim = static_dim(inputs, -1) or static_dim(true_w, -1)
     true_w = reshape(true_w, [-1, num_true, dim])
     true_logits = math_ops.reduce_sum(expand_dims(inputs, 1) * true_w, 2) + reshape(true_b, [-1, num_true])
     sampled_logits = math_ops.matmul(inputs, sampled_w, transpose_b=True) + sampled_b
