@@ -6,7 +6,6 @@ from .ops.embedding_ops import (
     log_uniform_candidate_sampler,
     nce_loss,
     sampled_softmax_loss,
-    top_k,
     uniform_candidate_sampler,
 )
 from .ops.math_ops import sigmoid, tanh
@@ -17,5 +16,4 @@ from .rnn import bidirectional_dynamic_rnn, dynamic_rnn, static_bidirectional_rn
 __all__ = ["sigmoid", "tanh", *_nn_all]
 __all__ += ["embedding_lookup", "log_uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
             "uniform_candidate_sampler"]
-__all__ += ["top_k"]
 __all__ += ["rnn_cell", "static_rnn", "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bidirectional_rnn"]

@@ -35,7 +35,6 @@ GRAD_ROWS = [
      [r(3, 4) * 2]),
     ("unsorted_segment_sum", lambda d: tf.unsorted_segment_sum(d, [2, 0, 2, -1], 3), [r(4, 2)]),
     ("reverse_sequence", lambda x: tf.reverse_sequence(x, [3, 1], seq_axis=1, batch_axis=0), [r(2, 4, 2)]),
-    ("top_k", lambda x: tf.nn.top_k(x, 2)[0], [r(2, 3, 5)]),
 ]
 
 
@@ -82,15 +81,6 @@ def test_lookup_out_of_range_and_float_ids_say_what_is_wrong():
         sess.run(tf.global_variables_initializer())
         with pytest.raises(Exception, match=r"gather index = 7 is not in \[0, 4\)"):
             sess.run(rows, {ids: [1, 7]})
-
-
-def test_top_k_values_indices_and_ties():
-    values, indices = tf.nn.top_k(tf.constant([[1.0, 3.0, 2.0, 3.0], [0.0, -1.0, 5.0, 4.0]]), k=3)
-    assert values.shape.as_list() == [2, 3] and indices.dtype == tf.int32
-    with tf.Session() as sess:
-        got_values, got_indices = sess.run([values, indices])
-    np.testing.assert_array_equal(got_values, [[3, 3, 2], [5, 4, 0]])
-    np.testing.assert_array_equal(got_indices, [[1, 3, 2], [2, 3, 0]])  # ties: the lower index first
 
 
 def test_unsorted_segment_sum_values():

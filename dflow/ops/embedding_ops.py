@@ -34,7 +34,7 @@ from .shape_rules import fmt, normalize_axis
 from .state_ops import op_seed
 
 __all__ = [
-    "gather", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence", "top_k",
+    "gather", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
     "log_uniform_candidate_sampler", "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
 
@@ -249,44 +249,6 @@ def _clip_rows(rows, ids, max_norm):
     axes = list(range(ids.shape.ndims, rows.shape.ndims))
     norm = math_ops.sqrt(math_ops.reduce_sum(math_ops.square(rows), axes, keepdims=True))
     return rows * math_ops.minimum(1.0, max_norm / math_ops.maximum(norm, 1e-12))
-
-
-# ---- top_k ----------------------------------------------------------------------------------------
-def _top_k_infer(inputs, k, sorted):
-    x = inputs[0]
-    if x.shape is not None and (not x.shape or (x.shape[-1] is not None and x.shape[-1] < k)):
-        raise ShapeError(f"input must have at least k={k} entries in its last dimension, got {fmt(x.shape)}")
-    out = None if x.shape is None else x.shape[:-1] + (k,)
-    return [Spec(out, x.dtype), Spec(out, dtypes.int32)]
-
-
-def _top_k_kernel(xp, x, k, sorted):
-    """The ``k`` largest entries of each row, largest first; ties go to the lower index (TF's)."""
-    order = xp.argsort(-x, axis=-1, stable=True)[..., :k]
-    flat = xp.reshape(x, (-1, x.shape[-1]))
-    rows = xp.reshape(order, (-1, k))
-    offsets = xp.arange(rows.shape[0], dtype=rows.dtype)[:, None] * x.shape[-1]
-    values = xp.take(xp.reshape(flat, (-1,)), xp.reshape(rows + offsets, (-1,)), axis=0)
-    return xp.reshape(values, order.shape), xp.astype(order, xp.int32)
-
-
-def _top_k_grad(op, g_values, g_indices=None):
-    """Each value's gradient back at the position it was taken from."""
-    depth = static_dim(op.inputs[0], -1)
-    if depth is None:
-        raise ValueError(f"the gradient of {op.name} needs the input's last dimension at build time")
-    from .array_ops import one_hot
-
-    picked = one_hot(op.outputs[1], depth, dtype=g_values.dtype)  # (..., k, depth)
-    return [math_ops.reduce_sum(expand_dims(g_values, -1) * picked, -2)]
-
-
-defop("TopKV2", _top_k_infer, _top_k_kernel, _top_k_grad, num_outputs=2)
-
-
-def top_k(input, k=1, sorted=True, name=None):
-    """``(values, indices)`` of the ``k`` largest entries along the last axis, largest first."""
-    return tuple(_op("TopKV2", [input], {"k": int(k), "sorted": bool(sorted)}, name).outputs)
 
 
 # ---- reverse_sequence ---------------------------------------------------------------------------
