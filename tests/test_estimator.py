@@ -88,8 +88,20 @@ def test_finite_epochs_stop_training_and_a_smaller_last_batch_counts(tmp_path):
                                       max_steps=60),
         tf.estimator.EvalSpec(tf.estimator.inputs.numpy_input_fn(x, 2 * x, 10, 1, False), steps=None))
     assert metrics["global_step"] == 60 and metrics["loss"] < 1e-4 and exports == []
+    class CountingHook(tf.train.SessionRunHook):
+        def begin(self):
+            self.runs, self.ended = 0, False
+
+        def after_run(self, run_context, run_values):
+            self.runs += 1
+
+        def end(self, session):
+            self.ended = True
+
+    hook = CountingHook()
     batches = list(model.predict(tf.estimator.inputs.numpy_input_fn(x, batch_size=20, shuffle=False),
-                                 yield_single_examples=False))
+                                 hooks=[hook], yield_single_examples=False))
+    assert hook.runs == 3 and hook.ended
     assert [len(b) for b in batches] == [20, 20, 10]
     np.testing.assert_allclose(np.concatenate(batches), 2 * x, atol=1e-3)
 

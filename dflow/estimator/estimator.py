@@ -42,7 +42,9 @@ from ..runtime.session import Session
 from ..train.monitored_session import (
     MonitoredTrainingSession,
     SessionRunArgs,
+    SessionRunContext,
     SessionRunHook,
+    SessionRunValues,
     StopAtStepHook,
 )
 from ..train.saver import Saver, latest_checkpoint
@@ -241,6 +243,9 @@ class Estimator:
         runs out), starting from the latest checkpoint; save one at the end. Returns self."""
         if steps is not None and max_steps is not None:
             raise ValueError("Can not provide both steps and max_steps.")
+        if saving_listeners:
+            raise ValueError("Estimator.train(saving_listeners=) is not supported by dflow: pass a "
+                             "tf.train.SessionRunHook in hooks= (its end() runs after the last save)")
         for name, value in (("steps", steps), ("max_steps", max_steps)):
             if value is not None and value <= 0:
                 raise ValueError(f"Must specify {name} > 0, given: {value}")
@@ -273,16 +278,20 @@ class Estimator:
         ``'loss'`` (the mean of the batches' losses) and ``'global_step'``."""
         graph, step, spec, batches = self._build(input_fn, ModeKeys.EVAL)
         metrics = dict(spec.eval_metric_ops or {})
-        session = self._restore(graph, checkpoint_path)
+        session = _HookedSession(graph, [*(spec.evaluation_hooks or []), *(hooks or [])],
+                                 lambda: self._restore(graph, checkpoint_path))
         try:
             updates = [update for _, update in metrics.values()]
-            losses = [session.run([spec.loss, updates], feed)[0]
-                      for feed in itertools.islice(_one_pass(batches, graph), steps)]
+            losses = []
+            for feed in itertools.islice(_one_pass(batches, graph), steps):
+                losses.append(session.run([spec.loss, updates], feed)[0])
+                if session.stop_requested:
+                    break
             if not losses:
                 raise ValueError("evaluate: the input_fn gave no batches")
-            results = dict(zip(metrics, session.run([value for value, _ in metrics.values()])))
+            results = dict(zip(metrics, session.session.run([value for value, _ in metrics.values()])))
             results["loss"] = np.float32(np.mean(losses))
-            results["global_step"] = int(session.run(step))
+            results["global_step"] = int(session.session.run(step))
         finally:
             session.close()
         log.info("Saving dict for global step %d: %s", results["global_step"], results)
@@ -301,9 +310,12 @@ class Estimator:
                 raise ValueError(f"predict_keys {sorted(unknown)} are not among the predictions "
                                  f"{sorted(predictions)}")
             predictions = {k: predictions[k] for k in keys}
-        session = self._restore(graph, checkpoint_path)
+        session = _HookedSession(graph, [*(spec.prediction_hooks or []), *(hooks or [])],
+                                 lambda: self._restore(graph, checkpoint_path))
         try:
             for feed in _one_pass(batches, graph):
+                if session.stop_requested:
+                    break
                 values = session.run(predictions, feed)
                 if not yield_single_examples:
                     yield values
@@ -331,6 +343,43 @@ class Estimator:
 
         root = _open_checkpoint(checkpoint)
         return {name: np.asarray(root[key][...]) for name, key in root.attrs["variables"].items()}
+
+
+class _HookedSession:
+    """A session restored from a checkpoint whose runs ``evaluate``'s and ``predict``'s hooks see
+    (``begin`` while the graph may still grow, then ``after_create_session``, each run's
+    ``before_run``/``after_run``, and ``end``)."""
+
+    def __init__(self, graph, hooks, make_session):
+        self._hooks = list(hooks)
+        with graph.as_default():
+            for hook in self._hooks:
+                hook.begin()
+        self.session = make_session()
+        for hook in self._hooks:
+            hook.after_create_session(self.session, None)
+        self.stop_requested = False
+
+    def run(self, fetches, feed):
+        context = SessionRunContext(SessionRunArgs(fetches, feed), self.session)
+        requests = [hook.before_run(context) for hook in self._hooks]
+        feeds = dict(feed)
+        for request in requests:
+            feeds.update((request.feed_dict or {}) if request is not None else {})
+        extra = [r.fetches for r in requests if r is not None]
+        results, extra_results = self.session.run([fetches, extra], feeds)
+        answers = iter(extra_results)
+        for hook, request in zip(self._hooks, requests):
+            hook.after_run(context, SessionRunValues(None if request is None else next(answers)))
+        self.stop_requested = self.stop_requested or context.stop_requested
+        return results
+
+    def close(self):
+        try:
+            for hook in self._hooks:
+                hook.end(self.session)
+        finally:
+            self.session.close()
 
 
 def _batches(graph) -> Iterator[dict]:
