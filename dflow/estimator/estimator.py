@@ -245,7 +245,7 @@ class Estimator:
             raise ValueError("Can not provide both steps and max_steps.")
         if saving_listeners:
             raise ValueError("Estimator.train(saving_listeners=) is not supported by dflow: pass a "
-                             "tf.train.SessionRunHook in hooks= (its end() runs after the last save)")
+                             "tf.train.SessionRunHook in hooks= instead (its end() sees the final session)")
         for name, value in (("steps", steps), ("max_steps", max_steps)):
             if value is not None and value <= 0:
                 raise ValueError(f"Must specify {name} > 0, given: {value}")
