@@ -375,3 +375,82 @@ def test_lstm_learns_the_digits_row_by_row():
             sess.run(train_op, {X: train_x[pick], Y: train_y[pick]})
         test_accuracy = sess.run(accuracy, {X: test_x, Y: test_y})
     assert test_accuracy > 0.9, test_accuracy  # 0.922 here
+
+
+# ---- sequence losses (tf.contrib.seq2seq, tf.contrib.legacy_seq2seq) ---------------------------
+def _xent(logits, targets):
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+
+
+def test_sequence_losses_match_tf_reductions():
+    from dflow.contrib import legacy_seq2seq, seq2seq
+
+    logits = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    targets = rng.integers(0, 5, (3, 4)).astype(np.int32)
+    weights = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0.5, 1, 1, 0]], np.float32)
+    terms = _xent(logits, targets) * weights
+    args = tf.constant(logits), tf.constant(targets), tf.constant(weights)
+    fetches = {
+        "mean": seq2seq.sequence_loss(*args),
+        "per_step": seq2seq.sequence_loss(*args, average_across_timesteps=False),
+        "per_example": seq2seq.sequence_loss(*args, average_across_batch=False),
+        "sum_batch": seq2seq.sequence_loss(*args, average_across_timesteps=False, average_across_batch=False,
+                                           sum_over_batch=True),
+        "none": seq2seq.sequence_loss(*args, average_across_timesteps=False, average_across_batch=False),
+        "legacy": legacy_seq2seq.sequence_loss_by_example(
+            [tf.constant(logits[:, t]) for t in range(4)], [tf.constant(targets[:, t]) for t in range(4)],
+            [tf.constant(weights[:, t]) for t in range(4)]),
+        "legacy_mean": legacy_seq2seq.sequence_loss(
+            [tf.constant(logits[:, t]) for t in range(4)], [tf.constant(targets[:, t]) for t in range(4)],
+            [tf.constant(weights[:, t]) for t in range(4)]),
+    }
+    got = _run(fetches)
+    np.testing.assert_allclose(got["mean"], terms.sum() / weights.sum(), rtol=1e-5)
+    np.testing.assert_allclose(got["per_step"], terms.sum(0) / weights.sum(0), rtol=1e-5)
+    np.testing.assert_allclose(got["per_example"], terms.sum(1) / weights.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(got["sum_batch"], terms.sum(0) / (weights != 0).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(got["none"], terms, rtol=1e-5)
+    np.testing.assert_allclose(got["legacy"], terms.sum(1) / weights.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(got["legacy_mean"], np.mean(terms.sum(1) / weights.sum(1)), rtol=1e-5)
+
+
+def test_ptb_style_language_model_learns_feeding_its_state():
+    """The PTB tutorial's shape: an embedding, a 2-layer LSTM with output dropout, static_rnn from
+    a fed initial state, seq2seq.sequence_loss; each batch starts from the last one's state."""
+    from dflow.contrib import rnn as contrib_rnn
+    from dflow.contrib import seq2seq
+
+    vocab, size, steps, batch = 20, 32, 5, 8
+    tf.set_random_seed(2)
+    with tf.variable_scope("Model", initializer=tf.random_uniform_initializer(-0.1, 0.1)):
+        inputs = tf.placeholder(tf.int32, [batch, steps])
+        targets = tf.placeholder(tf.int32, [batch, steps])
+        layers = [contrib_rnn.DropoutWrapper(contrib_rnn.LSTMBlockCell(size, forget_bias=0.0),
+                                             output_keep_prob=0.9) for _ in range(2)]
+        cell = contrib_rnn.MultiRNNCell(layers)
+        initial_state = cell.zero_state(batch, tf.float32)
+        embedding = tf.get_variable("embedding", [vocab, size], dtype=tf.float32)
+        embedded = tf.nn.embedding_lookup(embedding, inputs)
+        outputs, final_state = tf.nn.static_rnn(cell, tf.unstack(embedded, num=steps, axis=1),
+                                                initial_state=initial_state)
+        output = tf.reshape(tf.concat(outputs, 1), [-1, size])
+        logits = tf.reshape(tf.matmul(output, tf.get_variable("softmax_w", [size, vocab]))
+                            + tf.get_variable("softmax_b", [vocab]), [batch, steps, vocab])
+        loss = seq2seq.sequence_loss(logits, targets, tf.ones([batch, steps]))
+        train = tf.train.AdamOptimizer(0.01).minimize(loss)
+    assert "Model/rnn/multi_rnn_cell/cell_1/lstm_cell/kernel:0" in _names()
+    stream = np.arange(10000) % vocab  # the next word is always the word + 1
+    losses = []
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        state = sess.run(initial_state)
+        for i in range(150):
+            start = i * steps + np.arange(batch)[:, None] * 1000
+            feed = {inputs: stream[start + np.arange(steps)], targets: stream[start + np.arange(steps) + 1]}
+            for (c, h), value in zip(initial_state, state):
+                feed[c], feed[h] = value.c, value.h
+            cost, state, _ = sess.run([loss, final_state, train], feed)
+            losses.append(cost)
+    assert losses[0] > 2.5 and np.mean(losses[-10:]) < 0.5, (losses[0], losses[-10:])
