@@ -33,6 +33,8 @@ GRAD_ROWS = [
      [r(3, 2), r(2, 2)]),
     ("embedding_lookup_max_norm", lambda p: tf.nn.embedding_lookup(p, [0, 2], max_norm=0.5),
      [r(3, 4) * 2]),
+    ("gather_nd_rows", lambda p: tf.gather_nd(p, [[1], [0], [1]]), [r(3, 2)]),
+    ("gather_nd_elements", lambda p: tf.gather_nd(p, [[[0, 2], [1, 1]], [[1, 1], [0, 0]]]), [r(2, 3, 2)]),
     ("unsorted_segment_sum", lambda d: tf.unsorted_segment_sum(d, [2, 0, 2, -1], 3), [r(4, 2)]),
     ("reverse_sequence", lambda x: tf.reverse_sequence(x, [3, 1], seq_axis=1, batch_axis=0), [r(2, 4, 2)]),
 ]
@@ -81,6 +83,16 @@ def test_lookup_out_of_range_and_float_ids_say_what_is_wrong():
         sess.run(tf.global_variables_initializer())
         with pytest.raises(Exception, match=r"gather index = 7 is not in \[0, 4\)"):
             sess.run(rows, {ids: [1, 7]})
+
+
+def test_gather_nd_picks_the_last_relevant_output():
+    outputs = np.arange(24, dtype=np.float32).reshape(2, 4, 3)  # (batch, time, units)
+    picked = tf.gather_nd(tf.constant(outputs), tf.constant([[0, 1], [1, 3]]))
+    assert picked.shape.as_list() == [2, 3]
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(picked), outputs[[0, 1], [1, 3]])
+        with pytest.raises(Exception, match=r"gather_nd index \(dim 1\) = 4 is not in \[0, 4\)"):
+            sess.run(tf.gather_nd(tf.constant(outputs), [[0, 4]]))
 
 
 def test_unsorted_segment_sum_values():

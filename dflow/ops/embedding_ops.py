@@ -34,7 +34,7 @@ from .shape_rules import fmt, normalize_axis
 from .state_ops import op_seed
 
 __all__ = [
-    "gather", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
+    "gather", "gather_nd", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
     "log_uniform_candidate_sampler", "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
 
@@ -120,6 +120,55 @@ def gather(params, indices, validate_indices=None, name=None, axis=0) -> Tensor:
     params = convert_to_tensor(params)
     indices = convert_to_tensor(indices)
     return _out("GatherV2", [params, indices], {"axis": int(axis)}, name)
+
+
+# ---- gather_nd ------------------------------------------------------------------------------------
+def _gather_nd_infer(inputs):
+    params, indices = inputs
+    _integer(indices, "gather_nd indices")
+    if params.shape is None or indices.shape is None or indices.shape[-1] is None:
+        return [Spec(None, params.dtype)]
+    depth = indices.shape[-1]
+    if depth > len(params.shape):
+        raise ShapeError(f"indices of shape {fmt(indices.shape)} index {depth} dims of params of shape "
+                         f"{fmt(params.shape)}, which has only {len(params.shape)}")
+    return [Spec(indices.shape[:-1] + params.shape[depth:], params.dtype)]
+
+
+def _gather_nd_kernel(xp, params, indices):
+    depth = indices.shape[-1]
+    outer, inner = params.shape[:depth], params.shape[depth:]
+    linear = xp.zeros(indices.shape[:-1], dtype=indices.dtype)
+    for k in range(depth):  # row-major position of each index tuple among the outer dims
+        _check_range(xp, xp.reshape(indices[..., k], (-1,)), outer[k], f"gather_nd index (dim {k})")
+        linear = linear * outer[k] + indices[..., k]
+    rows = xp.reshape(params, (-1,) + tuple(inner))
+    return xp.reshape(xp.take(rows, xp.reshape(linear, (-1,)), axis=0), tuple(indices.shape[:-1]) + inner)
+
+
+def _gather_nd_grad(op, g):
+    """The picked slices' gradients summed into the params' shape, by their row-major position."""
+    params, indices = op.inputs
+    depth = static_dim(indices, -1)
+    outer = [static_dim(params, k) for k in range(depth or 0)]
+    if depth is None or None in outer or params.shape.ndims is None:
+        raise ValueError(f"the gradient of {op.name} needs the indexed dims of params at build time")
+    strides = [math.prod(outer[k + 1:]) for k in range(depth)]
+    linear = math_ops.reduce_sum(indices * constant(strides, indices.dtype), -1)
+    with colocate_with(params.op):
+        summed = unsorted_segment_sum(g, linear, math.prod(outer))
+        return [reshape(summed, shape(params)), None]
+
+
+defop("GatherNd", _gather_nd_infer, _gather_nd_kernel, _gather_nd_grad)
+
+
+def gather_nd(params, indices, name=None) -> Tensor:
+    """Slices of ``params`` at index tuples: ``indices[..., k]`` indexes dim ``k``.
+
+    >>> tf.gather_nd(outputs, tf.stack([rows, last_steps], axis=1))  # one step per example  # doctest: +SKIP
+    """
+    return _out("GatherNd", [convert_to_tensor(params), convert_to_tensor(indices)], name=name)
 
 
 # ---- unsorted_segment_sum -----------------------------------------------------------------------
