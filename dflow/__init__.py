@@ -83,7 +83,15 @@ from .ops.array_ops import (
     zeros_like,
 )
 from .ops.array_ops import range_ as range
-from .ops.embedding_ops import gather, gather_nd, reverse_sequence, unsorted_segment_sum
+from .ops.embedding_ops import (
+    gather,
+    gather_nd,
+    reverse_sequence,
+    scatter_add,
+    scatter_sub,
+    scatter_update,
+    unsorted_segment_sum,
+)
 from .ops.math_ops import (
     abs,
     add,

@@ -115,6 +115,46 @@ def test_sgd_on_an_embedding_changes_only_the_rows_looked_up():
     np.testing.assert_allclose(after[:, 0], [1.0, 0.0, 1.0, 0.5, 1.0])  # row 1 looked up twice
 
 
+def test_sgd_on_a_lookup_updates_rows_as_the_dense_rule_does():
+    """GradientDescent applies a lookup's gradient to its rows only (TF's sparse apply): the same
+    numbers as the dense update of the summed gradient (here forced by tf.identity)."""
+    init = np.arange(12, dtype=np.float32).reshape(6, 2)
+    sparse_table = tf.Variable(init, name="sparse")
+    dense_table = tf.Variable(init, name="dense")
+    ids = tf.placeholder(tf.int32, [None])
+    weights = tf.constant([[1.0], [2.0], [3.0], [4.0]])
+
+    def loss_of(table):
+        rows = tf.nn.embedding_lookup(table, ids) + tf.nn.embedding_lookup(table, ids[:2])[:1]
+        return tf.reduce_sum(tf.square(rows) * weights[:1] + tf.gather(table, ids) * 0.5)
+
+    opt = tf.train.GradientDescentOptimizer(0.1)
+    train_sparse = opt.minimize(loss_of(sparse_table), var_list=[sparse_table])
+    (g,) = tf.gradients(loss_of(dense_table), [dense_table])
+    train_dense = opt.apply_gradients([(tf.identity(g), dense_table)])
+    assert "ScatterSub" in {op.type for op in tf.get_default_graph().get_operations()}
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        for batch in ([1, 3, 1, 5], [0, 0, 2, 5]):
+            sess.run([train_sparse, train_dense], {ids: batch})
+        np.testing.assert_allclose(*sess.run([sparse_table, dense_table]), rtol=1e-6)
+        np.testing.assert_array_equal(sess.run(sparse_table)[4], init[4])  # row 4 never looked up
+
+
+def test_scatter_add_sub_update():
+    table = tf.Variable(tf.zeros([4, 2]), name="table")
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(tf.scatter_add(table, [1, 3, 1], [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]))
+        sess.run(tf.scatter_sub(table, tf.constant([3]), [[0.5, 0.5]]))
+        fetched = sess.run(table)
+        sess.run(tf.scatter_update(table, [0], [[9.0, 8.0]]))
+        np.testing.assert_array_equal(sess.run(table), [[9, 8], [4, 4], [0, 0], [1.5, 1.5]])
+        np.testing.assert_array_equal(fetched[0], [0, 0])  # an earlier fetch is not changed under it
+        with pytest.raises(Exception, match=r"scatter index into table = 4 is not in \[0, 4\)"):
+            sess.run(tf.scatter_add(table, [4], [[1.0, 1.0]]))
+
+
 # ---- candidate samplers ---------------------------------------------------------------------------
 def _log_uniform(k, range_max):
     return math.log((k + 2.0) / (k + 1.0)) / math.log(range_max + 1.0)

@@ -35,7 +35,8 @@ from .state_ops import op_seed
 
 __all__ = [
     "gather", "gather_nd", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
-    "log_uniform_candidate_sampler", "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
+    "scatter_add", "scatter_sub", "scatter_update", "scattered_rows", "log_uniform_candidate_sampler",
+    "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
 
 
@@ -231,6 +232,95 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None) -> Tensor:
     num_segments = convert_to_tensor(num_segments, dtype=None if isinstance(num_segments, Tensor)
                                      else segment_ids.dtype)
     return _out("UnsortedSegmentSum", [data, segment_ids, num_segments], name=name)
+
+
+# ---- scatter updates of a variable's rows ---------------------------------------------------------
+def _scatter_infer(inputs, var):
+    ref, indices, updates = inputs
+    _integer(indices, "scatter indices")
+    if updates.dtype != ref.dtype:
+        raise ShapeError(f"updates are {updates.dtype.name}, variable {var} is {ref.dtype.name}")
+    if None not in (ref.shape, indices.shape, updates.shape) and \
+            len(updates.shape) != len(indices.shape) + len(ref.shape) - 1:
+        raise ShapeError(f"updates of shape {fmt(updates.shape)} must be indices' shape "
+                         f"{fmt(indices.shape)} + the rows' shape {fmt(ref.shape[1:])} of variable {var}")
+    return [Spec(ref.shape, ref.dtype)]
+
+
+def _add_rows(xp, table, ids, rows):
+    at = getattr(getattr(xp, "add", None), "at", None)  # NumPy's and CuPy's ufunc.at
+    if at is not None:
+        at(table, ids, rows)
+        return table
+    onehot = xp.astype(ids[:, None] == xp.arange(table.shape[0], dtype=ids.dtype)[None, :], table.dtype)
+    return table + xp.reshape(xp.matmul(xp.matrix_transpose(onehot), xp.reshape(rows, (ids.shape[0], -1))),
+                              table.shape)
+
+
+def _set_rows(xp, table, ids, rows):
+    table[ids] = rows
+    return table
+
+
+def _scatter_kernel(combine):
+    def kernel(state, xp, ref, indices, updates, var):
+        with state.updating(ref):
+            old = state.read_variable(ref)
+            ids = xp.reshape(indices, (-1,))
+            _check_range(xp, ids, old.shape[0], f"scatter index into {var}")
+            rows = xp.reshape(updates, (ids.shape[0],) + tuple(old.shape[1:]))
+            # a copy, written: readers of the old value (this step's, a fetch's) keep theirs
+            new = combine(xp, xp.asarray(old, copy=True), ids, xp.astype(rows, old.dtype))
+            state.write_variable(ref, new)
+            return new
+
+    return kernel
+
+
+defop("ScatterAdd", _scatter_infer, _scatter_kernel(_add_rows), stateful=True)
+defop("ScatterSub", _scatter_infer, _scatter_kernel(lambda xp, t, ids, rows: _add_rows(xp, t, ids, -rows)),
+      stateful=True)
+defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True)
+
+
+def _scatter(op_type, ref, indices, updates, name):
+    from .state_ops import _ref_of
+
+    tensor, var = _ref_of(ref)
+    updates = convert_to_tensor(updates, dtype=None if isinstance(updates, Tensor) else tensor.dtype)
+    return _out(op_type, [tensor, convert_to_tensor(indices), updates], {"var": var}, name)
+
+
+def scatter_add(ref, indices, updates, use_locking=False, name=None) -> Tensor:
+    """``ref[indices[i]] += updates[i]`` (repeated indices add up); the result is the new value."""
+    return _scatter("ScatterAdd", ref, indices, updates, name)
+
+
+def scatter_sub(ref, indices, updates, use_locking=False, name=None) -> Tensor:
+    """``ref[indices[i]] -= updates[i]`` (repeated indices add up); the result is the new value."""
+    return _scatter("ScatterSub", ref, indices, updates, name)
+
+
+def scatter_update(ref, indices, updates, use_locking=False, name=None) -> Tensor:
+    """``ref[indices[i]] = updates[i]``; the result is the new value."""
+    return _scatter("ScatterUpdate", ref, indices, updates, name)
+
+
+def scattered_rows(grad):
+    """``(rows, indices)`` when ``grad`` is a scatter-add of rows into a dense tensor (a gather's
+    gradient, or a sum of them), else None: an optimizer may then update only those rows, as TF
+    applies an ``IndexedSlices`` gradient."""
+    if not isinstance(grad, Tensor):
+        return None
+    parts = grad.op.inputs if grad.op.type == "AddN" else [grad]
+    if not all(isinstance(p, Tensor) and p.op.type == "UnsortedSegmentSum" for p in parts):
+        return None
+    if len(parts) == 1:
+        data, ids, _ = parts[0].op.inputs
+        return data, ids
+    row_shape = concat([[-1], shape(grad)[1:]], 0)
+    rows = concat([reshape(p.op.inputs[0], row_shape) for p in parts], 0)
+    return rows, concat([reshape(p.op.inputs[1], [-1]) for p in parts], 0)
 
 
 # ---- embedding_lookup -------------------------------------------------------------------------
