@@ -83,15 +83,7 @@ from .ops.array_ops import (
     zeros_like,
 )
 from .ops.array_ops import range_ as range
-from .ops.embedding_ops import (
-    gather,
-    gather_nd,
-    reverse_sequence,
-    scatter_add,
-    scatter_sub,
-    scatter_update,
-    unsorted_segment_sum,
-)
+from .ops.embedding_ops import gather, reverse_sequence, unsorted_segment_sum
 from .ops.math_ops import (
     abs,
     add,
@@ -162,6 +154,8 @@ from .variables import (
 
 sub = subtract
 mul = multiply
+from .ops.embedding_ops import gather_nd, scatter_add, scatter_sub, scatter_update  # noqa: E402
+
 div = divide
 newaxis = None
 
