@@ -368,7 +368,10 @@ def test_lstm_learns_the_digits_row_by_row():
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), Y), tf.float32))
 
     batches = np.random.default_rng(0)
-    with tf.Session() as sess:
+    # one BLAS thread per matmul: the executor runs the unrolled steps' small matmuls side by side,
+    # and each with all of BLAS's threads oversubscribed a loaded 2-core box (108 s here, 3 s so)
+    config = tf.ConfigProto(intra_op_parallelism_threads=1)
+    with tf.Session(config=config) as sess:
         sess.run(tf.global_variables_initializer())
         for _ in range(600):
             pick = batches.integers(0, len(train_x), 64)
