@@ -19,6 +19,7 @@ from . import (
     contrib,
     dtypes,
     errors,
+    estimator,
     image,  # noqa: E402,I001 - tf.image
     layers,
     losses,
@@ -238,6 +239,8 @@ sub = subtract
 from .ops.state_ops import is_variable_initialized  # noqa: E402  (TF 1.x's top-level name)
 
 mul = multiply
+from .ops.embedding_ops import gather_nd, scatter_add, scatter_sub, scatter_update  # noqa: E402
+
 div = divide
 newaxis = None
 lin_space = linspace

@@ -20,17 +20,18 @@ step.
 from __future__ import annotations
 
 from . import dtypes
-from .graph import convert_to_tensor, get_default_graph
+from .graph import Tensor, convert_to_tensor, get_default_graph
 from .ops import array_ops, math_ops
-from .ops.embedding_ops import reverse_sequence
+from .ops.embedding_ops import reverse_sequence, static_dim
 from .rnn_cell import map_structure
-from .variables import variable_scope
+from .variables import get_variable_scope, variable_scope
 
 __all__ = ["static_rnn", "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bidirectional_rnn"]
 
 
 def _batch_size(x):
-    return x.shape[0].value if x.shape[0].value is not None else array_ops.shape(x)[0]
+    batch = static_dim(x, 0)
+    return array_ops.shape(x)[0] if batch is None else batch
 
 
 def _initial_state(cell, initial_state, dtype, first_input):
@@ -48,6 +49,8 @@ def _unroll(cell, inputs, state, sequence_length):
         running = array_ops.expand_dims(sequence_length, 1)  # (batch, 1): broadcasts over units
     outputs = []
     for step, x in enumerate(inputs):
+        if step == 1:  # as TF: later steps reuse what the first created (old-style cells ask get_variable)
+            get_variable_scope().reuse_variables()
         output, new_state = cell(x, state)
         if sequence_length is not None:
             done = math_ops.greater_equal(step, running)
@@ -59,15 +62,21 @@ def _unroll(cell, inputs, state, sequence_length):
     return outputs, state
 
 
+def _step_list(inputs, what) -> list:
+    if isinstance(inputs, Tensor) or not isinstance(inputs, list | tuple) or not inputs:
+        raise TypeError(f"{what} needs a non-empty list of [batch, depth] tensors, one per time step, "
+                        f"got {inputs!r}; split a [batch, time, depth] tensor with tf.unstack(x, steps, 1) "
+                        "or use tf.nn.dynamic_rnn")
+    return [convert_to_tensor(x) for x in inputs]
+
+
 def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
     """The cell over a list of ``[batch, depth]`` inputs: ``(outputs list, final state)``.
 
     >>> x = tf.unstack(images, timesteps, 1)                                   # doctest: +SKIP
     >>> outputs, states = tf.nn.static_rnn(lstm_cell, x, dtype=tf.float32)    # doctest: +SKIP
     """
-    inputs = [convert_to_tensor(x) for x in inputs]
-    if not inputs:
-        raise ValueError("static_rnn needs a non-empty list of inputs (one per time step)")
+    inputs = _step_list(inputs, "static_rnn")
     with variable_scope(scope or "rnn"):
         state = _initial_state(cell, initial_state, dtype, inputs[0])
         return _unroll(cell, inputs, state, sequence_length)
@@ -75,7 +84,7 @@ def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=Non
 
 def _time_steps(inputs, time_axis, what):
     inputs = convert_to_tensor(inputs)
-    steps = inputs.shape[time_axis].value if inputs.shape.ndims is not None else None
+    steps = static_dim(inputs, time_axis)
     if steps is None:
         raise ValueError(f"{what}: dflow unrolls the RNN over the time steps known at graph-build "
                          f"time, but the inputs' time dimension (axis {time_axis}) is unknown "
@@ -101,7 +110,7 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
 
 def _reversed_in_time(x, sequence_length, time_axis):
     if sequence_length is None:
-        steps = array_ops.unstack(x, x.shape[time_axis], time_axis)
+        steps = array_ops.unstack(x, static_dim(x, time_axis), time_axis)
         return array_ops.stack(steps[::-1], axis=time_axis)
     return reverse_sequence(x, math_ops.cast(convert_to_tensor(sequence_length), dtypes.int32),
                             seq_axis=time_axis, batch_axis=1 - time_axis)
@@ -132,9 +141,7 @@ def static_bidirectional_rnn(cell_fw, cell_bw, inputs, initial_state_fw=None, in
                              dtype=None, sequence_length=None, scope=None):
     """Like :func:`bidirectional_dynamic_rnn` over a list of inputs: ``(outputs, state_fw,
     state_bw)``, each output the forward and backward outputs of its step concatenated."""
-    inputs = [convert_to_tensor(x) for x in inputs]
-    if not inputs:
-        raise ValueError("static_bidirectional_rnn needs a non-empty list of inputs")
+    inputs = _step_list(inputs, "static_bidirectional_rnn")
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:
             output_fw, state_fw = static_rnn(cell_fw, inputs, initial_state_fw, dtype, sequence_length,

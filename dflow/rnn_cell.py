@@ -24,10 +24,11 @@ import collections
 from . import dtypes
 from .graph import Tensor, convert_to_tensor, get_default_graph
 from .ops import array_ops, math_ops, nn_ops
+from .ops.embedding_ops import static_dim
 from .variables import constant_initializer, get_variable, variable_scope, zeros_initializer
 
 __all__ = ["RNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "GRUCell", "MultiRNNCell",
-           "DropoutWrapper", "ResidualWrapper", "LSTMStateTuple"]
+           "DropoutWrapper", "ResidualWrapper", "OutputProjectionWrapper", "LSTMStateTuple"]
 
 
 class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
@@ -62,16 +63,20 @@ def map_structure(fn, *structures):
 
 # ---- the base class ----------------------------------------------------------------------------
 class RNNCell:
-    """A cell: ``output, new_state = cell(inputs, state)``; subclasses give ``state_size``,
-    ``output_size``, ``build(input_depth)`` (the variables) and ``call(inputs, state)``."""
+    """A cell: ``output, new_state = cell(inputs, state)``. Subclasses give ``state_size``,
+    ``output_size``, ``build(inputs_shape)`` (creating variables with :meth:`add_variable`)
+    and ``call(inputs, state)``, as TF 1.x's; an old-style subclass overriding ``__call__``
+    works too."""
 
     _base_name = "rnn_cell"
 
-    def __init__(self, reuse=None, name=None, dtype=None):
-        self._reuse = reuse
+    def __init__(self, trainable=True, name=None, dtype=None, _reuse=None, **_layer_kwargs):
+        self._reuse = _reuse
         self._name = name
         self._dtype = dtypes.as_dtype(dtype) if dtype is not None else None
         self._scope_name = None  # the variable scope the variables went to, once built
+        self._trainable = trainable
+        self.built = False
         self.trainable_weights: list = []
 
     @property
@@ -101,22 +106,28 @@ class RNNCell:
             with variable_scope(scope if scope is not None else self._name or self._base_name,
                                 reuse=self._reuse) as vs:
                 self._scope_name = vs.name
-                self.build(_input_depth(inputs, type(self).__name__))
+                self.build(inputs.shape)
+                self.built = True
                 return self.call(inputs, state)
         with get_default_graph().name_scope(self._scope_name.rsplit("/", 1)[-1]):
             return self.call(inputs, state)
 
-    def build(self, input_depth: int) -> None:
+    def build(self, inputs_shape) -> None:
         pass
 
     def call(self, inputs, state):
         raise NotImplementedError
 
-    def _variable(self, name, shape, initializer=None, dtype=None):
+    def add_variable(self, name, shape, dtype=None, initializer=None, regularizer=None, trainable=True,
+                     **_ignored):
+        """A variable ``<cell scope>/name``, made (or reused) with ``tf.get_variable``."""
         var = get_variable(name, shape, dtype=dtype or self._dtype or dtypes.float32,
-                           initializer=initializer)
+                           initializer=initializer, regularizer=regularizer,
+                           trainable=trainable and self._trainable)
         self.trainable_weights.append(var)
         return var
+
+    add_weight = add_variable
 
 
 def _zeros(batch_size, size, dtype):
@@ -127,11 +138,12 @@ def _zeros(batch_size, size, dtype):
     return array_ops.zeros([int(batch_size), int(size)], dtype)
 
 
-def _input_depth(inputs, cell_name) -> int:
-    depth = inputs.shape[-1].value if inputs.shape.ndims is not None else None
+def _input_depth(inputs_shape, cell) -> int:
+    depth = inputs_shape[-1] if inputs_shape.ndims is not None else None
+    depth = getattr(depth, "value", depth)  # an int, or TF's Dimension
     if depth is None:
-        raise ValueError(f"{cell_name} needs the inputs' last dimension at graph-build time, "
-                         f"saw shape {inputs.shape}; give the placeholder a static feature size")
+        raise ValueError(f"{type(cell).__name__} needs the inputs' last dimension at graph-build time, "
+                         f"saw shape {inputs_shape}; give the placeholder a static feature size")
     return int(depth)
 
 
@@ -153,7 +165,7 @@ class BasicRNNCell(RNNCell):
     _base_name = "basic_rnn_cell"
 
     def __init__(self, num_units, activation=None, reuse=None, name=None, dtype=None):
-        super().__init__(reuse, name, dtype)
+        super().__init__(name=name, dtype=dtype, _reuse=reuse)
         self._num_units = int(num_units)
         self._activation = _activation(activation)
 
@@ -165,9 +177,10 @@ class BasicRNNCell(RNNCell):
     def output_size(self):
         return self._num_units
 
-    def build(self, input_depth):
-        self._kernel = self._variable("kernel", [input_depth + self._num_units, self._num_units])
-        self._bias = self._variable("bias", [self._num_units], zeros_initializer())
+    def build(self, inputs_shape):
+        input_depth = _input_depth(inputs_shape, self)
+        self._kernel = self.add_variable("kernel", [input_depth + self._num_units, self._num_units])
+        self._bias = self.add_variable("bias", [self._num_units], initializer=zeros_initializer())
 
     def call(self, inputs, state):
         output = self._activation(_linear([inputs, state], self._kernel, self._bias))
@@ -189,7 +202,7 @@ class BasicLSTMCell(RNNCell):
 
     def __init__(self, num_units, forget_bias=1.0, state_is_tuple=True, activation=None, reuse=None,
                  name=None, dtype=None):
-        super().__init__(reuse, name, dtype)
+        super().__init__(name=name, dtype=dtype, _reuse=reuse)
         self._num_units = int(num_units)
         self._forget_bias = forget_bias
         self._state_is_tuple = state_is_tuple
@@ -204,9 +217,10 @@ class BasicLSTMCell(RNNCell):
     def output_size(self):
         return self._num_units
 
-    def build(self, input_depth):
-        self._kernel = self._variable("kernel", [input_depth + self._num_units, 4 * self._num_units])
-        self._bias = self._variable("bias", [4 * self._num_units], zeros_initializer())
+    def build(self, inputs_shape):
+        input_depth = _input_depth(inputs_shape, self)
+        self._kernel = self.add_variable("kernel", [input_depth + self._num_units, 4 * self._num_units])
+        self._bias = self.add_variable("bias", [4 * self._num_units], initializer=zeros_initializer())
 
     def call(self, inputs, state):
         c, h = _lstm_state(state, self._state_is_tuple, self._num_units)
@@ -219,7 +233,7 @@ class BasicLSTMCell(RNNCell):
 def _lstm_state(state, is_tuple, c_units):
     if is_tuple:
         return state
-    return array_ops.split(state, [c_units, state.shape[-1].value - c_units], axis=1)
+    return array_ops.split(state, [c_units, static_dim(state, -1) - c_units], axis=1)
 
 
 def _lstm_new_state(c, h, is_tuple):
@@ -240,7 +254,7 @@ class LSTMCell(RNNCell):
     def __init__(self, num_units, use_peepholes=False, cell_clip=None, initializer=None, num_proj=None,
                  proj_clip=None, num_unit_shards=None, num_proj_shards=None, forget_bias=1.0,
                  state_is_tuple=True, activation=None, reuse=None, name=None, dtype=None):
-        super().__init__(reuse, name, dtype)
+        super().__init__(name=name, dtype=dtype, _reuse=reuse)
         if num_unit_shards is not None or num_proj_shards is not None:
             raise ValueError("LSTMCell(num_unit_shards=, num_proj_shards=) is not supported by dflow "
                              "(deprecated in TF 1.x too): leave them unset")
@@ -262,16 +276,17 @@ class LSTMCell(RNNCell):
     def output_size(self):
         return self._num_proj or self._num_units
 
-    def build(self, input_depth):
-        units, out = self._num_units, self.output_size
-        self._kernel = self._variable("kernel", [input_depth + out, 4 * units], self._initializer)
-        self._bias = self._variable("bias", [4 * units], zeros_initializer())
+    def build(self, inputs_shape):
+        input_depth, units, out = _input_depth(inputs_shape, self), self._num_units, self.output_size
+        init = self._initializer
+        self._kernel = self.add_variable("kernel", [input_depth + out, 4 * units], initializer=init)
+        self._bias = self.add_variable("bias", [4 * units], initializer=zeros_initializer())
         if self._use_peepholes:
-            self._w_f, self._w_i, self._w_o = (self._variable(n, [units], self._initializer)
+            self._w_f, self._w_i, self._w_o = (self.add_variable(n, [units], initializer=init)
                                                for n in ("w_f_diag", "w_i_diag", "w_o_diag"))
         if self._num_proj is not None:
             with variable_scope("projection"):
-                self._projection = self._variable("kernel", [units, self._num_proj], self._initializer)
+                self._projection = self.add_variable("kernel", [units, self._num_proj], initializer=init)
 
     def call(self, inputs, state):
         c_prev, m_prev = _lstm_state(state, self._state_is_tuple, self._num_units)
@@ -304,7 +319,7 @@ class GRUCell(RNNCell):
 
     def __init__(self, num_units, activation=None, reuse=None, kernel_initializer=None,
                  bias_initializer=None, name=None, dtype=None):
-        super().__init__(reuse, name, dtype)
+        super().__init__(name=name, dtype=dtype, _reuse=reuse)
         self._num_units = int(num_units)
         self._activation = _activation(activation)
         self._kernel_initializer = kernel_initializer
@@ -318,16 +333,17 @@ class GRUCell(RNNCell):
     def output_size(self):
         return self._num_units
 
-    def build(self, input_depth):
-        units, depth = self._num_units, input_depth + self._num_units
+    def build(self, inputs_shape):
+        units, depth = self._num_units, _input_depth(inputs_shape, self) + self._num_units
+        init = self._kernel_initializer
         with variable_scope("gates"):
-            self._gate_kernel = self._variable("kernel", [depth, 2 * units], self._kernel_initializer)
-            self._gate_bias = self._variable("bias", [2 * units],
-                                             self._bias_initializer or constant_initializer(1.0))
+            self._gate_kernel = self.add_variable("kernel", [depth, 2 * units], initializer=init)
+            self._gate_bias = self.add_variable(
+                "bias", [2 * units], initializer=self._bias_initializer or constant_initializer(1.0))
         with variable_scope("candidate"):
-            self._candidate_kernel = self._variable("kernel", [depth, units], self._kernel_initializer)
-            self._candidate_bias = self._variable("bias", [units],
-                                                  self._bias_initializer or zeros_initializer())
+            self._candidate_kernel = self.add_variable("kernel", [depth, units], initializer=init)
+            self._candidate_bias = self.add_variable(
+                "bias", [units], initializer=self._bias_initializer or zeros_initializer())
 
     def call(self, inputs, state):
         gates = math_ops.sigmoid(_linear([inputs, state], self._gate_kernel, self._gate_bias))
@@ -453,6 +469,41 @@ def _drop_state(state, drop):
     if isinstance(state, tuple | list):
         return type(state)(_drop_state(s, drop) for s in state)
     return drop(state)
+
+
+class OutputProjectionWrapper(RNNCell):
+    """The cell's output projected to ``output_size`` units (``kernel``, ``bias`` in the
+    wrapper's scope ``output_projection_wrapper/``, the cell's variables inside it)."""
+
+    _base_name = "output_projection_wrapper"
+
+    def __init__(self, cell, output_size, activation=None, reuse=None):
+        super().__init__(_reuse=reuse)
+        self._cell, self._output_size, self._projection_activation = cell, int(output_size), activation
+
+    @property
+    def state_size(self):
+        return self._cell.state_size
+
+    @property
+    def output_size(self):
+        return self._output_size
+
+    def zero_state(self, batch_size, dtype):
+        return self._cell.zero_state(batch_size, dtype)
+
+    def build(self, inputs_shape):
+        pass  # the kernel's input size is the cell's output size, known after the cell runs
+
+    def call(self, inputs, state):
+        output, new_state = self._cell(inputs, state)
+        if not hasattr(self, "_kernel"):
+            self._kernel = self.add_variable("kernel", [self._cell.output_size, self._output_size])
+            self._bias = self.add_variable("bias", [self._output_size], initializer=zeros_initializer())
+        projected = _linear([output], self._kernel, self._bias)
+        if self._projection_activation is not None:
+            projected = self._projection_activation(projected)
+        return projected, new_state
 
 
 class ResidualWrapper(_Wrapper):

@@ -33,6 +33,8 @@ GRAD_ROWS = [
      [r(3, 2), r(2, 2)]),
     ("embedding_lookup_max_norm", lambda p: tf.nn.embedding_lookup(p, [0, 2], max_norm=0.5),
      [r(3, 4) * 2]),
+    ("gather_nd_rows", lambda p: tf.gather_nd(p, [[1], [0], [1]]), [r(3, 2)]),
+    ("gather_nd_elements", lambda p: tf.gather_nd(p, [[[0, 2], [1, 1]], [[1, 1], [0, 0]]]), [r(2, 3, 2)]),
     ("unsorted_segment_sum", lambda d: tf.unsorted_segment_sum(d, [2, 0, 2, -1], 3), [r(4, 2)]),
     ("reverse_sequence", lambda x: tf.reverse_sequence(x, [3, 1], seq_axis=1, batch_axis=0), [r(2, 4, 2)]),
 ]
@@ -83,6 +85,16 @@ def test_lookup_out_of_range_and_float_ids_say_what_is_wrong():
             sess.run(rows, {ids: [1, 7]})
 
 
+def test_gather_nd_picks_the_last_relevant_output():
+    outputs = np.arange(24, dtype=np.float32).reshape(2, 4, 3)  # (batch, time, units)
+    picked = tf.gather_nd(tf.constant(outputs), tf.constant([[0, 1], [1, 3]]))
+    assert picked.shape.as_list() == [2, 3]
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(picked), outputs[[0, 1], [1, 3]])
+        with pytest.raises(Exception, match=r"gather_nd index \(dim 1\) = 4 is not in \[0, 4\)"):
+            sess.run(tf.gather_nd(tf.constant(outputs), [[0, 4]]))
+
+
 def test_unsorted_segment_sum_values():
     data = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     total = tf.unsorted_segment_sum(data, tf.constant([1, 1, 3]), 4)
@@ -101,6 +113,46 @@ def test_sgd_on_an_embedding_changes_only_the_rows_looked_up():
         sess.run(train, {ids: [1, 3, 1]})
         after = sess.run(table)
     np.testing.assert_allclose(after[:, 0], [1.0, 0.0, 1.0, 0.5, 1.0])  # row 1 looked up twice
+
+
+def test_sgd_on_a_lookup_updates_rows_as_the_dense_rule_does():
+    """GradientDescent applies a lookup's gradient to its rows only (TF's sparse apply): the same
+    numbers as the dense update of the summed gradient (here forced by tf.identity)."""
+    init = np.arange(12, dtype=np.float32).reshape(6, 2)
+    sparse_table = tf.Variable(init, name="sparse")
+    dense_table = tf.Variable(init, name="dense")
+    ids = tf.placeholder(tf.int32, [None])
+    weights = tf.constant([[1.0], [2.0], [3.0], [4.0]])
+
+    def loss_of(table):
+        rows = tf.nn.embedding_lookup(table, ids) + tf.nn.embedding_lookup(table, ids[:2])[:1]
+        return tf.reduce_sum(tf.square(rows) * weights[:1] + tf.gather(table, ids) * 0.5)
+
+    opt = tf.train.GradientDescentOptimizer(0.1)
+    train_sparse = opt.minimize(loss_of(sparse_table), var_list=[sparse_table])
+    (g,) = tf.gradients(loss_of(dense_table), [dense_table])
+    train_dense = opt.apply_gradients([(tf.identity(g), dense_table)])
+    assert "ScatterSub" in {op.type for op in tf.get_default_graph().get_operations()}
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        for batch in ([1, 3, 1, 5], [0, 0, 2, 5]):
+            sess.run([train_sparse, train_dense], {ids: batch})
+        np.testing.assert_allclose(*sess.run([sparse_table, dense_table]), rtol=1e-6)
+        np.testing.assert_array_equal(sess.run(sparse_table)[4], init[4])  # row 4 never looked up
+
+
+def test_scatter_add_sub_update():
+    table = tf.Variable(tf.zeros([4, 2]), name="table")
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(tf.scatter_add(table, [1, 3, 1], [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]))
+        sess.run(tf.scatter_sub(table, tf.constant([3]), [[0.5, 0.5]]))
+        fetched = sess.run(table)
+        sess.run(tf.scatter_update(table, [0], [[9.0, 8.0]]))
+        np.testing.assert_array_equal(sess.run(table), [[9, 8], [4, 4], [0, 0], [1.5, 1.5]])
+        np.testing.assert_array_equal(fetched[0], [0, 0])  # an earlier fetch is not changed under it
+        with pytest.raises(Exception, match=r"scatter index into table = 4 is not in \[0, 4\)"):
+            sess.run(tf.scatter_add(table, [4], [[1.0, 1.0]]))
 
 
 # ---- candidate samplers ---------------------------------------------------------------------------
@@ -246,7 +298,7 @@ cluster = local_cluster_fixture(ps=1, workers=1)
 
 def test_embedding_trains_with_its_table_on_a_parameter_server(cluster):
     with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):
-        train_inputs, train_labels, loss, _ = _word2vec(40, 8, 6, 32)
+        train_inputs, train_labels, loss, _ = _word2vec(400, 8, 6, 32)  # the corpus uses 40 words
         train = tf.train.GradientDescentOptimizer(1.0).minimize(loss)
     table = tf.trainable_variables()[0]
     assert table.device == "/job:ps/task:0"
@@ -254,4 +306,9 @@ def test_embedding_trains_with_its_table_on_a_parameter_server(cluster):
         sess.run(tf.global_variables_initializer())
         losses = [sess.run([train, loss], {train_inputs: x, train_labels: y})[1]
                   for x, y in _skip_gram_batches(40, 32, 60)]
+        traffic = sess.last_run_stats.bytes_sent
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
+    # the lookups and their scatter-adds run beside the tables: rows cross the network, not tables
+    table_bytes = 400 * 8 * 4  # 12,800; the rows of a step: (32 + 32 + 6) * 8 * 4 = 2,240
+    for link in [("/job:ps/task:0", "/job:worker/task:0"), ("/job:worker/task:0", "/job:ps/task:0")]:
+        assert 0 < traffic[link] < table_bytes / 2, traffic

@@ -57,6 +57,81 @@ def test_stacked_and_bidirectional_names():
     assert tf.trainable_variables()[6].shape.as_list() == [5 + 3, 8]  # input + projected output
 
 
+def test_output_projection_wrapper_over_a_dynamic_rnn():
+    """The time-series pattern: a ReLU RNN whose outputs are projected to one value per step."""
+    from dflow.contrib import rnn as contrib_rnn
+
+    X = tf.placeholder(tf.float32, [None, 20, 1])
+    cell = contrib_rnn.OutputProjectionWrapper(
+        contrib_rnn.BasicRNNCell(num_units=10, activation=tf.nn.relu), output_size=1)
+    outputs, states = tf.nn.dynamic_rnn(cell, X, dtype=tf.float32)
+    assert outputs.shape.as_list() == [None, 20, 1] and states.shape.as_list() == [None, 10]
+    assert _names() == ["rnn/output_projection_wrapper/basic_rnn_cell/kernel:0",
+                        "rnn/output_projection_wrapper/basic_rnn_cell/bias:0",
+                        "rnn/output_projection_wrapper/kernel:0", "rnn/output_projection_wrapper/bias:0"]
+    y = tf.placeholder(tf.float32, [None, 20, 1])
+    loss = tf.reduce_mean(tf.square(outputs - y))
+    train = tf.train.AdamOptimizer(0.01).minimize(loss)
+    t = np.linspace(0, 30, 400)
+    series = np.sin(t) / 3 + 2 * np.sin(5 * t)
+    starts = np.random.default_rng(0).integers(0, 379, (300, 50))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        losses = []
+        for batch in starts:
+            windows = np.stack([series[s:s + 21] for s in batch]).astype(np.float32)[..., None]
+            losses.append(sess.run([train, loss], {X: windows[:, :-1], y: windows[:, 1:]})[1])
+    assert np.mean(losses[-20:]) < 0.2 * np.mean(losses[:20])
+
+
+class LeakyCell(rnn.RNNCell):
+    """A user's cell in the TF 1.x layer style: build(inputs_shape) + add_variable + call."""
+
+    def __init__(self, num_units, reuse=None):
+        super().__init__(_reuse=reuse)
+        self._num_units = num_units
+
+    @property
+    def state_size(self):
+        return self._num_units
+
+    @property
+    def output_size(self):
+        return self._num_units
+
+    def build(self, inputs_shape):
+        self._kernel = self.add_variable("kernel", [inputs_shape[-1], self._num_units])
+
+    def call(self, inputs, state):
+        new_state = 0.5 * state + tf.matmul(inputs, self._kernel)
+        return new_state, new_state
+
+
+def test_user_defined_cells_new_and_old_style():
+    class OldStyleCell(rnn.RNNCell):  # TF 1.0 style: __call__ overridden, variables by get_variable
+        state_size = output_size = 2
+
+        def __call__(self, inputs, state, scope=None):
+            with tf.variable_scope(scope or "old_style"):
+                w = tf.get_variable("w", [inputs.shape[-1], 2])
+            return tf.tanh(tf.matmul(inputs, w) + state), tf.tanh(tf.matmul(inputs, w) + state)
+
+    x = tf.placeholder(tf.float32, [None, 3, 4])
+    outputs, state = tf.nn.dynamic_rnn(LeakyCell(5), x, dtype=tf.float32)
+    with tf.variable_scope("second"):
+        tf.nn.static_rnn(OldStyleCell(), tf.unstack(x, 3, 1), dtype=tf.float32)
+    assert _names() == ["rnn/rnn_cell/kernel:0", "second/rnn/old_style/w:0"]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        kernel = sess.run(tf.trainable_variables()[0])
+        data = rng.normal(size=(2, 3, 4)).astype(np.float32)
+        out = sess.run(outputs, {x: data})
+    expected = np.zeros((2, 5), np.float32)
+    for t in range(3):
+        expected = 0.5 * expected + data[:, t] @ kernel
+    np.testing.assert_allclose(out[:, -1], expected, rtol=1e-5)
+
+
 def test_a_second_rnn_needs_reuse_as_in_tf():
     x = tf.placeholder(tf.float32, [None, 2, 3])
     tf.nn.dynamic_rnn(rnn.BasicLSTMCell(4), x, dtype=tf.float32)
@@ -81,6 +156,8 @@ def test_unknown_time_steps_and_features_say_what_to_do():
         tf.nn.dynamic_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [None, None, 3]), dtype=tf.float32)
     with pytest.raises(ValueError, match="last dimension at graph-build time"):
         tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32)], dtype=tf.float32)
+    with pytest.raises(TypeError, match=r"one per time step.*tf.unstack"):
+        tf.nn.static_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [1, 4, 3]), dtype=tf.float32)
     with pytest.raises(ValueError, match="dtype must be specified"):
         tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32, [1, 3])])
 
@@ -173,6 +250,19 @@ def test_dynamic_rnn_sequence_length_zeroes_outputs_and_carries_the_state():
     np.testing.assert_allclose(out[0, :2], short_out[0], rtol=1e-6)
     np.testing.assert_allclose(st.h[0], short_st.h[0], rtol=1e-6)
     np.testing.assert_allclose(st.h[1], out[1, 3], rtol=1e-6)
+
+
+def test_time_major_dynamic_rnn_matches_batch_major():
+    data = rng.normal(size=(3, 5, 2)).astype(np.float32)
+    x = tf.placeholder(tf.float32, [3, 5, 2])
+    cell = rnn.GRUCell(4)
+    batch_major, state = tf.nn.dynamic_rnn(cell, x, sequence_length=[5, 2, 4], dtype=tf.float32)
+    with tf.variable_scope(tf.get_variable_scope(), reuse=True):
+        time_major, state_tm = tf.nn.dynamic_rnn(cell, tf.transpose(x, [1, 0, 2]), sequence_length=[5, 2, 4],
+                                                 dtype=tf.float32, time_major=True)
+    a, b, sa, sb = _run([batch_major, time_major, state, state_tm], {x: data})
+    np.testing.assert_allclose(np.transpose(b, [1, 0, 2]), a, rtol=1e-6)
+    np.testing.assert_allclose(sb, sa, rtol=1e-6)
 
 
 def test_bidirectional_backward_pass_reads_each_sequence_reversed():
@@ -278,10 +368,92 @@ def test_lstm_learns_the_digits_row_by_row():
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), Y), tf.float32))
 
     batches = np.random.default_rng(0)
-    with tf.Session() as sess:
+    # one BLAS thread per matmul: the executor runs the unrolled steps' small matmuls side by side,
+    # and each with all of BLAS's threads oversubscribed a loaded 2-core box (108 s here, 3 s so)
+    config = tf.ConfigProto(intra_op_parallelism_threads=1)
+    with tf.Session(config=config) as sess:
         sess.run(tf.global_variables_initializer())
         for _ in range(600):
             pick = batches.integers(0, len(train_x), 64)
             sess.run(train_op, {X: train_x[pick], Y: train_y[pick]})
         test_accuracy = sess.run(accuracy, {X: test_x, Y: test_y})
     assert test_accuracy > 0.9, test_accuracy  # 0.922 here
+
+
+# ---- sequence losses (tf.contrib.seq2seq, tf.contrib.legacy_seq2seq) ---------------------------
+def _xent(logits, targets):
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+
+
+def test_sequence_losses_match_tf_reductions():
+    from dflow.contrib import legacy_seq2seq, seq2seq
+
+    logits = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    targets = rng.integers(0, 5, (3, 4)).astype(np.int32)
+    weights = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0.5, 1, 1, 0]], np.float32)
+    terms = _xent(logits, targets) * weights
+    args = tf.constant(logits), tf.constant(targets), tf.constant(weights)
+    fetches = {
+        "mean": seq2seq.sequence_loss(*args),
+        "per_step": seq2seq.sequence_loss(*args, average_across_timesteps=False),
+        "per_example": seq2seq.sequence_loss(*args, average_across_batch=False),
+        "sum_batch": seq2seq.sequence_loss(*args, average_across_timesteps=False, average_across_batch=False,
+                                           sum_over_batch=True),
+        "none": seq2seq.sequence_loss(*args, average_across_timesteps=False, average_across_batch=False),
+        "legacy": legacy_seq2seq.sequence_loss_by_example(
+            [tf.constant(logits[:, t]) for t in range(4)], [tf.constant(targets[:, t]) for t in range(4)],
+            [tf.constant(weights[:, t]) for t in range(4)]),
+        "legacy_mean": legacy_seq2seq.sequence_loss(
+            [tf.constant(logits[:, t]) for t in range(4)], [tf.constant(targets[:, t]) for t in range(4)],
+            [tf.constant(weights[:, t]) for t in range(4)]),
+    }
+    got = _run(fetches)
+    np.testing.assert_allclose(got["mean"], terms.sum() / weights.sum(), rtol=1e-5)
+    np.testing.assert_allclose(got["per_step"], terms.sum(0) / weights.sum(0), rtol=1e-5)
+    np.testing.assert_allclose(got["per_example"], terms.sum(1) / weights.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(got["sum_batch"], terms.sum(0) / (weights != 0).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(got["none"], terms, rtol=1e-5)
+    np.testing.assert_allclose(got["legacy"], terms.sum(1) / weights.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(got["legacy_mean"], np.mean(terms.sum(1) / weights.sum(1)), rtol=1e-5)
+
+
+def test_ptb_style_language_model_learns_feeding_its_state():
+    """The PTB tutorial's shape: an embedding, a 2-layer LSTM with output dropout, static_rnn from
+    a fed initial state, seq2seq.sequence_loss; each batch starts from the last one's state."""
+    from dflow.contrib import rnn as contrib_rnn
+    from dflow.contrib import seq2seq
+
+    vocab, size, steps, batch = 20, 32, 5, 8
+    tf.set_random_seed(2)
+    with tf.variable_scope("Model", initializer=tf.random_uniform_initializer(-0.1, 0.1)):
+        inputs = tf.placeholder(tf.int32, [batch, steps])
+        targets = tf.placeholder(tf.int32, [batch, steps])
+        layers = [contrib_rnn.DropoutWrapper(contrib_rnn.LSTMBlockCell(size, forget_bias=0.0),
+                                             output_keep_prob=0.9) for _ in range(2)]
+        cell = contrib_rnn.MultiRNNCell(layers)
+        initial_state = cell.zero_state(batch, tf.float32)
+        embedding = tf.get_variable("embedding", [vocab, size], dtype=tf.float32)
+        embedded = tf.nn.embedding_lookup(embedding, inputs)
+        outputs, final_state = tf.nn.static_rnn(cell, tf.unstack(embedded, num=steps, axis=1),
+                                                initial_state=initial_state)
+        output = tf.reshape(tf.concat(outputs, 1), [-1, size])
+        logits = tf.reshape(tf.matmul(output, tf.get_variable("softmax_w", [size, vocab]))
+                            + tf.get_variable("softmax_b", [vocab]), [batch, steps, vocab])
+        loss = seq2seq.sequence_loss(logits, targets, tf.ones([batch, steps]))
+        train = tf.train.AdamOptimizer(0.01).minimize(loss)
+    assert "Model/rnn/multi_rnn_cell/cell_1/lstm_cell/kernel:0" in _names()
+    stream = np.arange(10000) % vocab  # the next word is always the word + 1
+    losses = []
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        state = sess.run(initial_state)
+        for i in range(150):
+            start = i * steps + np.arange(batch)[:, None] * 1000
+            feed = {inputs: stream[start + np.arange(steps)], targets: stream[start + np.arange(steps) + 1]}
+            for (c, h), value in zip(initial_state, state):
+                feed[c], feed[h] = value.c, value.h
+            cost, state, _ = sess.run([loss, final_state, train], feed)
+            losses.append(cost)
+    assert losses[0] > 2.5 and np.mean(losses[-10:]) < 0.5, (losses[0], losses[-10:])

@@ -10,9 +10,9 @@ Traceback (most recent call last):
 AttributeError: tf.contrib.slim is not supported by dflow; use tf.layers and tf.contrib.layers instead
 """
 
-from . import layers, rnn
+from . import layers, legacy_seq2seq, rnn, seq2seq
 
-__all__ = ["layers", "rnn"]
+__all__ = ["layers", "legacy_seq2seq", "rnn", "seq2seq"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {

@@ -14,6 +14,7 @@ from ..rnn_cell import (
     LSTMCell,
     LSTMStateTuple,
     MultiRNNCell,
+    OutputProjectionWrapper,
     ResidualWrapper,
     RNNCell,
 )
@@ -34,5 +35,5 @@ class LSTMBlockCell(BasicLSTMCell):
 
 
 __all__ = ["RNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "LSTMBlockCell", "GRUCell",
-           "MultiRNNCell", "DropoutWrapper", "ResidualWrapper", "LSTMStateTuple", "static_rnn",
-           "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bidirectional_rnn"]
+           "MultiRNNCell", "DropoutWrapper", "ResidualWrapper", "OutputProjectionWrapper", "LSTMStateTuple",
+           "static_rnn", "dynamic_rnn", "bidirectional_dynamic_rnn", "static_bidirectional_rnn"]

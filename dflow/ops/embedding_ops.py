@@ -25,7 +25,8 @@ import math
 import numpy as np  # the candidate samplers draw on the host, as TF's CPU kernels do
 
 from .. import dtypes
-from ..graph import Tensor, convert_to_tensor, get_default_graph
+from ..graph import Tensor, colocate_with, convert_to_tensor, get_default_graph
+from ..runtime.devices import numpy_namespace, to_namespace
 from . import math_ops
 from .array_ops import concat, constant, expand_dims, reshape, shape, stop_gradient, transpose
 from .registry import ShapeError, Spec, defop
@@ -33,8 +34,9 @@ from .shape_rules import fmt, normalize_axis
 from .state_ops import op_seed
 
 __all__ = [
-    "gather", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
-    "log_uniform_candidate_sampler", "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
+    "gather", "gather_nd", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
+    "scatter_add", "scatter_sub", "scatter_update", "scattered_rows", "log_uniform_candidate_sampler",
+    "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
 
 
@@ -44,6 +46,16 @@ def _op(op_type, inputs, attrs=None, name=None):
 
 def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
     return _op(op_type, inputs, attrs, name).outputs[0]
+
+
+def static_dim(tensor, axis):
+    """The size of ``tensor``'s dimension ``axis`` known at build time (an int), or None: an int
+    whether the shape gives ints or TF's ``Dimension`` objects."""
+    shape_ = convert_to_tensor(tensor).shape
+    if shape_.ndims is None:
+        return None
+    dim = shape_[axis]
+    return getattr(dim, "value", dim)
 
 
 def _integer(spec, what):
@@ -85,8 +97,12 @@ def _gather_grad(op, g):
     # move the index dims of g to the front: (indices..., params[:axis], params[axis+1:])
     perm = [*range(axis, axis + index_rank), *range(axis), *range(axis + index_rank, rank + index_rank - 1)]
     moved = g if axis == 0 else transpose(g, perm)
-    rows = params.shape[axis] if params.shape[axis] is not None else shape(params)[axis]
-    summed = unsorted_segment_sum(moved, indices, rows)
+    # beside the params (on a parameter server: the variable's task), so only the rows'
+    # gradients cross the network, not a dense table
+    with colocate_with(params.op):
+        rows = static_dim(params, axis)
+        rows = shape(params)[axis] if rows is None else rows
+        summed = unsorted_segment_sum(moved, indices, rows)
     if axis == 0:
         return [summed, None]
     back = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
@@ -105,6 +121,55 @@ def gather(params, indices, validate_indices=None, name=None, axis=0) -> Tensor:
     params = convert_to_tensor(params)
     indices = convert_to_tensor(indices)
     return _out("GatherV2", [params, indices], {"axis": int(axis)}, name)
+
+
+# ---- gather_nd ------------------------------------------------------------------------------------
+def _gather_nd_infer(inputs):
+    params, indices = inputs
+    _integer(indices, "gather_nd indices")
+    if params.shape is None or indices.shape is None or indices.shape[-1] is None:
+        return [Spec(None, params.dtype)]
+    depth = indices.shape[-1]
+    if depth > len(params.shape):
+        raise ShapeError(f"indices of shape {fmt(indices.shape)} index {depth} dims of params of shape "
+                         f"{fmt(params.shape)}, which has only {len(params.shape)}")
+    return [Spec(indices.shape[:-1] + params.shape[depth:], params.dtype)]
+
+
+def _gather_nd_kernel(xp, params, indices):
+    depth = indices.shape[-1]
+    outer, inner = params.shape[:depth], params.shape[depth:]
+    linear = xp.zeros(indices.shape[:-1], dtype=indices.dtype)
+    for k in range(depth):  # row-major position of each index tuple among the outer dims
+        _check_range(xp, xp.reshape(indices[..., k], (-1,)), outer[k], f"gather_nd index (dim {k})")
+        linear = linear * outer[k] + indices[..., k]
+    rows = xp.reshape(params, (-1,) + tuple(inner))
+    return xp.reshape(xp.take(rows, xp.reshape(linear, (-1,)), axis=0), tuple(indices.shape[:-1]) + inner)
+
+
+def _gather_nd_grad(op, g):
+    """The picked slices' gradients summed into the params' shape, by their row-major position."""
+    params, indices = op.inputs
+    depth = static_dim(indices, -1)
+    outer = [static_dim(params, k) for k in range(depth or 0)]
+    if depth is None or None in outer or params.shape.ndims is None:
+        raise ValueError(f"the gradient of {op.name} needs the indexed dims of params at build time")
+    strides = [math.prod(outer[k + 1:]) for k in range(depth)]
+    linear = math_ops.reduce_sum(indices * constant(strides, indices.dtype), -1)
+    with colocate_with(params.op):
+        summed = unsorted_segment_sum(g, linear, math.prod(outer))
+        return [reshape(summed, shape(params)), None]
+
+
+defop("GatherNd", _gather_nd_infer, _gather_nd_kernel, _gather_nd_grad)
+
+
+def gather_nd(params, indices, name=None) -> Tensor:
+    """Slices of ``params`` at index tuples: ``indices[..., k]`` indexes dim ``k``.
+
+    >>> tf.gather_nd(outputs, tf.stack([rows, last_steps], axis=1))  # one step per example  # doctest: +SKIP
+    """
+    return _out("GatherNd", [convert_to_tensor(params), convert_to_tensor(indices)], name=name)
 
 
 # ---- unsorted_segment_sum -----------------------------------------------------------------------
@@ -169,6 +234,95 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None) -> Tensor:
     return _out("UnsortedSegmentSum", [data, segment_ids, num_segments], name=name)
 
 
+# ---- scatter updates of a variable's rows ---------------------------------------------------------
+def _scatter_infer(inputs, var):
+    ref, indices, updates = inputs
+    _integer(indices, "scatter indices")
+    if updates.dtype != ref.dtype:
+        raise ShapeError(f"updates are {updates.dtype.name}, variable {var} is {ref.dtype.name}")
+    if None not in (ref.shape, indices.shape, updates.shape) and \
+            len(updates.shape) != len(indices.shape) + len(ref.shape) - 1:
+        raise ShapeError(f"updates of shape {fmt(updates.shape)} must be indices' shape "
+                         f"{fmt(indices.shape)} + the rows' shape {fmt(ref.shape[1:])} of variable {var}")
+    return [Spec(ref.shape, ref.dtype)]
+
+
+def _add_rows(xp, table, ids, rows):
+    at = getattr(getattr(xp, "add", None), "at", None)  # NumPy's and CuPy's ufunc.at
+    if at is not None:
+        at(table, ids, rows)
+        return table
+    onehot = xp.astype(ids[:, None] == xp.arange(table.shape[0], dtype=ids.dtype)[None, :], table.dtype)
+    return table + xp.reshape(xp.matmul(xp.matrix_transpose(onehot), xp.reshape(rows, (ids.shape[0], -1))),
+                              table.shape)
+
+
+def _set_rows(xp, table, ids, rows):
+    table[ids] = rows
+    return table
+
+
+def _scatter_kernel(combine):
+    def kernel(state, xp, ref, indices, updates, var):
+        with state.updating(ref):
+            old = state.read_variable(ref)
+            ids = xp.reshape(indices, (-1,))
+            _check_range(xp, ids, old.shape[0], f"scatter index into {var}")
+            rows = xp.reshape(updates, (ids.shape[0],) + tuple(old.shape[1:]))
+            # a copy, written: readers of the old value (this step's, a fetch's) keep theirs
+            new = combine(xp, xp.asarray(old, copy=True), ids, xp.astype(rows, old.dtype))
+            state.write_variable(ref, new)
+            return new
+
+    return kernel
+
+
+defop("ScatterAdd", _scatter_infer, _scatter_kernel(_add_rows), stateful=True)
+defop("ScatterSub", _scatter_infer, _scatter_kernel(lambda xp, t, ids, rows: _add_rows(xp, t, ids, -rows)),
+      stateful=True)
+defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True)
+
+
+def _scatter(op_type, ref, indices, updates, name):
+    from .state_ops import _ref_of
+
+    tensor, var = _ref_of(ref)
+    updates = convert_to_tensor(updates, dtype=None if isinstance(updates, Tensor) else tensor.dtype)
+    return _out(op_type, [tensor, convert_to_tensor(indices), updates], {"var": var}, name)
+
+
+def scatter_add(ref, indices, updates, use_locking=False, name=None) -> Tensor:
+    """``ref[indices[i]] += updates[i]`` (repeated indices add up); the result is the new value."""
+    return _scatter("ScatterAdd", ref, indices, updates, name)
+
+
+def scatter_sub(ref, indices, updates, use_locking=False, name=None) -> Tensor:
+    """``ref[indices[i]] -= updates[i]`` (repeated indices add up); the result is the new value."""
+    return _scatter("ScatterSub", ref, indices, updates, name)
+
+
+def scatter_update(ref, indices, updates, use_locking=False, name=None) -> Tensor:
+    """``ref[indices[i]] = updates[i]``; the result is the new value."""
+    return _scatter("ScatterUpdate", ref, indices, updates, name)
+
+
+def scattered_rows(grad):
+    """``(rows, indices)`` when ``grad`` is a scatter-add of rows into a dense tensor (a gather's
+    gradient, or a sum of them), else None: an optimizer may then update only those rows, as TF
+    applies an ``IndexedSlices`` gradient."""
+    if not isinstance(grad, Tensor):
+        return None
+    parts = grad.op.inputs if grad.op.type == "AddN" else [grad]
+    if not all(isinstance(p, Tensor) and p.op.type == "UnsortedSegmentSum" for p in parts):
+        return None
+    if len(parts) == 1:
+        data, ids, _ = parts[0].op.inputs
+        return data, ids
+    row_shape = concat([[-1], shape(grad)[1:]], 0)
+    rows = concat([reshape(p.op.inputs[0], row_shape) for p in parts], 0)
+    return rows, concat([reshape(p.op.inputs[1], [-1]) for p in parts], 0)
+
+
 # ---- embedding_lookup -------------------------------------------------------------------------
 def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_indices=True,
                      max_norm=None) -> Tensor:
@@ -186,7 +340,9 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
     with get_default_graph().name_scope(name or "embedding_lookup"):
         ids = convert_to_tensor(ids)
         if len(shards) == 1:
-            rows = gather(shards[0], ids)
+            table = convert_to_tensor(shards[0])
+            with colocate_with(table):  # as TF: on a parameter server only the rows travel
+                rows = gather(table, ids)
         else:
             rows = _sharded_lookup(shards, ids, partition_strategy)
         return rows if max_norm is None else _clip_rows(rows, ids, max_norm)
@@ -212,14 +368,15 @@ def _sharded_lookup(shards, ids, strategy):
     """Each shard's rows for every id, kept where the id lives in that shard (one gather per
     shard, so the gradient reaches each shard through its own gather)."""
     shards = [convert_to_tensor(s) for s in shards]
-    sizes = [s.shape[0].value for s in shards]
+    sizes = [static_dim(s, 0) for s in shards]
     if None in sizes:
         raise ValueError("embedding_lookup over a list of params needs each shard's first dim at build time")
     owner, row = _op("EmbeddingShardIds", [ids], {"sizes": sizes, "strategy": strategy}).outputs
     out = None
     for p, shard in enumerate(shards):
         mine = math_ops.equal(owner, p)
-        picked = gather(shard, math_ops.where(mine, row, math_ops.multiply(row, 0)))  # 0: any valid row
+        with colocate_with(shard):
+            picked = gather(shard, math_ops.where(mine, row, math_ops.multiply(row, 0)))  # 0: any valid row
         mask = math_ops.cast(mine, picked.dtype)
         for _ in range((shard.shape.ndims or 1) - 1):
             mask = expand_dims(mask, -1)
@@ -338,7 +495,7 @@ def _sampler_kernel(state, xp, true_classes, num_true, num_sampled, unique, rang
         sampled = np.asarray(picked, dtype=np.int64)
     else:
         sampled, tries = _draw(rng, num_sampled, range_max, distribution).astype(np.int64), num_sampled
-    classes = np.asarray(true_classes)
+    classes = np.asarray(to_namespace(true_classes, numpy_namespace))  # CuPy's come to the host
     true_expected = _expected_count(_probability(classes, range_max, distribution), num_sampled, tries)
     sampled_expected = _expected_count(_probability(sampled, range_max, distribution), num_sampled, tries)
     return (xp.asarray(sampled), xp.asarray(true_expected.astype(np.float32)),
@@ -390,11 +547,14 @@ def _sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, n
     sampled, true_expected, sampled_expected = (stop_gradient(v) for v in sampled_values)
     sampled = math_ops.cast(sampled, dtypes.int64)
     flat_labels = reshape(labels, [-1])
-    true_w = embedding_lookup(weights, flat_labels, partition_strategy)         # (batch*num_true, dim)
-    sampled_w = embedding_lookup(weights, sampled, partition_strategy)          # (num_sampled, dim)
-    true_b = embedding_lookup(biases, flat_labels, partition_strategy)
-    sampled_b = embedding_lookup(biases, sampled, partition_strategy)
-    dim = inputs.shape[-1] if inputs.shape[-1] is not None else true_w.shape[-1]
+    # one lookup per table for the true and the sampled classes (sampled last: their count is
+    # static), so each table's gradient is one scatter-add, not the sum of two dense tensors
+    all_ids = concat([flat_labels, sampled], 0)
+    all_w = embedding_lookup(weights, all_ids, partition_strategy)
+    all_b = embedding_lookup(biases, all_ids, partition_strategy)
+    true_w, sampled_w = all_w[:-num_sampled], all_w[-num_sampled:]  # (batch*num_true, dim), (S, dim)
+    true_b, sampled_b = all_b[:-num_sampled], all_b[-num_sampled:]
+    dim = static_dim(inputs, -1) or static_dim(true_w, -1)
     true_w = reshape(true_w, [-1, num_true, dim])
     true_logits = math_ops.reduce_sum(expand_dims(inputs, 1) * true_w, 2) + reshape(true_b, [-1, num_true])
     sampled_logits = math_ops.matmul(inputs, sampled_w, transpose_b=True) + sampled_b

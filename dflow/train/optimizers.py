@@ -23,6 +23,7 @@ from __future__ import annotations
 from ..autodiff import gradients
 from ..graph import GraphKeys, Tensor, colocate_with, convert_to_tensor, get_default_graph, name_scope
 from ..ops import array_ops, math_ops, state_ops
+from ..ops.embedding_ops import scatter_sub, scattered_rows
 from ..ops.registry import ShapeError, Spec, defop
 from ..ops.shape_rules import fmt
 from ..variables import Variable, group, trainable_variables
@@ -327,6 +328,10 @@ class GradientDescentOptimizer(Optimizer):
         self._learning_rate_tensor = _hyper(self._learning_rate, "learning_rate")
 
     def _apply_dense(self, grad, var):
+        rows = scattered_rows(grad)
+        if rows is not None:  # a lookup's gradient: only its rows change (TF's sparse apply), no dense table
+            values, indices = rows
+            return scatter_sub(var, indices, values * _as(self._learning_rate_tensor, var))
         return _apply("ApplyGradientDescent", [var._variable, _as(self._learning_rate_tensor, var), grad])
 
 

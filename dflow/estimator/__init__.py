@@ -1,0 +1,29 @@
+"""``tf.estimator``: ``Estimator`` with a ``model_fn``, ``EstimatorSpec``, ``ModeKeys``,
+``RunConfig``, ``train_and_evaluate`` and ``inputs.numpy_input_fn``. TF's canned
+estimators (``DNNClassifier``...) are not supported: the error says what to write instead."""
+
+from . import inputs
+from .estimator import (
+    Estimator,
+    EstimatorSpec,
+    EvalSpec,
+    ModeKeys,
+    RunConfig,
+    TrainSpec,
+    train_and_evaluate,
+)
+
+__all__ = ["Estimator", "EstimatorSpec", "ModeKeys", "RunConfig", "TrainSpec", "EvalSpec",
+           "train_and_evaluate", "inputs"]
+
+_CANNED = {"DNNClassifier", "DNNRegressor", "LinearClassifier", "LinearRegressor",
+           "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor", "BaselineClassifier",
+           "BaselineRegressor", "BoostedTreesClassifier", "BoostedTreesRegressor"}
+
+
+def __getattr__(name: str):
+    if name in _CANNED:
+        raise AttributeError(f"tf.estimator.{name} is not supported by dflow: write a model_fn "
+                             "(tf.layers or tf.nn ops returning a tf.estimator.EstimatorSpec) and use "
+                             "tf.estimator.Estimator(model_fn)")
+    raise AttributeError(f"module 'dflow.estimator' has no attribute {name!r}")

@@ -1,0 +1,130 @@
+"""tf.estimator in the shape TF 1.x examples use it: a model_fn returning EstimatorSpec per mode,
+numpy_input_fn, train/evaluate/predict, checkpoints in model_dir carried between calls."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import dflow as tf
+
+
+def streaming_accuracy(labels, predictions):
+    """A (value, update_op) metric on local variables, the contract of tf.metrics.accuracy."""
+    total = tf.Variable(0.0, trainable=False, collections=[tf.GraphKeys.LOCAL_VARIABLES], name="total")
+    count = tf.Variable(0.0, trainable=False, collections=[tf.GraphKeys.LOCAL_VARIABLES], name="count")
+    correct = tf.reduce_sum(tf.cast(tf.equal(labels, predictions), tf.float32))
+    update = tf.group(tf.assign_add(total, correct),
+                      tf.assign_add(count, tf.cast(tf.size(labels), tf.float32)))
+    return total / count, update
+
+
+def model_fn(features, labels, mode, params):
+    images = features["images"]
+    hidden = tf.nn.relu(tf.matmul(images, tf.get_variable("w1", [64, params["hidden"]]))
+                        + tf.get_variable("b1", [params["hidden"]], initializer=tf.zeros_initializer()))
+    logits = tf.matmul(hidden, tf.get_variable("w2", [params["hidden"], 10]))
+    pred_classes = tf.argmax(logits, axis=1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode, predictions={"class": pred_classes,
+                                                             "probabilities": tf.nn.softmax(logits)})
+    loss_op = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        logits=logits, labels=tf.cast(labels, dtype=tf.int32)))
+    optimizer = tf.train.AdamOptimizer(learning_rate=params["learning_rate"])
+    train_op = optimizer.minimize(loss_op, global_step=tf.train.get_global_step())
+    acc_op = streaming_accuracy(labels=labels, predictions=pred_classes)
+    return tf.estimator.EstimatorSpec(mode=mode, predictions=pred_classes, loss=loss_op, train_op=train_op,
+                                      eval_metric_ops={"accuracy": acc_op})
+
+
+@pytest.fixture(scope="module")
+def digits():
+    data = load_digits()
+    images = (data.data / 16.0).astype(np.float32)
+    labels = data.target.astype(np.int64)
+    return images[:1400], labels[:1400], images[1400:], labels[1400:]
+
+
+def test_train_evaluate_predict_on_the_digits(digits, tmp_path):
+    train_x, train_y, test_x, test_y = digits
+    model = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path),
+                                   params={"hidden": 32, "learning_rate": 0.01},
+                                   config=tf.estimator.RunConfig(tf_random_seed=1))
+    input_fn = tf.estimator.inputs.numpy_input_fn(x={"images": train_x}, y=train_y, batch_size=64,
+                                                  num_epochs=None, shuffle=True)
+    assert model.train(input_fn, steps=500) is model
+    test_fn = tf.estimator.inputs.numpy_input_fn(x={"images": test_x}, y=test_y, batch_size=100,
+                                                 shuffle=False)
+    e = model.evaluate(test_fn)
+    assert set(e) == {"accuracy", "loss", "global_step"} and e["global_step"] == 500
+    assert e["accuracy"] > 0.9 and e["loss"] < 0.4, e
+    predictions = list(model.predict(tf.estimator.inputs.numpy_input_fn(
+        x={"images": test_x}, batch_size=100, shuffle=False)))
+    assert len(predictions) == len(test_x) and set(predictions[0]) == {"class", "probabilities"}
+    classes = np.array([p["class"] for p in predictions])
+    np.testing.assert_allclose(np.mean(classes == test_y), e["accuracy"], rtol=1e-6)
+    # the checkpoint carries the model to the next call: training goes on from step 500
+    model.train(input_fn, steps=50)
+    assert model.evaluate(test_fn, steps=2)["global_step"] == 550
+    model.train(input_fn, max_steps=550)  # already there: skipped
+    assert model.get_variable_value("global_step") == 550
+    assert "w1" in model.get_variable_names() and model.get_variable_value("w1").shape == (64, 32)
+
+
+def test_finite_epochs_stop_training_and_a_smaller_last_batch_counts(tmp_path):
+    x = np.linspace(-1, 1, 50, dtype=np.float32)
+
+    def linear_fn(features, labels, mode):
+        w = tf.get_variable("w", [], initializer=tf.zeros_initializer())
+        loss = tf.reduce_mean(tf.square(features * w - labels))
+        step = tf.train.get_or_create_global_step()
+        train_op = tf.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=step)
+        return tf.estimator.EstimatorSpec(mode, predictions=features * w, loss=loss, train_op=train_op)
+
+    model = tf.estimator.Estimator(linear_fn, model_dir=str(tmp_path))
+    model.train(tf.estimator.inputs.numpy_input_fn(x, 2 * x, batch_size=16, num_epochs=3, shuffle=True))
+    assert model.get_variable_value("global_step") == 3 * 4  # batches of 16, 16, 16, 2
+    metrics, exports = tf.estimator.train_and_evaluate(
+        model, tf.estimator.TrainSpec(tf.estimator.inputs.numpy_input_fn(x, 2 * x, 10, None, True),
+                                      max_steps=60),
+        tf.estimator.EvalSpec(tf.estimator.inputs.numpy_input_fn(x, 2 * x, 10, 1, False), steps=None))
+    assert metrics["global_step"] == 60 and metrics["loss"] < 1e-4 and exports == []
+    class CountingHook(tf.train.SessionRunHook):
+        def begin(self):
+            self.runs, self.ended = 0, False
+
+        def after_run(self, run_context, run_values):
+            self.runs += 1
+
+        def end(self, session):
+            self.ended = True
+
+    hook = CountingHook()
+    batches = list(model.predict(tf.estimator.inputs.numpy_input_fn(x, batch_size=20, shuffle=False),
+                                 hooks=[hook], yield_single_examples=False))
+    assert hook.runs == 3 and hook.ended
+    assert [len(b) for b in batches] == [20, 20, 10]
+    np.testing.assert_allclose(np.concatenate(batches), 2 * x, atol=1e-3)
+
+
+def test_mistakes_say_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="shuffle must be provided explicitly"):
+        tf.estimator.inputs.numpy_input_fn(x={"a": np.zeros(3)}, y=np.zeros(3))
+    with pytest.raises(AttributeError, match="DNNClassifier is not supported by dflow.*model_fn"):
+        tf.estimator.DNNClassifier  # noqa: B018
+
+    def no_train_op(features, labels, mode):
+        w = tf.get_variable("w", [], initializer=tf.zeros_initializer())
+        return tf.estimator.EstimatorSpec(mode, loss=tf.reduce_sum(features * w))
+
+    model = tf.estimator.Estimator(no_train_op, model_dir=str(tmp_path / "a"))
+    input_fn = tf.estimator.inputs.numpy_input_fn(np.ones(4, np.float32), batch_size=2, shuffle=False)
+    with pytest.raises(ValueError, match="Missing train_op"):
+        model.train(input_fn)
+    with pytest.raises(ValueError, match="Could not find trained model"):
+        model.evaluate(input_fn)
+    model = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "b"), params={"hidden": 2,
+                                                                                  "learning_rate": 0.1})
+    with pytest.raises(ValueError, match="steps= or max_steps="):
+        model.train(lambda: ({"images": tf.zeros([1, 64])}, tf.constant([1], tf.int64)))
+    model.train(lambda: ({"images": tf.zeros([1, 64])}, tf.constant([1], tf.int64)), steps=3)
+    assert model.get_variable_value("global_step") == 3
