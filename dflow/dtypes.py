@@ -11,6 +11,7 @@ from dataclasses import dataclass
 __all__ = [
     "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "bool", "promote",
+    "string",
 ]
 
 
@@ -37,6 +38,8 @@ class DType:
     def as_numpy_dtype(self):
         import numpy
 
+        if self.kind == "s":  # strings are bytes objects in NumPy object arrays, as in TF
+            return numpy.object_
         return numpy.dtype(self.name).type
 
     @property
@@ -60,8 +63,11 @@ int32 = DType("int32", 4, "i")
 int64 = DType("int64", 8, "i")
 uint8 = DType("uint8", 1, "u")
 bool = DType("bool", 1, "b")  # noqa: A001 - TF's name
+# bytes: filenames, reader keys and records (tf.train.string_input_producer, tf.decode_raw)
+string = DType("string", 8, "s")
 
 _BY_NAME = {d.name: d for d in (float16, float32, float64, int8, int16, int32, int64, uint8, bool)}
+_BY_NAME["string"] = string
 
 
 def as_dtype(value) -> DType:
