@@ -32,6 +32,7 @@ from .dtypes import (
     int16,
     int32,
     int64,
+    string,
     uint8,
 )
 from .graph import (
@@ -84,6 +85,15 @@ from .ops.array_ops import (
 )
 from .ops.array_ops import range_ as range
 from .ops.image_ops import random_crop
+from .ops.io_ops import (
+    FixedLengthRecordReader,
+    ReaderBase,
+    TextLineReader,
+    WholeFileReader,
+    count_up_to,
+    decode_raw,
+    random_shuffle,
+)
 from .ops.math_ops import (
     abs,
     add,
@@ -125,6 +135,7 @@ from .ops.math_ops import (
     truediv,
     where,
 )
+from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.state_ops import assign, assign_add, assign_sub, random_normal, random_uniform, truncated_normal
 from .placement import DeviceSpec
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session

@@ -51,6 +51,7 @@ class GraphKeys:
     UPDATE_OPS = "update_ops"
     TRAIN_OP = "train_op"
     SUMMARIES = "summaries"
+    QUEUE_RUNNERS = "queue_runners"  # tf.train.start_queue_runners starts these
 
 
 class TensorShape:

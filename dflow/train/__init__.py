@@ -14,7 +14,18 @@
 
 from ..cluster import ClusterSpec, Server
 from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook
+from .coordinator import Coordinator, LooperThread
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
+from .input import (
+    batch,
+    batch_join,
+    input_producer,
+    limit_epochs,
+    range_input_producer,
+    shuffle_batch,
+    shuffle_batch_join,
+    string_input_producer,
+)
 from .monitored_session import (
     CheckpointSaverHook,
     MonitoredTrainingSession,
@@ -31,6 +42,7 @@ from .optimizers import (
     Optimizer,
     exponential_decay,
 )
+from .queue_runner import QueueRunner, add_queue_runner, start_queue_runners
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
 from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
@@ -45,4 +57,7 @@ __all__ = [
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
+    "Coordinator", "LooperThread", "QueueRunner", "add_queue_runner", "start_queue_runners", "batch",
+    "batch_join", "shuffle_batch", "shuffle_batch_join", "input_producer", "string_input_producer",
+    "range_input_producer", "limit_epochs",
 ]
