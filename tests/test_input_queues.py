@@ -325,6 +325,21 @@ def test_a_dequeue_waits_until_its_deadline_then_says_why():
             sess.run(queue.dequeue())
 
 
+def test_an_enqueue_waits_for_room_past_the_deadline():
+    """A producer ahead of training (a full filename queue) waits as long as it takes."""
+    queue = tf.FIFOQueue(1, tf.int32, shapes=[[]])
+    enqueue = queue.enqueue(tf.constant(7))
+    with tf.Session(config=tf.ConfigProto(operation_timeout_in_ms=100)) as sess:
+        sess.run(enqueue)
+        producer = threading.Thread(target=sess.run, args=(enqueue,))
+        producer.start()
+        producer.join(timeout=0.5)  # five deadlines later it still waits for room, without an error
+        assert producer.is_alive()
+        assert [sess.run(queue.dequeue()) for _ in range(2)] == [7, 7]
+        producer.join(timeout=10)
+        assert not producer.is_alive()
+
+
 def test_request_stop_cancels_blocked_enqueues_and_join_returns():
     queue = tf.FIFOQueue(2, tf.int32, shapes=[[]])
     runner = tf.train.QueueRunner(queue, [queue.enqueue(tf.constant(1))] * 2)

@@ -7,14 +7,15 @@ runners (:mod:`dflow.train.queue_runner`) call ``sess.run(enqueue_op)`` from
 their own threads while the training step's dequeue blocks; the session's
 runs share nothing but the state, so they may run concurrently.
 
-A blocked enqueue or dequeue always ends: when the element or the room arrives;
-when the queue is closed (a dequeue that cannot be served any more raises
-``tf.errors.OutOfRangeError``, a pending enqueue cancelled by
-``close(cancel_pending_enqueues=True)`` raises ``CancelledError``); when the
-session closes (``CancelledError``); or at the deadline,
+A blocked dequeue always ends: when the elements arrive; when the queue is
+closed (what cannot be served any more raises ``tf.errors.OutOfRangeError``);
+when the session closes (``CancelledError``); or at the deadline,
 ``ConfigProto(operation_timeout_in_ms)`` (ten minutes by default:
 ``DeadlineExceededError``). A dequeue from a queue that nothing has ever filled
-logs a warning after 10 s naming ``tf.train.start_queue_runners``, the usual cause.
+logs a warning after 10 s naming ``tf.train.start_queue_runners``, the usual
+cause. An enqueue waiting for room has no deadline (a filename queue stays full
+while a whole file is read): ``close(cancel_pending_enqueues=True)``, which
+``Coordinator.request_stop`` runs, or the session's close ends it.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -73,7 +74,7 @@ class ExampleQueue:
             if self.closed:
                 raise CancelledError(f"Queue '{self.name}' is closed: nothing more can be enqueued")
             for row in rows:
-                self._wait(lambda: len(self._elements) < self.capacity, "enqueue into")
+                self._wait_for_room()
                 self._elements.append(row)
                 self.enqueued_total += 1
                 self._changed.notify_all()
@@ -81,7 +82,7 @@ class ExampleQueue:
     def dequeue_many(self, n: int, allow_smaller: bool = False) -> list:
         """Take ``n`` elements; once closed, what is left (``allow_smaller``) or OutOfRangeError."""
         with self._changed:
-            self._wait(lambda: len(self._elements) >= n + self.min_after_dequeue, "dequeue from", n)
+            self._wait_for_elements(n)
             if len(self._elements) < n:  # closed: no more will come
                 if not (allow_smaller and self._elements):
                     raise OutOfRangeError(
@@ -99,34 +100,40 @@ class ExampleQueue:
         self._elements[index], self._elements[-1] = self._elements[-1], self._elements[index]
         return self._elements.pop()
 
-    def _wait(self, ready, what: str, wanted: int = 0) -> None:
-        """Wait (holding the condition) until ``ready()``, or raise why it never will be."""
-        start = time.monotonic()
-        warned = False
-        while True:
-            if self._session_closed:
-                raise CancelledError(f"the session was closed while waiting to {what} queue '{self.name}'")
-            dequeuing = what.startswith("dequeue")
-            if dequeuing and self.closed:
-                return  # the caller serves what is left, or raises OutOfRangeError
-            if not dequeuing and self._cancel_enqueues:
+    def _wait_for_room(self) -> None:
+        """Wait (holding the condition) for room. No deadline: a producer ahead of its consumer
+        waits as long as training takes (a filename queue stays full for a whole file); a
+        close with cancel_pending_enqueues, or the session's close, ends the wait."""
+        while len(self._elements) >= self.capacity:
+            self._raise_if_cancelled("enqueue into")
+            if self._cancel_enqueues:
                 raise CancelledError(f"Enqueue operation was cancelled: queue '{self.name}' was closed")
-            if ready():
-                return
+            self._changed.wait(1.0)  # in slices, so a Ctrl-C reaches a main thread waiting here
+        self._raise_if_cancelled("enqueue into")
+
+    def _wait_for_elements(self, wanted: int) -> None:
+        """Wait (holding the condition) until ``wanted`` elements can leave or the queue is closed;
+        past the deadline, say which queue and the usual cause."""
+        start, warned = time.monotonic(), False
+        while len(self._elements) < wanted + self.min_after_dequeue and not self.closed:
+            self._raise_if_cancelled("dequeue from")
             waited = time.monotonic() - start
             if waited >= self.timeout_s:
                 raise DeadlineExceededError(
-                    f"waited {self.timeout_s:g} s to {what} queue '{self.name}' (size "
-                    f"{len(self._elements)} of {self.capacity}{', wanted ' + str(wanted) if wanted else ''})"
-                    ": are its queue runners running (tf.train.start_queue_runners)? "
+                    f"waited {self.timeout_s:g} s to dequeue {wanted} from queue '{self.name}' (size "
+                    f"{len(self._elements)}): are its queue runners running (tf.train.start_queue_runners)? "
                     "ConfigProto(operation_timeout_in_ms=...) sets this deadline")
-            if dequeuing and not warned and self.enqueued_total == 0 and waited >= NOTHING_ENQUEUED_WARNING_S:
+            if not warned and self.enqueued_total == 0 and waited >= NOTHING_ENQUEUED_WARNING_S:
                 warned = True
                 log.warning("nothing has been enqueued into queue '%s' for %.0f s: if queue runners fill "
                             "it, start them with tf.train.start_queue_runners(sess) (or train in a "
                             "tf.train.MonitoredTrainingSession, which starts them)", self.name, waited)
-            # in slices, so a Ctrl-C reaches a main thread waiting here
             self._changed.wait(min(1.0, self.timeout_s - waited))
+        self._raise_if_cancelled("dequeue from")
+
+    def _raise_if_cancelled(self, what: str) -> None:
+        if self._session_closed:
+            raise CancelledError(f"the session was closed while waiting to {what} queue '{self.name}'")
 
     def close(self, cancel_pending_enqueues: bool = False) -> None:
         with self._changed:
