@@ -91,8 +91,10 @@ from .ops.io_ops import (
     TextLineReader,
     WholeFileReader,
     count_up_to,
+    decode_csv,
     decode_raw,
     random_shuffle,
+    read_file,
 )
 from .ops.math_ops import (
     abs,

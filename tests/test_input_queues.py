@@ -423,3 +423,54 @@ def test_a_small_cnn_trains_on_the_queue_input_and_evaluates_from_its_checkpoint
             coord.request_stop()
             coord.join(threads, stop_grace_period_secs=10)
     assert correct / 40 >= 0.8  # 4 colours: chance is 0.25
+
+
+def test_text_lines_through_decode_csv(tmp_path):
+    """The CSV pattern: TextLineReader(skip_header_lines=1) -> decode_csv -> batch."""
+    rows = [(5.1, 3, "setosa"), (6.2, 1, "virginica"), (4.9, 0, "setosa, maybe")]
+    path = tmp_path / "iris.csv"
+    path.write_text("length,count,name\n" + "".join(f'{a},{b},"{c}"\n' for a, b, c in rows))
+    files = tf.train.string_input_producer([str(path)], num_epochs=1, shuffle=False)
+    key, line = tf.TextLineReader(skip_header_lines=1).read(files)
+    length, count, name = tf.decode_csv(line, record_defaults=[[0.0], [0], [""]])
+    batch = tf.train.batch([key, length, count, name], batch_size=3)
+    with tf.Session() as sess:
+        sess.run(tf.local_variables_initializer())
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess, coord)
+        keys, lengths, counts, names = sess.run(batch)
+        with pytest.raises(tf.errors.OutOfRangeError):
+            sess.run(batch)
+        coord.request_stop()
+        coord.join(threads)
+    assert keys.tolist() == [f"{path}:{i}".encode() for i in (2, 3, 4)]
+    np.testing.assert_allclose(lengths, [5.1, 6.2, 4.9], rtol=1e-6)
+    assert counts.dtype == np.int32 and counts.tolist() == [3, 1, 0]
+    assert names.tolist() == [b"setosa", b"virginica", b"setosa, maybe"]
+
+
+def test_decode_csv_fills_defaults_and_names_bad_fields():
+    lines = tf.placeholder(tf.string, [None])
+    a, b = tf.decode_csv(lines, record_defaults=[[], [7]])
+    with tf.Session() as sess:
+        got_a, got_b = sess.run([a, b], {lines: [b"1.5,", b"2,3"]})
+        assert got_a.tolist() == [1.5, 2.0] and got_b.tolist() == [7, 3]
+        with pytest.raises(tf.errors.InvalidArgumentError, match="required field is missing"):
+            sess.run(a, {lines: [b",1"]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match="'x' .* is not a int32"):
+            sess.run(b, {lines: [b"1,x"]})
+
+
+def test_whole_files_as_records(tmp_path):
+    for i in range(3):
+        (tmp_path / f"part{i}.txt").write_bytes(b"file %d" % i)
+    names = sorted(str(p) for p in tmp_path.glob("part*.txt"))
+    key, value = tf.WholeFileReader().read(tf.train.string_input_producer(names, num_epochs=1, shuffle=False))
+    with tf.Session() as sess:
+        sess.run(tf.local_variables_initializer())
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess, coord)
+        records = drain(sess, [key, value])
+        coord.request_stop()
+        coord.join(threads)
+    assert [(k.decode(), v) for k, v in records] == [(n, b"file %d" % i) for i, n in enumerate(names)]

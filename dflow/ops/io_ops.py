@@ -38,7 +38,7 @@ from .registry import ShapeError, Spec, defop
 from .state_ops import op_seed
 
 __all__ = ["ReaderBase", "FixedLengthRecordReader", "TextLineReader", "WholeFileReader", "decode_raw",
-           "random_shuffle", "count_up_to"]
+           "random_shuffle", "count_up_to", "read_file", "decode_csv"]
 
 
 # ---- the readers' state in a session ---------------------------------------------------------
@@ -312,3 +312,126 @@ def count_up_to(ref, limit, name=None) -> Tensor:
     tensor, var = _ref_of(ref)
     return get_default_graph().create_op("CountUpTo", [tensor], {"limit": int(limit), "var": var},
                                          name=name).outputs[0]
+
+
+# ---- read_file --------------------------------------------------------------------------------
+def _read_file_kernel(xp, filename):
+    import numpy  # the result is bytes in a NumPy object array
+
+    with _open(_as_str(filename)) as file:
+        return numpy.array(file.read(), dtype=object)
+
+
+defop("ReadFile", lambda inputs: [Spec((), dtypes.string)], _read_file_kernel)
+
+
+def read_file(filename, name=None) -> Tensor:
+    """The bytes of the file ``filename`` (a scalar string), read on every run.
+
+    >>> contents = tf.read_file(filename)  # doctest: +SKIP
+    >>> image = tf.image.decode_jpeg(contents, channels=3)
+    """
+    return get_default_graph().create_op("ReadFile", [_string_tensor(filename)], name=name).outputs[0]
+
+
+def _string_tensor(value) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    import numpy  # a build-time constant of bytes
+
+    from .array_ops import constant
+
+    text = value.encode() if isinstance(value, str) else value
+    return constant(numpy.array(text, dtype=object), dtype=dtypes.string)
+
+
+# ---- decode_csv -------------------------------------------------------------------------------
+_CSV_TYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.string)
+
+
+def _csv_default(default, index: int):
+    """(dtype, value or None) of one column's ``record_defaults`` entry (``[1.0]``, ``[0]``, ``[""]``,
+    ``[]`` for a required column of float32, or a constant tensor)."""
+    if isinstance(default, Tensor):
+        if default.op.type != "Const":
+            raise ValueError(f"decode_csv: record_defaults[{index}] must be a constant, got {default.name}")
+        values = list(default.op.attrs["value"].ravel())
+        dtype = default.dtype
+    else:
+        values = list(default) if isinstance(default, list | tuple) else [default]
+        sample = values[0] if values else 0.0
+        dtype = (dtypes.string if isinstance(sample, str | bytes) else dtypes.int32 if isinstance(sample, int)
+                 else dtypes.float32)
+    if dtype not in _CSV_TYPES:
+        raise ValueError(f"decode_csv: column {index} has dtype {dtype.name}; use one of "
+                         f"{[t.name for t in _CSV_TYPES]}")
+    value = values[0] if values else None
+    if isinstance(value, str):
+        value = value.encode()
+    return dtype, value
+
+
+def _decode_csv_kernel(xp, records, defaults, field_delim, use_quote_delim, na_value, select_cols):
+    import csv
+
+    import numpy  # the records are bytes in a NumPy object array
+
+    items = numpy.asarray(records, dtype=object)
+    columns = [[] for _ in defaults]
+    quoting = csv.QUOTE_MINIMAL if use_quote_delim else csv.QUOTE_NONE
+    for record in items.reshape(-1):
+        text = record.decode() if isinstance(record, bytes) else str(record)
+        (fields,) = list(csv.reader([text], delimiter=field_delim, quoting=quoting)) or [[""]]
+        if select_cols is not None:
+            fields = [fields[c] if c < len(fields) else "" for c in select_cols]
+        if len(fields) != len(defaults):
+            raise InvalidArgumentError(f"decode_csv: expected {len(defaults)} fields but have {len(fields)} "
+                                       f"in record {text!r}")
+        for column, field, (dtype, default) in zip(columns, fields, defaults):
+            column.append(_csv_field(field, dtype, default, na_value, text))
+    return tuple(_csv_column(xp, column, dtype, items.shape) for column, (dtype, _) in zip(columns, defaults))
+
+
+def _csv_field(field: str, dtype, default, na_value: str, record: str):
+    if field == "" or field == na_value:
+        if default is None:
+            raise InvalidArgumentError(f"decode_csv: a required field is missing in record {record!r} "
+                                       "(its record_defaults entry is [])")
+        return default
+    try:
+        if dtype == dtypes.string:
+            return field.encode()
+        return int(field) if dtype.is_integer else float(field)
+    except ValueError:
+        raise InvalidArgumentError(f"decode_csv: field {field!r} of record {record!r} is not a "
+                                   f"{dtype.name}") from None
+
+
+def _csv_column(xp, values: list, dtype, shape):
+    import numpy
+
+    if dtype == dtypes.string:
+        return numpy.array(values, dtype=object).reshape(shape)
+    return xp.reshape(xp.asarray(values, dtype=dtype.of(xp)), shape)
+
+
+def _decode_csv_infer(inputs, defaults, **_):
+    return [Spec(inputs[0].shape, dtype) for dtype, _ in defaults]
+
+
+defop("DecodeCSV", _decode_csv_infer, _decode_csv_kernel, num_outputs=None)
+
+
+def decode_csv(records, record_defaults, field_delim=",", use_quote_delim=True, name=None, na_value="",
+               select_cols=None) -> list[Tensor]:
+    """One tensor per CSV column of ``records`` (strings, e.g. TextLineReader's lines), typed by
+    ``record_defaults`` (``[[0.0], [0], [""]]``; ``[]`` makes a column required).
+
+    >>> sepal_length, label = tf.decode_csv(line, record_defaults=[[0.0], [0]])  # doctest: +SKIP
+    """
+    defaults = [_csv_default(d, i) for i, d in enumerate(record_defaults)]
+    columns = None if select_cols is None else [int(c) for c in select_cols]
+    attrs = {"defaults": defaults, "field_delim": field_delim, "use_quote_delim": bool(use_quote_delim),
+             "na_value": na_value, "select_cols": columns}
+    return list(get_default_graph().create_op("DecodeCSV", [_string_tensor(records)], attrs,
+                                              name=name).outputs)
