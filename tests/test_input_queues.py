@@ -474,3 +474,23 @@ def test_whole_files_as_records(tmp_path):
         coord.request_stop()
         coord.join(threads)
     assert [(k.decode(), v) for k, v in records] == [(n, b"file %d" % i) for i, n in enumerate(names)]
+
+
+def test_concurrent_runs_of_one_session_each_count():
+    """Queue runners run steps beside the training loop: runs from many threads, one session."""
+    counter = tf.Variable(0, name="counter")
+    bump = tf.assign_add(counter, 1)
+    noise = tf.reduce_sum(tf.random_normal([100]))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+
+        def work():
+            for _ in range(200):
+                sess.run([bump, noise])
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert sess.run(counter) == 800

@@ -49,8 +49,10 @@ NOTHING_ENQUEUED_WARNING_S = 10.0
 
 class ExampleQueue:
     """A queue's state in a session: elements (tuples of arrays, one per component) under a
-    condition variable. ``shuffle_rng`` set: a dequeue takes random elements, and (while
-    open) leaves at least ``min_after_dequeue`` behind for mixing."""
+    lock, with one condition for consumers (elements arrived) and one for producers (room
+    left), so an append wakes only dequeues and a take only enqueues. ``shuffle_rng`` set: a
+    dequeue takes random elements, and (while open) leaves at least ``min_after_dequeue``
+    behind for mixing."""
 
     def __init__(self, name: str, capacity: int, min_after_dequeue: int = 0, shuffle_rng=None,
                  timeout_s: float = 600.0):
@@ -58,30 +60,31 @@ class ExampleQueue:
         self.timeout_s = timeout_s
         self._rng = shuffle_rng
         self._elements: collections.deque | list = [] if shuffle_rng is not None else collections.deque()
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        self._arrived, self._left = threading.Condition(self._lock), threading.Condition(self._lock)
         self.closed = False
         self._cancel_enqueues = False
         self._session_closed = False
         self.enqueued_total = 0
 
     def size(self) -> int:
-        with self._changed:
+        with self._lock:
             return len(self._elements)
 
     def enqueue_many(self, rows) -> None:
         """Append ``rows`` one by one, each waiting for room (TF's enqueue_many does the same)."""
-        with self._changed:
+        with self._lock:
             if self.closed:
                 raise CancelledError(f"Queue '{self.name}' is closed: nothing more can be enqueued")
             for row in rows:
                 self._wait_for_room()
                 self._elements.append(row)
                 self.enqueued_total += 1
-                self._changed.notify_all()
+                self._arrived.notify_all()
 
     def dequeue_many(self, n: int, allow_smaller: bool = False) -> list:
         """Take ``n`` elements; once closed, what is left (``allow_smaller``) or OutOfRangeError."""
-        with self._changed:
+        with self._lock:
             self._wait_for_elements(n)
             if len(self._elements) < n:  # closed: no more will come
                 if not (allow_smaller and self._elements):
@@ -90,7 +93,7 @@ class ExampleQueue:
                         f"(requested {n}, current size {len(self._elements)})")
                 n = len(self._elements)
             rows = [self._take() for _ in range(n)]
-            self._changed.notify_all()
+            self._left.notify_all()
             return rows
 
     def _take(self):
@@ -101,18 +104,18 @@ class ExampleQueue:
         return self._elements.pop()
 
     def _wait_for_room(self) -> None:
-        """Wait (holding the condition) for room. No deadline: a producer ahead of its consumer
+        """Wait (holding the lock) for room. No deadline: a producer ahead of its consumer
         waits as long as training takes (a filename queue stays full for a whole file); a
         close with cancel_pending_enqueues, or the session's close, ends the wait."""
         while len(self._elements) >= self.capacity:
             self._raise_if_cancelled("enqueue into")
             if self._cancel_enqueues:
                 raise CancelledError(f"Enqueue operation was cancelled: queue '{self.name}' was closed")
-            self._changed.wait(1.0)  # in slices, so a Ctrl-C reaches a main thread waiting here
+            self._left.wait(1.0)  # in slices, so a Ctrl-C reaches a main thread waiting here
         self._raise_if_cancelled("enqueue into")
 
     def _wait_for_elements(self, wanted: int) -> None:
-        """Wait (holding the condition) until ``wanted`` elements can leave or the queue is closed;
+        """Wait (holding the lock) until ``wanted`` elements can leave or the queue is closed;
         past the deadline, say which queue and the usual cause."""
         start, warned = time.monotonic(), False
         while len(self._elements) < wanted + self.min_after_dequeue and not self.closed:
@@ -128,7 +131,7 @@ class ExampleQueue:
                 log.warning("nothing has been enqueued into queue '%s' for %.0f s: if queue runners fill "
                             "it, start them with tf.train.start_queue_runners(sess) (or train in a "
                             "tf.train.MonitoredTrainingSession, which starts them)", self.name, waited)
-            self._changed.wait(min(1.0, self.timeout_s - waited))
+            self._arrived.wait(min(1.0, self.timeout_s - waited))
         self._raise_if_cancelled("dequeue from")
 
     def _raise_if_cancelled(self, what: str) -> None:
@@ -136,16 +139,18 @@ class ExampleQueue:
             raise CancelledError(f"the session was closed while waiting to {what} queue '{self.name}'")
 
     def close(self, cancel_pending_enqueues: bool = False) -> None:
-        with self._changed:
+        with self._lock:
             self.closed = True
             self._cancel_enqueues = self._cancel_enqueues or cancel_pending_enqueues
-            self._changed.notify_all()
+            self._arrived.notify_all()
+            self._left.notify_all()
 
     def cancel(self) -> None:
         """The session is closing: every wait ends with CancelledError."""
-        with self._changed:
+        with self._lock:
             self.closed = self._cancel_enqueues = self._session_closed = True
-            self._changed.notify_all()
+            self._arrived.notify_all()
+            self._left.notify_all()
 
 
 # ---- ops ------------------------------------------------------------------------------
