@@ -494,3 +494,23 @@ def test_concurrent_runs_of_one_session_each_count():
         for thread in threads:
             thread.join(timeout=60)
         assert sess.run(counter) == 800
+
+
+def test_slice_input_producer_keeps_rows_together_for_each_epoch():
+    features = np.arange(30, dtype=np.float32).reshape(10, 3)
+    labels = np.arange(10, dtype=np.int64) * 7
+    feature, label = tf.train.slice_input_producer([features, labels], num_epochs=3, shuffle=True, seed=1)
+    assert feature.shape.as_list() == [3] and label.dtype == tf.int64
+    batch_features, batch_labels = tf.train.batch([feature, label], batch_size=5)
+    with tf.Session() as sess:
+        sess.run(tf.local_variables_initializer())
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess, coord)
+        batches = drain(sess, [batch_features, batch_labels])
+        coord.request_stop()
+        coord.join(threads)
+    rows = np.concatenate([f for f, _ in batches]), np.concatenate([lab for _, lab in batches])
+    assert len(rows[1]) == 30
+    np.testing.assert_array_equal(rows[0][:, 0] / 3 * 7, rows[1])  # each label beside its own row
+    epochs = [sorted(rows[1][i:i + 10].tolist()) for i in (0, 10, 20)]
+    assert epochs == [labels.tolist()] * 3 and rows[1][:10].tolist() != labels.tolist()

@@ -269,23 +269,32 @@ def decode_raw(bytes, out_type, little_endian=True, name=None) -> Tensor:  # noq
 
 
 # ---- random_shuffle ----------------------------------------------------------------------------
-def _shuffle_kernel(state, xp, value, seed):
-    if value.ndim == 0:
-        return value
-    order = state.random_generator(seed).permutation(int(value.shape[0]))
-    if value.dtype == object:  # noqa: E721 - a NumPy object array (strings), not a type check
-        return value[order]
-    return xp.take(value, xp.asarray(order), axis=0)
+def _shuffle_kernel(state, xp, *values, seed):
+    """One random order of the first dimension, applied to every input (rows stay together)."""
+    lengths = {int(v.shape[0]) for v in values if v.ndim > 0}
+    if len(lengths) > 1:
+        raise InvalidArgumentError(f"the tensors to shuffle together differ in length: {sorted(lengths)}")
+    if not lengths:
+        return values
+    order = state.random_generator(seed).permutation(lengths.pop())
+    return tuple(value[order] if value.dtype == object else xp.take(value, xp.asarray(order), axis=0)  # noqa: E721
+                 for value in values)
 
 
-defop("RandomShuffle", lambda inputs, seed: [inputs[0]._replace(value=None)], _shuffle_kernel,
-      stateful=True)
+defop("RandomShuffle", lambda inputs, seed: [spec._replace(value=None) for spec in inputs], _shuffle_kernel,
+      stateful=True, num_outputs=None)
 
 
 def random_shuffle(value, seed=None, name=None) -> Tensor:
     """``value`` with its first dimension in a random order, new on every run."""
     return get_default_graph().create_op("RandomShuffle", [value], {"seed": op_seed(seed)},
                                          name=name).outputs[0]
+
+
+def shuffle_together(values, seed=None, name=None) -> list[Tensor]:
+    """``values`` with their first dimension in one random order (``slice_input_producer``'s rows)."""
+    return list(get_default_graph().create_op("RandomShuffle", list(values), {"seed": op_seed(seed)},
+                                              name=name or "RandomShuffle").outputs)
 
 
 # ---- count_up_to: the epoch counter of the input producers --------------------------------------

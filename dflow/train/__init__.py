@@ -24,6 +24,7 @@ from .input import (
     range_input_producer,
     shuffle_batch,
     shuffle_batch_join,
+    slice_input_producer,
     string_input_producer,
 )
 from .monitored_session import (
@@ -59,5 +60,5 @@ __all__ = [
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
     "Coordinator", "LooperThread", "QueueRunner", "add_queue_runner", "start_queue_runners", "batch",
     "batch_join", "shuffle_batch", "shuffle_batch_join", "input_producer", "string_input_producer",
-    "range_input_producer", "limit_epochs",
+    "range_input_producer", "limit_epochs", "slice_input_producer",
 ]

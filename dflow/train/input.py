@@ -20,19 +20,25 @@ from __future__ import annotations
 from .. import dtypes
 from ..graph import GraphKeys, Tensor, control_dependencies, convert_to_tensor, name_scope
 from ..ops.array_ops import constant, identity
-from ..ops.io_ops import count_up_to, random_shuffle
+from ..ops.io_ops import count_up_to, random_shuffle, shuffle_together
 from ..ops.queue_ops import FIFOQueue, RandomShuffleQueue
 from .queue_runner import QueueRunner, add_queue_runner
 
-__all__ = ["limit_epochs", "input_producer", "string_input_producer", "range_input_producer", "batch",
+__all__ = ["limit_epochs", "input_producer", "string_input_producer", "range_input_producer",
+           "slice_input_producer", "batch",
            "shuffle_batch", "batch_join", "shuffle_batch_join"]
 
 
 def limit_epochs(tensor, num_epochs=None, name=None) -> Tensor:
     """``tensor``, ``num_epochs`` times; then its runs raise ``OutOfRangeError``."""
-    tensor = convert_to_tensor(tensor)
+    return _limit_epochs([tensor], num_epochs, name)[0]
+
+
+def _limit_epochs(tensors: list, num_epochs, name=None) -> list[Tensor]:
+    """The tensors, counted together: one epoch is one run of all of them."""
+    tensors = [convert_to_tensor(t) for t in tensors]
     if num_epochs is None:
-        return tensor
+        return tensors
     if int(num_epochs) <= 0:
         raise ValueError(f"num_epochs must be positive or None, got {num_epochs}")
     from ..variables import Variable
@@ -42,7 +48,7 @@ def limit_epochs(tensor, num_epochs=None, name=None) -> Tensor:
                           collections=[GraphKeys.LOCAL_VARIABLES], dtype=dtypes.int64)
         counter = count_up_to(epochs, int(num_epochs))
         with control_dependencies([counter]):
-            return identity(tensor, name="epochs_limited")
+            return [identity(t, name="epochs_limited") for t in tensors]
 
 
 def input_producer(input_tensor, element_shape=None, num_epochs=None, shuffle=True, seed=None, capacity=32,
@@ -92,6 +98,27 @@ def range_input_producer(limit, num_epochs=None, shuffle=True, seed=None, capaci
 
     with name_scope(name or "input_producer"):
         return input_producer(range_(int(limit)), (), num_epochs, shuffle, seed, capacity, shared_name)
+
+
+def slice_input_producer(tensor_list, num_epochs=None, shuffle=True, seed=None, capacity=32, shared_name=None,
+                         name=None) -> list[Tensor]:
+    """One row of every tensor of ``tensor_list`` per run (the rows of one example stay together),
+    all rows once per epoch, reshuffled each epoch when ``shuffle``.
+
+    >>> image, label = tf.train.slice_input_producer([images, labels], num_epochs=5)  # doctest: +SKIP
+    """
+    tensors = [convert_to_tensor(t) for t in tensor_list]
+    if not tensors or any(t.shape.rank == 0 for t in tensors):
+        raise ValueError("slice_input_producer takes a non-empty list of tensors of at least one dimension")
+    with name_scope(name or "input_producer"):
+        epoch = _limit_epochs(tensors, num_epochs)
+        if shuffle:
+            epoch = shuffle_together(epoch, seed=seed)
+        queue = FIFOQueue(capacity, [t.dtype for t in tensors], [t.shape[1:] for t in tensors],
+                          shared_name=shared_name)
+        add_queue_runner(QueueRunner(queue, [queue.enqueue_many(epoch)]))
+        row = queue.dequeue()
+    return row if isinstance(row, list) else [row]
 
 
 # ---- batching --------------------------------------------------------------------------------
