@@ -204,7 +204,7 @@ def _dequeue_kernel(state, xp, handle, component_types, shapes, n, allow_smaller
 
 
 def _stack(xp, parts, dtype):
-    if dtype.kind == "s":  # bytes live in NumPy object arrays, which the array API does not know
+    if dtype == dtypes_module.string:  # bytes in NumPy object arrays: the array API has no strings
         import numpy
 
         return numpy.stack([numpy.asarray(part, dtype=object) for part in parts])
