@@ -93,7 +93,6 @@ from .ops.io_ops import (
     count_up_to,
     decode_csv,
     decode_raw,
-    random_shuffle,
     read_file,
 )
 from .ops.math_ops import (

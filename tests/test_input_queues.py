@@ -514,3 +514,36 @@ def test_slice_input_producer_keeps_rows_together_for_each_epoch():
     np.testing.assert_array_equal(rows[0][:, 0] / 3 * 7, rows[1])  # each label beside its own row
     epochs = [sorted(rows[1][i:i + 10].tolist()) for i in (0, 10, 20)]
     assert epochs == [labels.tolist()] * 3 and rows[1][:10].tolist() != labels.tolist()
+
+
+def test_queue_runners_take_any_coordinator_with_tf_s_methods():
+    """A Supervisor's coordinator is not a tf.train.Coordinator: its stop still cancels the queue."""
+
+    class StopFlag:  # only what TF documents of a coordinator
+        def __init__(self):
+            self.event, self.threads = threading.Event(), []
+
+        def should_stop(self):
+            return self.event.is_set()
+
+        def request_stop(self, ex=None):
+            self.event.set()
+
+        def wait_for_stop(self, timeout=None):
+            return self.event.wait(timeout)
+
+        def register_thread(self, thread):
+            self.threads.append(thread)
+
+    queue = tf.FIFOQueue(2, tf.int32, shapes=[[]])
+    runner = tf.train.QueueRunner(queue, [queue.enqueue(tf.constant(3))])
+    with tf.Session(config=tf.ConfigProto(operation_timeout_in_ms=5000)) as sess:
+        stop = StopFlag()
+        threads = runner.create_threads(sess, coord=stop, daemon=True, start=True)
+        assert sess.run(queue.dequeue()) == 3
+        stop.request_stop()  # the runner may be blocked on the full queue: the stop must cancel it
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not any(t.is_alive() for t in threads) and len(stop.threads) == 2
+        with pytest.raises(tf.errors.OutOfRangeError):  # closed (not a 5 s deadline): the stop closed it
+            sess.run(queue.dequeue_many(3))

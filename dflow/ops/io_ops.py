@@ -1,5 +1,5 @@
 """Readers (TF 1.x's ``tf.FixedLengthRecordReader``, ``tf.TextLineReader``, ``tf.WholeFileReader``),
-``tf.decode_raw`` and ``tf.random_shuffle``.
+``tf.decode_raw``, ``tf.decode_csv`` and ``tf.read_file``.
 
 A reader is a resource of the session, like a queue (:mod:`dflow.ops.queue_ops`).
 ``reader.read(filename_queue)`` builds one op; each run of it returns the next
@@ -38,7 +38,7 @@ from .registry import ShapeError, Spec, defop
 from .state_ops import op_seed
 
 __all__ = ["ReaderBase", "FixedLengthRecordReader", "TextLineReader", "WholeFileReader", "decode_raw",
-           "random_shuffle", "count_up_to", "read_file", "decode_csv"]
+           "shuffle_together", "count_up_to", "read_file", "decode_csv"]
 
 
 # ---- the readers' state in a session ---------------------------------------------------------
@@ -268,8 +268,8 @@ def decode_raw(bytes, out_type, little_endian=True, name=None) -> Tensor:  # noq
         name=name).outputs[0]
 
 
-# ---- random_shuffle ----------------------------------------------------------------------------
-def _shuffle_kernel(state, xp, *values, seed):
+# ---- shuffling rows together (the input producers' epochs) ---------------------------------------
+def _shuffle_rows_kernel(state, xp, *values, seed):
     """One random order of the first dimension, applied to every input (rows stay together)."""
     lengths = {int(v.shape[0]) for v in values if v.ndim > 0}
     if len(lengths) > 1:
@@ -281,19 +281,14 @@ def _shuffle_kernel(state, xp, *values, seed):
                  for value in values)
 
 
-defop("RandomShuffle", lambda inputs, seed: [spec._replace(value=None) for spec in inputs], _shuffle_kernel,
-      stateful=True, num_outputs=None)
-
-
-def random_shuffle(value, seed=None, name=None) -> Tensor:
-    """``value`` with its first dimension in a random order, new on every run."""
-    return get_default_graph().create_op("RandomShuffle", [value], {"seed": op_seed(seed)},
-                                         name=name).outputs[0]
+defop("RandomShuffleRows", lambda inputs, seed: [spec._replace(value=None) for spec in inputs],
+      _shuffle_rows_kernel, stateful=True, num_outputs=None)
 
 
 def shuffle_together(values, seed=None, name=None) -> list[Tensor]:
-    """``values`` with their first dimension in one random order (``slice_input_producer``'s rows)."""
-    return list(get_default_graph().create_op("RandomShuffle", list(values), {"seed": op_seed(seed)},
+    """``values`` with their first dimension in one random order, new on every run (the epochs of
+    ``string_input_producer`` and ``slice_input_producer``; strings too, unlike ``tf.random_shuffle``)."""
+    return list(get_default_graph().create_op("RandomShuffleRows", list(values), {"seed": op_seed(seed)},
                                               name=name or "RandomShuffle").outputs)
 
 

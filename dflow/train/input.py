@@ -20,7 +20,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..graph import GraphKeys, Tensor, control_dependencies, convert_to_tensor, name_scope
 from ..ops.array_ops import constant, identity
-from ..ops.io_ops import count_up_to, random_shuffle, shuffle_together
+from ..ops.io_ops import count_up_to, shuffle_together
 from ..ops.queue_ops import FIFOQueue, RandomShuffleQueue
 from .queue_runner import QueueRunner, add_queue_runner
 
@@ -63,7 +63,7 @@ def input_producer(input_tensor, element_shape=None, num_epochs=None, shuffle=Tr
     with name_scope(name or "input_producer"):
         epoch = limit_epochs(input_tensor, num_epochs)
         if shuffle:
-            epoch = random_shuffle(epoch, seed=seed)
+            (epoch,) = shuffle_together([epoch], seed=seed)
         queue = FIFOQueue(capacity, [input_tensor.dtype], [element_shape], shared_name=shared_name)
         enqueue = queue.enqueue_many([epoch])
         add_queue_runner(QueueRunner(queue, [enqueue], cancel_op=cancel_op))

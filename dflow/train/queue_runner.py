@@ -89,7 +89,11 @@ class QueueRunner:
                                     name=f"QueueRunner:{self.name}:{i}")
                    for i, op in enumerate(self._enqueue_ops)]
         if coord is not None:
-            coord._on_request_stop(lambda: self._close(sess, self._cancel_op))
+            if hasattr(coord, "_on_request_stop"):
+                coord._on_request_stop(lambda: self._close(sess, self._cancel_op))
+            else:  # another coordinator (a Supervisor's): a thread waits for its stop, as TF's runner does
+                threads.append(threading.Thread(target=self._close_on_stop, args=(sess, coord), daemon=True,
+                                                name=f"QueueRunner:{self.name}:close_on_stop"))
             for thread in threads:
                 coord.register_thread(thread)
         if start:
@@ -114,6 +118,10 @@ class QueueRunner:
                 last = self._runs_per_session[sess] == 0
             if last:
                 self._close(sess, self._close_op)
+
+    def _close_on_stop(self, sess, coord) -> None:
+        coord.wait_for_stop()
+        self._close(sess, self._cancel_op)
 
     def _report(self, error: Exception, coord: Coordinator | None) -> None:
         with self._lock:
