@@ -332,8 +332,7 @@ defop("ReadFile", lambda inputs: [Spec((), dtypes.string)], _read_file_kernel)
 def read_file(filename, name=None) -> Tensor:
     """The bytes of the file ``filename`` (a scalar string), read on every run.
 
-    >>> contents = tf.read_file(filename)  # doctest: +SKIP
-    >>> image = tf.image.decode_jpeg(contents, channels=3)
+    >>> image = tf.image.decode_jpeg(tf.read_file(filename), channels=3)  # doctest: +SKIP
     """
     return get_default_graph().create_op("ReadFile", [_string_tensor(filename)], name=name).outputs[0]
 
