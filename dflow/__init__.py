@@ -109,6 +109,16 @@ from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
 from .ops.embedding_ops import gather, reverse_sequence, unsorted_segment_sum
 from .ops.image_ops import random_crop
+from .ops.io_ops import (
+    FixedLengthRecordReader,
+    ReaderBase,
+    TextLineReader,
+    WholeFileReader,
+    count_up_to,
+    decode_csv,
+    decode_raw,
+    read_file,
+)
 from .ops.math_ops import (
     Assert,
     Print,
@@ -193,6 +203,7 @@ from .ops.math_ops import (
     truediv,
     where,
 )
+from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.state_ops import (
     assign,
     assign_add,

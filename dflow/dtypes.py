@@ -118,8 +118,8 @@ class DType:
     def of(self, xp):
         """The dtype object of array namespace ``xp`` (``xp.float32`` ...)."""
         if self.kind == "S":
-            raise TypeError("string tensors are only constants, placeholders and fetches in dflow; "
-                            "no kernel computes on them")
+            raise TypeError("tf.string has no array-namespace dtype: string tensors are bytes in NumPy "
+                            "object arrays, read and decoded by the reader ops (tf.decode_raw, ...)")
         return getattr(xp, self.name)
 
     def __repr__(self) -> str:
@@ -140,7 +140,7 @@ uint64 = DType("uint64", 8, "u")
 bool = DType("bool", 1, "b")  # noqa: A001 - TF's name
 complex64 = DType("complex64", 8, "c")
 complex128 = DType("complex128", 16, "c")
-string = DType("string", 0, "S")  # constants, placeholders and fetches only: no kernel computes on it
+string = DType("string", 0, "S")  # bytes in object arrays: constants, fetches, file names, records, summaries
 half = float16
 double = float64
 

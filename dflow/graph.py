@@ -57,6 +57,7 @@ class GraphKeys:
     WEIGHTS = "weights"  # tf.contrib.layers.apply_regularization's default list
     TRAIN_OP = "train_op"
     SUMMARIES = "summaries"
+    QUEUE_RUNNERS = "queue_runners"  # tf.train.start_queue_runners starts these
 
 
 class Dimension:

@@ -14,6 +14,9 @@ from .ops.image_ops import (
     central_crop,
     convert_image_dtype,
     crop_to_bounding_box,
+    decode_image,
+    decode_jpeg,
+    decode_png,
     flip_left_right,
     flip_up_down,
     pad_to_bounding_box,
@@ -31,7 +34,8 @@ from .ops.image_ops import (
 )
 
 __all__ = ["ResizeMethod", "adjust_brightness", "adjust_contrast", "central_crop", "convert_image_dtype",
-           "crop_to_bounding_box", "flip_left_right", "flip_up_down", "pad_to_bounding_box",
+           "crop_to_bounding_box", "decode_image", "decode_jpeg", "decode_png",
+           "flip_left_right", "flip_up_down", "pad_to_bounding_box",
            "per_image_standardization", "random_brightness", "random_contrast", "random_crop",
            "random_flip_left_right", "random_flip_up_down", "resize_bilinear",
            "resize_image_with_crop_or_pad",

@@ -205,3 +205,37 @@ def test_bad_arguments_say_what_is_wrong():
         tf.image.resize_images(image, [8, 8], method=tf.image.ResizeMethod.BICUBIC)
     with pytest.raises(ValueError, match="lower < upper"):
         tf.image.random_contrast(image, 1.5, 0.5)
+
+
+# ---- decoding ------------------------------------------------------------------------------------
+def image_file(tmp_path, name, pixels, **options) -> str:
+    from PIL import Image
+
+    path = str(tmp_path / name)
+    Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(path, **options)
+    return path
+
+
+def test_decode_png_gives_the_pixels_and_decode_jpeg_is_close(tmp_path):
+    rgb = RNG.integers(0, 256, (6, 9, 3)).astype(np.uint8)
+    smooth = np.broadcast_to(np.linspace(0, 250, 16, dtype=np.uint8)[None, :, None], (12, 16, 3)).copy()
+    png = tf.image.decode_png(tf.read_file(image_file(tmp_path, "a.png", rgb)))
+    gray = tf.image.decode_png(tf.read_file(image_file(tmp_path, "g.png", rgb[..., :1])))
+    as_rgb = tf.image.decode_image(tf.read_file(image_file(tmp_path, "g2.png", rgb[..., :1])), channels=3)
+    jpeg = tf.image.decode_jpeg(tf.read_file(image_file(tmp_path, "s.jpg", smooth, quality=95)), channels=3)
+    assert png.shape.as_list() == [None, None, None] and jpeg.shape.as_list() == [None, None, 3]
+    with tf.Session() as sess:
+        got_png, got_gray, got_rgb, got_jpeg = sess.run([png, gray, as_rgb, jpeg])
+    np.testing.assert_array_equal(got_png, rgb)
+    np.testing.assert_array_equal(got_gray, rgb[..., :1])
+    np.testing.assert_array_equal(got_rgb, np.repeat(rgb[..., :1], 3, axis=-1))
+    assert got_jpeg.shape == smooth.shape and np.abs(got_jpeg.astype(int) - smooth).mean() < 2
+
+
+def test_decoding_the_wrong_format_says_so(tmp_path):
+    path = image_file(tmp_path, "a.png", np.zeros((2, 2, 3), np.uint8))
+    with tf.Session() as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="PNG image, not what decode_jpeg decodes"):
+            sess.run(tf.image.decode_jpeg(tf.read_file(path)))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not a decodable image"):
+            sess.run(tf.image.decode_png(tf.constant(np.array(b"not an image", dtype=object), tf.string)))

@@ -655,8 +655,19 @@ defop("StridedSliceGrad", _slice_grad_infer, _slice_grad_kernel,
       lambda op, g: [None, strided_slice(g, _decode_key(op.attrs["spec"]))])
 
 
-def strided_slice(input, key, name="strided_slice") -> Tensor:
-    """``input[key]`` with NumPy basic slicing (what ``tensor[1:, ::2, None]`` builds)."""
+def strided_slice(input, key, end=None, strides=None, name="strided_slice", **masks) -> Tensor:
+    """``input[key]`` with NumPy basic slicing (what ``tensor[1:, ::2, None]`` builds), or TF's
+    form ``tf.strided_slice(x, begin, end, strides)`` with lists of Python ints."""
+    if end is not None:
+        if any(masks.values()):
+            raise ValueError(f"tf.strided_slice's masks ({', '.join(k for k, v in masks.items() if v)}) are "
+                             "not supported by dflow: index the tensor instead (x[1:, ..., None])")
+        begin, end = list(key), list(end)
+        strides = [1] * len(begin) if strides is None else list(strides)
+        if not len(begin) == len(end) == len(strides):
+            raise ValueError(f"strided_slice: begin {begin}, end {end} and strides {strides} differ "
+                             "in length")
+        key = tuple(slice(int(b), int(e), int(s)) for b, e, s in zip(begin, end, strides))
     return _out("StridedSlice", [input], {"spec": _encode_key(key)}, name)
 
 

@@ -28,7 +28,8 @@ __all__ = ["random_crop", "flip_left_right", "flip_up_down", "random_flip_left_r
            "adjust_brightness", "random_brightness", "adjust_contrast", "random_contrast",
            "per_image_standardization", "resize_image_with_crop_or_pad", "crop_to_bounding_box",
            "pad_to_bounding_box", "convert_image_dtype", "resize_images", "resize_bilinear",
-           "resize_nearest_neighbor", "ResizeMethod", "rgb_to_grayscale", "central_crop"]
+           "resize_nearest_neighbor", "ResizeMethod", "rgb_to_grayscale", "central_crop", "decode_jpeg",
+           "decode_png", "decode_image"]
 
 
 def _op(op_type, inputs, attrs=None, name=None) -> Tensor:
@@ -390,3 +391,72 @@ def resize_nearest_neighbor(images, size, align_corners=False, name=None) -> Ten
     return _op("ResizeImages", [images], {"height": int(size[0]), "width": int(size[1]),
                                           "method": ResizeMethod.NEAREST_NEIGHBOR,
                                           "align_corners": bool(align_corners)}, name)
+
+
+# ---- decoding JPEG and PNG (Pillow, already a dependency for ImageNet) -----------------------------
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _decode_kernel(xp, contents, channels, kind):
+    import io
+
+    import numpy
+    from PIL import Image
+
+    data = contents.item() if hasattr(contents, "item") else contents
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except Exception as error:  # Pillow's errors vary by format: say what TF says, with its reason
+        raise InvalidArgumentError(f"{kind}: the contents are not a decodable image ({error})") from None
+    if kind == "decode_jpeg" and image.format != "JPEG" or kind == "decode_png" and image.format != "PNG":
+        raise InvalidArgumentError(f"{kind}: the contents are a {image.format} image, not what {kind} "
+                                   "decodes; tf.image.decode_image takes either")
+    if channels:
+        image = image.convert(_MODES[channels])
+    elif image.mode not in ("L", "RGB", "RGBA"):
+        image = image.convert("RGBA" if "A" in image.mode else "RGB")
+    pixels = numpy.asarray(image, dtype=numpy.uint8)
+    return xp.asarray(pixels[:, :, None] if pixels.ndim == 2 else pixels)
+
+
+def _decode_infer(inputs, channels, kind):
+    if inputs[0].dtype != dtypes.string:
+        raise ShapeError(f"{kind} decodes a string (the file's bytes, e.g. tf.read_file), got "
+                         f"{inputs[0].dtype.name}")
+    return [Spec((None, None, channels or None), dtypes.uint8)]
+
+
+defop("DecodeImage", _decode_infer, _decode_kernel)
+
+
+def _decode(contents, channels, kind, dtype, name):
+    channels = int(channels or 0)
+    if channels not in (0, 1, 3, 4):
+        raise ValueError(f"{kind}: channels must be 0 (as stored), 1, 3 or 4, got {channels}")
+    if dtypes.as_dtype(dtype) != dtypes.uint8:
+        raise ValueError(f"tf.image.{kind}(dtype={dtypes.as_dtype(dtype).name}) is not supported by dflow: "
+                         "decode as uint8, then tf.image.convert_image_dtype")
+    from .io_ops import _string_tensor
+
+    return _op("DecodeImage", [_string_tensor(contents)], {"channels": channels, "kind": kind}, name)
+
+
+def decode_jpeg(contents, channels=0, ratio=1, fancy_upscaling=True, try_recover_truncated=False,
+                acceptable_fraction=1, dct_method="", name=None) -> Tensor:
+    """A JPEG's pixels, uint8 ``[height, width, channels]`` (Pillow's decoder: pixels may differ
+    from libjpeg-turbo's by a unit or two)."""
+    if ratio != 1:
+        raise ValueError("tf.image.decode_jpeg(ratio=...) is not supported by dflow: decode, then "
+                         "tf.image.resize_images")
+    return _decode(contents, channels, "decode_jpeg", dtypes.uint8, name)
+
+
+def decode_png(contents, channels=0, dtype=dtypes.uint8, name=None) -> Tensor:
+    """A PNG's pixels, uint8 ``[height, width, channels]``."""
+    return _decode(contents, channels, "decode_png", dtype, name)
+
+
+def decode_image(contents, channels=None, dtype=dtypes.uint8, name=None, expand_animations=True) -> Tensor:
+    """A JPEG, PNG, GIF (first frame) or BMP image's pixels, uint8 ``[height, width, channels]``."""
+    return _decode(contents, channels, "decode_image", dtype, name)

@@ -108,7 +108,7 @@ class Session:
             self._cluster = ClusterRunner(target, self.config.operation_timeout_in_ms / 1000)
         threads = self.config.inter_op_parallelism_threads
         self.num_threads = threads if threads > 0 else 1
-        self.state = SessionState()
+        self.state = self._new_state()
         self._stats = threading.local()  # per thread: a chief's queue runner runs steps beside the loop's
         self._plans: dict[tuple, Schedule] = {}
         self._closed = False
@@ -149,10 +149,17 @@ class Session:
         if self._blas_limit is not None and not self._closed:
             self._blas_limit.restore_original_limits()
         self._closed = True
-        self.state = SessionState()
+        _cancel_waits(self.state)
+        self.state = self._new_state()
         self._plans.clear()
         if self._cluster is not None:
             self._cluster.close()
+
+    def _new_state(self) -> SessionState:
+        state = SessionState()
+        if self.config.operation_timeout_in_ms > 0:
+            state.operation_timeout_s = self.config.operation_timeout_in_ms / 1000
+        return state
 
     @staticmethod
     def reset(target: str, containers=None, config: ConfigProto | None = None) -> None:
@@ -299,6 +306,15 @@ class InteractiveSession(Session):
         if self in _default_sessions.stack:
             _default_sessions.stack.remove(self)
         super().close()
+
+
+def _cancel_waits(state: SessionState) -> None:
+    """End every wait in a closing session's resources (a queue's blocked dequeue or enqueue, in
+    the training loop or a queue runner's thread): they raise CancelledError instead of hanging."""
+    for resource in list(state.resources.values()):
+        cancel = getattr(resource, "cancel", None)
+        if cancel is not None:
+            cancel()
 
 
 def prune(graph: Graph, fetches: list, fed: set[str]) -> list[Operation]:

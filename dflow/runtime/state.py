@@ -32,6 +32,9 @@ class SessionState:
         self.resources: dict[str, object] = {}
         self._resources_lock = threading.Lock()  # replicas' steps may create one concurrently
         self._update_locks: dict[str, threading.Lock] = {}
+        # how long a blocking op (a queue's enqueue or dequeue) may wait: the session's
+        # ConfigProto.operation_timeout_in_ms, ten minutes when unset
+        self.operation_timeout_s = 600.0
 
     def read_variable(self, name: str):
         try:
@@ -61,9 +64,10 @@ class SessionState:
         if seed is None:
             return self._default_generator
         key = tuple(seed) if isinstance(seed, list) else seed
-        if key not in self._generators:
-            self._generators[key] = numpy.random.default_rng(key)
-        return self._generators[key]
+        with self._resources_lock:  # queue runners' threads run random ops beside the training step
+            if key not in self._generators:
+                self._generators[key] = numpy.random.default_rng(key)
+            return self._generators[key]
 
     def resource(self, name: str, create: Callable[[], object]):
         """The resource ``name``, made by ``create()`` on first use: every op (of any graph)

@@ -14,7 +14,19 @@
 
 from ..cluster import ClusterSpec, Server
 from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook
+from .coordinator import Coordinator, LooperThread
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
+from .input import (
+    batch,
+    batch_join,
+    input_producer,
+    limit_epochs,
+    range_input_producer,
+    shuffle_batch,
+    shuffle_batch_join,
+    slice_input_producer,
+    string_input_producer,
+)
 from .monitored_session import (
     CheckpointSaverHook,
     MonitoredTrainingSession,
@@ -36,6 +48,7 @@ from .optimizers import (
     RMSPropOptimizer,
     exponential_decay,
 )
+from .queue_runner import QueueRunner, add_queue_runner, start_queue_runners
 from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
 from .supervisor import Supervisor
 from .sync_replicas import SyncReplicasOptimizer
@@ -53,6 +66,9 @@ __all__ = [
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
     "AdagradOptimizer", "RMSPropOptimizer", "AdadeltaOptimizer", "FtrlOptimizer", "ExponentialMovingAverage",
     "Supervisor",
+    "Coordinator", "LooperThread", "QueueRunner", "add_queue_runner", "start_queue_runners", "batch",
+    "batch_join", "shuffle_batch", "shuffle_batch_join", "input_producer", "string_input_producer",
+    "range_input_producer", "limit_epochs", "slice_input_producer",
 ]
 
 

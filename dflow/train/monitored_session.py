@@ -26,7 +26,7 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from ..errors import DeadlineExceededError
+from ..errors import DeadlineExceededError, OutOfRangeError
 from ..graph import GraphKeys, get_default_graph
 from ..runtime.session import ConfigProto, Session
 from ..variables import (
@@ -35,6 +35,8 @@ from ..variables import (
     local_variables_initializer,
     report_uninitialized_variables,
 )
+from .coordinator import Coordinator
+from .queue_runner import start_queue_runners
 from .saver import Saver, latest_checkpoint
 from .training_util import get_global_step
 
@@ -175,7 +177,7 @@ class MonitoredTrainingSession:
     def __init__(self, master: str = "", is_chief: bool = True, checkpoint_dir: str | None = None,
                  scaffold=None, hooks=None, chief_only_hooks=None, save_checkpoint_secs: float | None = 600,
                  save_checkpoint_steps: int | None = None, config: ConfigProto | None = None,
-                 max_wait_secs: float = 7200, **_ignored):
+                 max_wait_secs: float = 7200, stop_grace_period_secs: float = 120, **_ignored):
         graph = get_default_graph()
         self._hooks = list(hooks or []) + (list(chief_only_hooks or []) if is_chief else [])
         saver = None
@@ -208,8 +210,11 @@ class MonitoredTrainingSession:
         # the ops that make them copies of the shared ones
         self._session.run(local_init)
         self._session.run(graph.get_collection(GraphKeys.LOCAL_INIT_OP))
+        # as TF's: the graph's queue runners start once the variables are ready, stop at close
+        self._coord, self._grace_s = Coordinator(), stop_grace_period_secs
+        self._threads = start_queue_runners(self._session, self._coord)
         for hook in self._hooks:
-            hook.after_create_session(self._session, None)
+            hook.after_create_session(self._session, self._coord)
         self._stop = False
         self._last_run_stats = None
 
@@ -245,8 +250,12 @@ class MonitoredTrainingSession:
             if request is not None and request.feed_dict:
                 feeds.update(request.feed_dict)
         extra = [None if r is None else r.fetches for r in requests]
-        results, extra_results = self._session.run(
-            [fetches, [e for e in extra if e is not None]], feeds)
+        try:
+            results, extra_results = self._session.run(
+                [fetches, [e for e in extra if e is not None]], feeds)
+        except Exception:  # a queue runner's error explains an empty queue better than the queue
+            self._coord.raise_requested_exception()
+            raise
         self._last_run_stats = self._session.last_run_stats  # before hooks run steps of their own
         extra_iter = iter(extra_results)
         for hook, request in zip(self._hooks, extra):
@@ -255,15 +264,28 @@ class MonitoredTrainingSession:
         return results
 
     def should_stop(self) -> bool:
-        return self._stop
+        return self._stop or self._coord.should_stop()
 
     def close(self) -> None:
-        for hook in self._hooks:
-            hook.end(self._session)
-        self._session.close()
+        self._close(run_end_hooks=True)
+
+    def _close(self, run_end_hooks: bool) -> None:
+        try:
+            if run_end_hooks:
+                for hook in self._hooks:
+                    hook.end(self._session)
+        finally:
+            try:  # the queue runners' threads: stopped (their queues cancelled) and joined
+                self._coord.request_stop()
+                self._coord.join(self._threads, stop_grace_period_secs=self._grace_s)
+            finally:
+                self._session.close()
 
     def __enter__(self) -> MonitoredTrainingSession:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        # as TF's: the input running out (OutOfRangeError) ends the `with` block quietly
+        clean = exc_type is None or issubclass(exc_type, OutOfRangeError | StopIteration)
+        self._close(run_end_hooks=clean)
+        return exc_type is not None and clean
