@@ -14,6 +14,12 @@
 
 from ..cluster import ClusterSpec, Server
 from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook
+from .basic_session_run_hooks import (
+    LoggingTensorHook,
+    NanLossDuringTrainingError,
+    NanTensorHook,
+    StepCounterHook,
+)
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
 from .monitored_session import (
     CheckpointSaverHook,
@@ -47,4 +53,5 @@ __all__ = [
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
     "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
 ]
-__all__ += ["Supervisor"]
+__all__ += ["Supervisor", "NanTensorHook", "NanLossDuringTrainingError", "LoggingTensorHook",
+            "StepCounterHook"]
