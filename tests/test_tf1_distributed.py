@@ -352,3 +352,53 @@ def test_nan_logging_and_step_counter_hooks(caplog):
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("loss = ")] == \
         ["loss = 2.0"] * 3  # runs 0, 2 and 4
     assert counter.steps_per_sec is not None and counter.steps_per_sec > 0
+
+
+@pytest.mark.slow
+def test_servers_in_one_process_and_sessions_to_a_tasks_grpc_address():
+    ps, worker = free_addresses(2)
+    spec = tf.train.ClusterSpec({"ps": [ps], "worker": [worker]})
+    servers = [tf.train.Server(spec, job_name="ps", task_index=0),
+               tf.train.Server(spec, job_name="worker", task_index=0)]
+    try:
+        assert servers[0].target == servers[1].target == f"tcp://{ps}"
+        with tf.device(tf.train.replica_device_setter(cluster=spec)):
+            v = tf.Variable(2.0, name="v")
+        y = tf.multiply(v, 3.0, name="y")
+        # mnist_replica.py --existing_servers: "grpc://" + the worker's host:port
+        with tf.Session("grpc://" + worker) as sess:
+            sess.run(tf.global_variables_initializer())
+            assert float(sess.run(y)) == 6.0
+            assert "/job:worker/task:0" in sess.describe_placement(y)
+        with tf.Session("grpc://" + ps) as sess:  # the scheduler's task: the scheduler answers
+            assert float(sess.run(y)) == 6.0
+    finally:
+        for server in reversed(servers):
+            server.stop()
+    with socket.socket() as probe:  # the scheduler closed: no one listens there any more
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (closed connections linger)
+        probe.bind(("127.0.0.1", int(ps.rsplit(":", 1)[1])))
+
+
+FAILING_SCRIPT = '''
+import sys
+import dflow as tf
+
+spec = tf.train.ClusterSpec({"ps": [sys.argv[1]], "worker": [sys.argv[2]]})
+server = tf.train.Server(spec, job_name="ps", task_index=0)
+print("started", flush=True)
+raise RuntimeError("the script failed here")
+'''
+
+
+@pytest.mark.slow
+def test_a_failing_task_exits_at_once_and_stops_its_worker_and_scheduler(tmp_path):
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_SCRIPT)
+    ps, worker = free_addresses(2)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), ps, worker], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout.strip() == "started"
+    assert done.stderr.count("Traceback") == 1 and "RuntimeError: the script failed here" in done.stderr
+    assert time.monotonic() - start < 60  # not distributed's 240 s in Client.__del__

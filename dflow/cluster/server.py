@@ -42,7 +42,7 @@ import time
 
 from .spec import ClusterSpec, role_name, worker_infos
 
-__all__ = ["Server", "scheduler_role", "SCHEDULER_JOBS"]
+__all__ = ["Server", "scheduler_role", "resolve_target", "SCHEDULER_JOBS"]
 
 log = logging.getLogger("dflow")
 
@@ -68,6 +68,39 @@ def scheduler_role(spec: ClusterSpec) -> tuple[str, int]:
 def server_for(target: str) -> Server | None:
     """The live Server of this process whose cluster is at ``target`` (a session's default task)."""
     return _servers.get(target)
+
+
+def resolve_target(target: str) -> tuple[str, str | None]:
+    """A session target as (scheduler address, id of the Dask worker it names or None).
+
+    ``grpc://host:port`` names a TF task (``mnist_replica.py --existing_servers`` passes its
+    worker's): in dflow that task's Dask worker listens there, and knows its scheduler
+    (the scheduler's own task: the scheduler itself answers)."""
+    if not target.startswith("grpc://"):
+        return target, None
+    address = "tcp://" + target.removeprefix("grpc://")
+    try:
+        identity = _identity_of(address)
+    except OSError as error:
+        raise OSError(f"no dflow task answers at {target} ({error}): start that task's process (its "
+                      "tf.train.Server), or pass server.target to the session") from None
+    if identity.get("type") == "Scheduler":
+        return address, None
+    return identity["scheduler"], identity.get("id")
+
+
+def _identity_of(address: str, timeout: float = 10.0) -> dict:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.core import rpc
+
+    async def ask():
+        async with rpc(address, timeout=timeout) as remote:
+            return await remote.identity()
+
+    with ThreadPoolExecutor(1) as pool:  # a loop of its own: the caller's thread may run one
+        return pool.submit(asyncio.run, ask()).result()
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -309,8 +342,9 @@ class _SchedulerThread:
 
         async def serve():
             try:
+                # its HTTP server (health, metrics) on a free port: the default 8787 may be taken
                 self.scheduler = await Scheduler(host=host, port=port, dashboard=False,
-                                                 dashboard_address=None)
+                                                 dashboard_address=f"{host}:0")
             except BaseException as error:  # noqa: BLE001 - reported by the caller's thread
                 self._error = error
                 self._ready.set()
