@@ -40,6 +40,7 @@ parser.add_argument("--hidden_units", type=int, default=100)
 parser.add_argument("--train_steps", type=int, default=300, help="global training steps")
 parser.add_argument("--batch_size", type=int, default=50)
 parser.add_argument("--learning_rate", type=float, default=0.01)
+parser.add_argument("--sync_replicas", action="store_true", help="aggregate the replicas' gradients")
 parser.add_argument("--session", choices=["supervisor", "monitored"], default="supervisor")
 FLAGS, _ = parser.parse_known_args()
 
@@ -77,8 +78,19 @@ def main(unused_argv):
         logits = tf.matmul(hid, sm_w) + sm_b
         cross_entropy = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y_, logits=logits))
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), tf.argmax(y_, 1)), tf.float32))
-        train_step = tf.train.AdamOptimizer(FLAGS.learning_rate).minimize(cross_entropy,
-                                                                         global_step=global_step)
+        opt = tf.train.AdamOptimizer(FLAGS.learning_rate)
+        num_workers = len(FLAGS.worker_hosts.split(","))
+        if FLAGS.sync_replicas:
+            opt = tf.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=num_workers,
+                                                 total_num_replicas=num_workers, name="digits_sync_replicas")
+        train_step = opt.minimize(cross_entropy, global_step=global_step)
+        if FLAGS.sync_replicas:
+            local_init_op = opt.local_step_init_op
+            if is_chief:
+                local_init_op = opt.chief_init_op
+            ready_for_local_init_op = opt.ready_for_local_init_op
+            chief_queue_runner = opt.get_chief_queue_runner()
+            sync_init_op = opt.get_init_tokens_op()
         init_op = tf.global_variables_initializer()
 
     sess_config = tf.ConfigProto(allow_soft_placement=True, log_device_placement=False,
@@ -100,9 +112,18 @@ def main(unused_argv):
         print("Worker %d: %d local steps, global step %d" % (FLAGS.task_index, local_step, step))
 
     if FLAGS.session == "supervisor":
-        sv = tf.train.Supervisor(is_chief=is_chief, logdir=tempfile.mkdtemp(), init_op=init_op,
-                                 recovery_wait_secs=1, global_step=global_step)
+        if FLAGS.sync_replicas:
+            sv = tf.train.Supervisor(is_chief=is_chief, logdir=tempfile.mkdtemp(), init_op=init_op,
+                                     local_init_op=local_init_op,
+                                     ready_for_local_init_op=ready_for_local_init_op,
+                                     recovery_wait_secs=1, global_step=global_step)
+        else:
+            sv = tf.train.Supervisor(is_chief=is_chief, logdir=tempfile.mkdtemp(), init_op=init_op,
+                                     recovery_wait_secs=1, global_step=global_step)
         sess = sv.prepare_or_wait_for_session(server.target, config=sess_config)
+        if FLAGS.sync_replicas and is_chief:
+            sess.run(sync_init_op)
+            sv.start_queue_runners(sess, [chief_queue_runner])
         print("Worker %d: Session initialization complete." % FLAGS.task_index)
         train(sess, sv.should_stop)
         if is_chief:
@@ -110,6 +131,8 @@ def main(unused_argv):
         sv.stop()
     else:
         hooks = [tf.train.StopAtStepHook(last_step=FLAGS.train_steps)]
+        if FLAGS.sync_replicas:
+            hooks.append(opt.make_session_run_hook(is_chief))
         with tf.train.MonitoredTrainingSession(master=server.target, is_chief=is_chief, hooks=hooks,
                                                config=sess_config) as sess:
             train(sess, sess.should_stop)
@@ -160,14 +183,17 @@ def run_tasks(script: Path, order: list[tuple[str, int]], extra: list[str]) -> d
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("session, order", [
-    ("supervisor", [("worker", 1), ("ps", 0), ("worker", 0)]),
-    ("monitored", [("worker", 0), ("worker", 1), ("ps", 0)]),
-])
-def test_replica_script_runs_as_three_processes_in_any_order(tmp_path, session, order):
+@pytest.mark.parametrize("flags, order", [
+    (["--session", "supervisor"], [("worker", 1), ("ps", 0), ("worker", 0)]),
+    (["--session", "supervisor", "--sync_replicas", "--train_steps", "100"],
+     [("ps", 0), ("worker", 0), ("worker", 1)]),
+    (["--session", "monitored", "--sync_replicas", "--train_steps", "100"],
+     [("worker", 0), ("worker", 1), ("ps", 0)]),
+], ids=["supervisor-async", "supervisor-sync", "monitored-sync"])
+def test_replica_script_runs_as_three_processes_in_any_order(tmp_path, flags, order):
     script = tmp_path / "digits_replica.py"
     script.write_text(REPLICA_SCRIPT)
-    results = run_tasks(script, order, ["--session", session])
+    results = run_tasks(script, order, flags)
     for role, (code, output) in results.items():
         assert code == 0, f"{role} exited with {code}:\n{output[-3000:]}"
         assert "Traceback" not in output, f"{role}:\n{output[-3000:]}"
