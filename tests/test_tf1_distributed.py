@@ -126,9 +126,8 @@ def main(unused_argv):
             sv.start_queue_runners(sess, [chief_queue_runner])
         print("Worker %d: Session initialization complete." % FLAGS.task_index)
         train(sess, sv.should_stop)
-        if is_chief:
+        if is_chief:  # and no sv.stop(), as in mnist_replica.py: the chief's queue runner ends at exit
             print("accuracy = %.4f" % sess.run(accuracy, feed_dict={x: test_x, y_: test_y}))
-        sv.stop()
     else:
         hooks = [tf.train.StopAtStepHook(last_step=FLAGS.train_steps)]
         if FLAGS.sync_replicas:
@@ -196,7 +195,7 @@ def test_replica_script_runs_as_three_processes_in_any_order(tmp_path, flags, or
     results = run_tasks(script, order, flags)
     for role, (code, output) in results.items():
         assert code == 0, f"{role} exited with {code}:\n{output[-3000:]}"
-        assert "Traceback" not in output, f"{role}:\n{output[-3000:]}"
+        assert "Traceback" not in output and "cannot be reached" not in output, f"{role}:\n{output[-3000:]}"
     chief = results["worker/0"][1]
     accuracy = float(chief.split("accuracy = ")[1].split()[0])
     assert accuracy > 0.8, chief  # 0.90 on these 360 held-out digits, as in one process
