@@ -427,3 +427,15 @@ def test_a_failing_task_exits_at_once_and_stops_its_worker_and_scheduler(tmp_pat
     assert done.returncode == 1 and done.stdout.strip() == "started"
     assert done.stderr.count("Traceback") == 1 and "RuntimeError: the script failed here" in done.stderr
     assert time.monotonic() - start < 60  # not distributed's 240 s in Client.__del__
+
+
+@pytest.mark.slow
+def test_create_local_server_runs_unplaced_ops_on_its_task():
+    server = tf.train.Server.create_local_server()
+    try:
+        product = tf.multiply(tf.constant(2.0), 3.0, name="product")
+        with tf.Session(server.target) as sess:
+            assert float(sess.run(product)) == 6.0
+            assert sess.describe_placement(product).startswith("/job:localhost/task:0")
+    finally:
+        server.stop()
