@@ -126,6 +126,7 @@ class Server:
     start : start the role now (else call :meth:`start`).
     timeout : seconds to wait for the scheduler and for this role's worker.
 
+    >>> import dflow as tf
     >>> cluster = tf.train.ClusterSpec({"ps": ["localhost:2222"], "worker": ["localhost:2223"]})
     >>> server = tf.train.Server(cluster, job_name="ps", task_index=0)  # doctest: +SKIP
     >>> server.join()  # returns when the workers are done, and ends the process  # doctest: +SKIP
