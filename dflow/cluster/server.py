@@ -42,7 +42,7 @@ import time
 
 from .spec import ClusterSpec, role_name, worker_infos
 
-__all__ = ["Server", "scheduler_role", "SCHEDULER_JOBS"]
+__all__ = ["Server", "scheduler_role", "resolve_target", "SCHEDULER_JOBS"]
 
 log = logging.getLogger("dflow")
 
@@ -51,6 +51,7 @@ CLOSE_TIMEOUT_S = 10.0  # a closing client or worker that does not answer in thi
 SCHEDULER_JOBS = ("ps", "chief", "master", "worker")  # whose first task hosts the scheduler
 _STATE_KEY = "dflow-server"  # scheduler metadata: role -> "running" | "done"
 _POLL_S = 0.1
+_GONE_AFTER_S = 5.0  # a scheduler unreachable this long has closed (not merely busy)
 
 _servers: dict[str, Server] = {}  # target -> the Server of this process (its role runs unplaced ops)
 
@@ -68,6 +69,39 @@ def scheduler_role(spec: ClusterSpec) -> tuple[str, int]:
 def server_for(target: str) -> Server | None:
     """The live Server of this process whose cluster is at ``target`` (a session's default task)."""
     return _servers.get(target)
+
+
+def resolve_target(target: str) -> tuple[str, str | None]:
+    """A session target as (scheduler address, id of the Dask worker it names or None).
+
+    ``grpc://host:port`` names a TF task (``mnist_replica.py --existing_servers`` passes its
+    worker's): in dflow that task's Dask worker listens there, and knows its scheduler
+    (the scheduler's own task: the scheduler itself answers)."""
+    if not target.startswith("grpc://"):
+        return target, None
+    address = "tcp://" + target.removeprefix("grpc://")
+    try:
+        identity = _identity_of(address)
+    except OSError as error:
+        raise OSError(f"no dflow task answers at {target} ({error}): start that task's process (its "
+                      "tf.train.Server), or pass server.target to the session") from None
+    if identity.get("type") == "Scheduler":
+        return address, None
+    return identity["scheduler"], identity.get("id")
+
+
+def _identity_of(address: str, timeout: float = 10.0) -> dict:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.core import rpc
+
+    async def ask():
+        async with rpc(address, timeout=timeout) as remote:
+            return await remote.identity()
+
+    with ThreadPoolExecutor(1) as pool:  # a loop of its own: the caller's thread may run one
+        return pool.submit(asyncio.run, ask()).result()
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -92,6 +126,7 @@ class Server:
     start : start the role now (else call :meth:`start`).
     timeout : seconds to wait for the scheduler and for this role's worker.
 
+    >>> import dflow as tf
     >>> cluster = tf.train.ClusterSpec({"ps": ["localhost:2222"], "worker": ["localhost:2223"]})
     >>> server = tf.train.Server(cluster, job_name="ps", task_index=0)  # doctest: +SKIP
     >>> server.join()  # returns when the workers are done, and ends the process  # doctest: +SKIP
@@ -159,29 +194,34 @@ class Server:
             own_port = 0  # the scheduler has the task's port; its worker takes a free one
         address = f"tcp://{sched_host}:{sched_port}"
         atexit.register(self.stop)  # even when the script fails: never hang in Client.__del__
-        self.process = self._start_worker(address, own_host, own_port)
         try:
-            self.cluster = connect(address, timeout=self._timeout)
-        except OSError as error:
-            raise TimeoutError(
-                f"{self.role}: no scheduler answered at {address} within {self._timeout:.0f} s ({error}); "
-                f"task {role_name(sched_job, sched_task)} hosts it: start that task's process "
-                f"(--job_name={sched_job} --task_index={sched_task})") from None
-        self._wait_for_own_worker()
-        self.cluster.client.set_metadata([_STATE_KEY, self.role], "running")
+            self.process = self._start_worker(address, own_host, own_port)
+            try:
+                self.cluster = connect(address, timeout=self._timeout)
+            except OSError as error:
+                raise TimeoutError(
+                    f"{self.role}: no scheduler answered at {address} within {self._timeout:.0f} s "
+                    f"({error}); task {role_name(sched_job, sched_task)} hosts it: start that task's process "
+                    f"(--job_name={sched_job} --task_index={sched_task})") from None
+            self._wait_for_own_worker()
+            self.cluster.client.set_metadata([_STATE_KEY, self.role], "running")
+        except BaseException:
+            self.stop()
+            raise
         _servers[self.target] = self
 
     def _start_worker(self, scheduler: str, host: str, port: int) -> subprocess.Popen:
         from . import _blas_env, worker_command
-        from .worker_process import QUIET_DASK, die_with_parent
+        from .worker_process import QUIET_DASK, die_with_parent, import_path_env
 
         workers_here = sum(1 for a in self.server_def.job_tasks("worker") if _split_address(a)[0] == host) \
             if "worker" in self.server_def.jobs else 1
         argv, env = worker_command(scheduler, self.job_name, self.task_index, extra=[
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
             "--death-timeout", str(int(self._timeout))])
-        env.update(_blas_env(self.job_name, max(1, workers_here), None))
-        env.update({**QUIET_DASK, **{k: v for k, v in os.environ.items() if k in QUIET_DASK}})
+        env.update({**_blas_env(self.job_name, max(1, workers_here), None), **import_path_env()})
+        for name, value in QUIET_DASK.items():  # unless the user asked for Dask's logs
+            env.setdefault(name, value)
         return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent if os.name == "posix" else None)
 
     def _wait_for_own_worker(self) -> None:
@@ -231,13 +271,18 @@ class Server:
 
     def _wait_until_finished(self, roles: list[str], timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        waiting_for = None
+        waiting_for, unreachable_since = None, None
         while True:
             try:
                 states = self.cluster.client.get_metadata([_STATE_KEY], default={})
                 present = {i.get("name") for i in worker_infos(self.cluster.client).values()}
-            except OSError:  # the scheduler closed: nothing left to serve
-                return
+                unreachable_since = None
+            except OSError:  # the scheduler closed (its task ended): nothing left to serve
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > _GONE_AFTER_S:
+                    return
+                time.sleep(_POLL_S * 5)
+                continue
             unfinished = [r for r in roles if not (states.get(r) == "done" or
                                                    (states.get(r) == "running" and r not in present))]
             if not unfinished:
@@ -256,10 +301,13 @@ class Server:
         if self._closed:
             return
         self._closed = True
-        _servers.pop(getattr(self.cluster, "target", None) if self.cluster else None, None)
-        if self.server_def is not None and self.cluster is not None:
-            try:
-                self.cluster.client.set_metadata([_STATE_KEY, self.role], "done")
+        for target in [t for t, server in _servers.items() if server is self]:
+            del _servers[target]
+        client = self.cluster.client if self.server_def is not None and self.cluster is not None else None
+        if client is not None and client.status == "running":
+            try:  # (with a timeout: a scheduler that is gone would be retried for 30 s)
+                client.sync(client.scheduler.set_metadata, keys=[_STATE_KEY, self.role], value="done",
+                            callback_timeout=CLOSE_TIMEOUT_S / 2)
             except Exception:  # noqa: BLE001 - the scheduler may be gone already; nothing to tell
                 pass
         if self.process is not None and self.process.poll() is None:
@@ -268,9 +316,9 @@ class Server:
                 self.process.wait(timeout=CLOSE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-        if self.server_def is not None and self.cluster is not None:
+        if client is not None:
             try:
-                self.cluster.client.close(timeout=CLOSE_TIMEOUT_S)
+                client.close(timeout=CLOSE_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - closing a client whose scheduler left can time out
                 pass
         if self._scheduler is not None:
@@ -309,8 +357,9 @@ class _SchedulerThread:
 
         async def serve():
             try:
+                # its HTTP server (health, metrics) on a free port: the default 8787 may be taken
                 self.scheduler = await Scheduler(host=host, port=port, dashboard=False,
-                                                 dashboard_address=None)
+                                                 dashboard_address=f"{host}:0")
             except BaseException as error:  # noqa: BLE001 - reported by the caller's thread
                 self._error = error
                 self._ready.set()

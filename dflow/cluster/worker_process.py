@@ -16,10 +16,17 @@ import sys
 
 from distributed.deploy.spec import ProcessInterface
 
-__all__ = ["WorkerProcess", "die_with_parent", "QUIET_DASK"]
+__all__ = ["WorkerProcess", "die_with_parent", "import_path_env", "QUIET_DASK"]
 
 CLOSE_TIMEOUT_S = 10.0
 QUIET_DASK = {"DASK_LOGGING__DISTRIBUTED": "warning"}  # a worker's INFO chatter drowns the script's output
+
+
+def import_path_env() -> dict[str, str]:
+    """``PYTHONPATH`` carrying this process's ``sys.path``, as multiprocessing's spawn passes it:
+    a worker must import the modules whose functions it is sent (``tf.replicate``'s, a test's)."""
+    paths = [os.getcwd() if entry == "" else entry for entry in sys.path]
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
 def die_with_parent() -> None:
@@ -45,7 +52,8 @@ class WorkerProcess(ProcessInterface):
                      "--nthreads", str(nthreads), "--no-nanny", "--no-dashboard", "--host", host,
                      "--death-timeout", str(int(death_timeout))] + (["--resources", resources] if resources
                                                                    else [])
-        self.env = {**os.environ, **QUIET_DASK, **(env or {})}
+        # Dask's logs only if the user asks for them
+        self.env = {**QUIET_DASK, **os.environ, **import_path_env(), **(env or {})}
         self.process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:

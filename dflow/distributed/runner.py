@@ -70,7 +70,10 @@ class ClusterRunner:
     """Plans and runs steps on the Dask cluster at ``target`` for one Session."""
 
     def __init__(self, target: str, timeout_s: float | None = None):
+        from ..cluster.server import resolve_target
+
         self.timeout = timeout_s or DEFAULT_TIMEOUT_S
+        target, named_worker = resolve_target(target)  # grpc://host:port: a TF task's address
         self.worker = _current_worker(target)
         self._own_client = None
         if self.worker is not None:  # a between-graph replica, running inside a worker
@@ -84,7 +87,8 @@ class ClusterRunner:
         self.client = client
         install(client)
         self.tasks = cluster_tasks(client)
-        own = role_of(self.worker.name) if self.worker is not None else _server_role(target)
+        own = (role_of(self.worker.name) if self.worker is not None
+               else _server_role(target) or _role_with_id(client, named_worker))
         self.default_task = own or ("/job:worker/task:0" if "/job:worker/task:0" in self.tasks
                                     else sorted(self.tasks)[0])
 
@@ -226,6 +230,17 @@ def _server_role(target: str) -> str | None:
 
     server = server_for(target)
     return role_of(server.role) if server is not None and server.job_name != "ps" else None
+
+
+def _role_with_id(client: distributed.Client, worker_id: str | None) -> str | None:
+    """The task of the Dask worker ``worker_id`` (a session given that task's ``grpc://`` address
+    runs unplaced ops there, as TF's master does)."""
+    if worker_id is None:
+        return None
+    from ..cluster.spec import worker_infos
+
+    names = [info.get("name") for info in worker_infos(client).values() if info.get("id") == worker_id]
+    return role_of(names[0]) if names else None
 
 
 def _current_worker(target: str):

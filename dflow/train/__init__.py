@@ -14,6 +14,11 @@
 
 from ..cluster import ClusterSpec, Server
 from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook
+from .basic_session_run_hooks import (
+    LoggingTensorHook,
+    NanLossDuringTrainingError,
+    NanTensorHook,
+)
 from .coordinator import Coordinator, LooperThread
 from .device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
 from .input import (
@@ -82,4 +87,5 @@ def __getattr__(name: str):
 
 from .summary_saver import StepCounterHook, SummarySaverHook  # noqa: E402 - after the hooks it builds on
 
-__all__ += ["SummarySaverHook", "StepCounterHook"]
+__all__ += ["SummarySaverHook", "StepCounterHook", "NanTensorHook", "NanLossDuringTrainingError",
+            "LoggingTensorHook"]

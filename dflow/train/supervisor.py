@@ -20,6 +20,7 @@ is a ``tf.summary.FileWriter`` on ``logdir`` (chief) where dflow has one, and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -289,7 +290,16 @@ class Supervisor:
             except TypeError:  # a runner that stops itself (SyncReplicasOptimizer's chief runner)
                 threads += runner.create_threads(sess, daemon=True, start=True)
             self._queue_runners.append((runner, sess))
+        if runners:
+            # scripts end without sv.stop() (mnist_replica.py): stop the runners before this
+            # process's Server (registered earlier, so it runs later) takes the cluster away
+            atexit.register(self._stop_runners_at_exit)
         return threads
+
+    def _stop_runners_at_exit(self) -> None:
+        if self._queue_runners:
+            with contextlib.suppress(Exception):  # the cluster may be gone already: nothing to stop
+                self._stop_threads(close_summary_writer=False)
 
     def summary_computed(self, sess: Session, summary, global_step=None) -> None:
         """Write a summary computed by the script to ``summary_writer`` (chief, with a logdir)."""

@@ -1,0 +1,94 @@
+"""TF 1.x's everyday hooks for ``MonitoredTrainingSession``: stop on a NaN loss, log tensors
+(``StepCounterHook`` lives beside ``SummarySaverHook``: it writes a summary).
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     step = tf.train.get_or_create_global_step()
+...     loss = tf.constant(0.5) * tf.cast(step, tf.float32)
+...     train_op = tf.assign_add(step, 1)
+...     hooks = [tf.train.NanTensorHook(loss), tf.train.LoggingTensorHook({"loss": loss}, every_n_iter=2),
+...              tf.train.StopAtStepHook(last_step=3)]
+...     with tf.train.MonitoredTrainingSession(hooks=hooks) as sess:
+...         while not sess.should_stop():
+...             _ = sess.run(train_op)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy
+
+from .monitored_session import SessionRunArgs, SessionRunHook
+
+__all__ = ["NanTensorHook", "NanLossDuringTrainingError", "LoggingTensorHook"]
+
+log = logging.getLogger("dflow")
+
+
+class NanLossDuringTrainingError(RuntimeError):
+    def __str__(self) -> str:
+        return "NaN loss during training."
+
+
+class NanTensorHook(SessionRunHook):
+    """Stop (or raise :class:`NanLossDuringTrainingError`, the default) when ``loss_tensor`` is NaN."""
+
+    def __init__(self, loss_tensor, fail_on_nan_loss: bool = True):
+        self._loss, self._fail = loss_tensor, fail_on_nan_loss
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._loss)
+
+    def after_run(self, run_context, run_values):
+        if numpy.isnan(run_values.results).any():
+            if self._fail:
+                log.error("Model diverged with loss = NaN.")
+                raise NanLossDuringTrainingError
+            log.warning("Model diverged with loss = NaN.")
+            run_context.request_stop()
+
+
+class LoggingTensorHook(SessionRunHook):
+    """Log ``tensors`` (a dict name -> tensor, or a list) every ``every_n_iter`` runs or
+    ``every_n_secs`` seconds, and at the end with ``at_end``; ``formatter(values)`` shapes the line."""
+
+    def __init__(self, tensors, every_n_iter: int | None = None, every_n_secs: float | None = None,
+                 at_end: bool = False, formatter=None):
+        if (every_n_iter is None) == (every_n_secs is None) and not at_end:
+            raise ValueError("LoggingTensorHook needs at_end=True and/or exactly one of every_n_iter and "
+                             "every_n_secs")
+        if every_n_iter is not None and every_n_iter <= 0:
+            raise ValueError(f"invalid every_n_iter={every_n_iter}")
+        self._tensors = tensors if isinstance(tensors, dict) else {
+            getattr(t, "name", str(t)): t for t in tensors}
+        self._every_n_iter, self._every_n_secs, self._at_end = every_n_iter, every_n_secs, at_end
+        self._formatter = formatter
+        self._iter, self._last_time = 0, None
+
+    def _due(self) -> bool:
+        if self._every_n_iter is not None:
+            return self._iter % self._every_n_iter == 0
+        return self._every_n_secs is not None and (
+            self._last_time is None or time.monotonic() - self._last_time >= self._every_n_secs)
+
+    def before_run(self, run_context):
+        self._should_log = self._due()
+        return SessionRunArgs(self._tensors) if self._should_log else None
+
+    def after_run(self, run_context, run_values):
+        if self._should_log:
+            self._log(run_values.results)
+        self._iter += 1
+
+    def end(self, session) -> None:
+        if self._at_end:
+            self._log(session.run(self._tensors))
+
+    def _log(self, values: dict) -> None:
+        self._last_time = time.monotonic()
+        if self._formatter is not None:
+            log.info(self._formatter(values))
+        else:
+            log.info(", ".join(f"{tag} = {values[tag]}" for tag in self._tensors))
