@@ -14,7 +14,7 @@
 >>> data = Dataset(store, "train", batch_size=100, seed=1, shard=(0, 2))
 >>> images, labels = next(data)
 >>> images.shape, labels.dtype.name, data.examples_per_epoch
-((100, 8, 8, 1), 'int64', 720)
+((100, 28, 28, 1), 'int64', 720)
 """
 
 from . import ops  # noqa: F401 - registers DatasetNext
