@@ -217,6 +217,7 @@ from .ops.state_ops import (
 from .placement import DeviceSpec
 from .runtime.run_options import RunMetadata, RunOptions
 from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
+from .runtime.session import GPUOptions, GraphOptions, OptimizerOptions
 from .train.moving_averages import moving_average_variables
 from .variables import (
     AUTO_REUSE,

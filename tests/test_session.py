@@ -264,3 +264,34 @@ def test_the_executor_counts_only_the_waits_for_asynchronous_ops_that_nothing_hi
 
     assert 0.25 < waited(0.0) < 0.6  # nothing to do meanwhile: the whole 0.3 s shows
     assert waited(0.4) < 0.05  # computing while the message travels hides it
+
+
+def test_config_gpu_and_graph_options_take_tf_fields():
+    config = tf.ConfigProto(gpu_options=tf.GPUOptions(per_process_gpu_memory_fraction=0.4))
+    config.gpu_options.allocator_type = "BFC"  # models_alexnet_benchmark's spelling
+    config.gpu_options.allow_growth = True
+    config.gpu_options.visible_device_list = "0"
+    config.graph_options.optimizer_options.global_jit_level = tf.OptimizerOptions().global_jit_level
+    assert tf.ConfigProto().gpu_options.allow_growth is False
+    x = tf.constant(2.0)
+    with tf.Session(config=config) as sess:
+        assert sess.run(x * 3.0) == 6.0
+        assert config.gpu_options.per_process_gpu_memory_fraction == 0.4
+
+
+def test_session_graph_def_is_the_graphs():
+    with tf.Graph().as_default() as g:
+        tf.add(tf.constant(1.0, name="a"), 2.0, name="total")
+        with tf.Session() as sess:
+            assert sess.graph_def == g.as_graph_def()
+            assert "total" in str(sess.graph_def)
+
+
+def test_str_fed_to_string_placeholder_comes_back_as_bytes():
+    word = tf.placeholder(tf.string, shape=[])
+    words = tf.placeholder(tf.string, shape=[None])
+    with tf.Session() as sess:
+        one, many = sess.run([tf.identity(word), tf.identity(words)],
+                             feed_dict={word: "héllo", words: ["a", b"b"]})
+    assert one == "héllo".encode()
+    assert list(many) == [b"a", b"b"]

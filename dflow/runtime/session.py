@@ -30,9 +30,50 @@ from .executor import OpNode, RunStats, Schedule, execute, schedule
 from .run_options import fill_run_metadata
 from .state import SessionState
 
-__all__ = ["Session", "InteractiveSession", "ConfigProto", "get_default_session"]
+__all__ = ["Session", "InteractiveSession", "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions",
+           "get_default_session"]
 
 log = logging.getLogger("dflow")
+
+
+@dataclass
+class GPUOptions:
+    """TF 1.x's ``ConfigProto().gpu_options`` fields, accepted so that scripts which set them
+    (``config.gpu_options.allow_growth = True``) run; CuPy's pool allocates on demand anyway."""
+
+    allow_growth: bool = False
+    per_process_gpu_memory_fraction: float = 0.0
+    allocator_type: str = ""
+    visible_device_list: str = ""
+    deferred_deletion_bytes: int = 0
+    polling_active_delay_usecs: int = 0
+    force_gpu_compatible: bool = False
+    experimental: Any = None
+
+
+@dataclass
+class OptimizerOptions:
+    """TF 1.x's ``graph_options.optimizer_options``: accepted, no effect (dflow does not rewrite
+    graphs)."""
+
+    do_common_subexpression_elimination: bool = False
+    do_constant_folding: bool = False
+    do_function_inlining: bool = False
+    opt_level: int = 0
+    global_jit_level: int = 0
+
+
+@dataclass
+class GraphOptions:
+    """TF 1.x's ``ConfigProto().graph_options``: accepted, no effect."""
+
+    optimizer_options: OptimizerOptions = field(default_factory=OptimizerOptions)
+    enable_bfloat16_sendrecv: bool = False
+    build_cost_model: int = 0
+    infer_shapes: bool = False
+    place_pruned_graph: bool = False
+    enable_recv_scheduling: bool = False
+    rewrite_options: Any = None
 
 
 @dataclass
@@ -48,12 +89,12 @@ class ConfigProto:
     log_device_placement: bool = False
     # on a cluster: how long a step waits for another task's value (0: ten minutes)
     operation_timeout_in_ms: int = 0
-    gpu_options: Any = None
+    gpu_options: GPUOptions = field(default_factory=GPUOptions)
     device_count: Any = None
     # accepted for TF scripts (mnist_replica.py's ["/job:ps", "/job:worker/task:1"]): a dflow
     # session already sees, and waits for, only the tasks its graph is placed on
     device_filters: list[str] = field(default_factory=list)
-    graph_options: Any = None
+    graph_options: GraphOptions = field(default_factory=GraphOptions)
     rpc_options: Any = None
     isolate_session_state: bool = False
     use_per_session_threads: bool = False
@@ -61,6 +102,10 @@ class ConfigProto:
     experimental: Any = None
 
     def __post_init__(self):
+        if self.gpu_options is None:
+            self.gpu_options = GPUOptions()
+        if self.graph_options is None:
+            self.graph_options = GraphOptions()
         bad = [f for f in self.device_filters if not (isinstance(f, str) and f.startswith("/job:"))]
         if bad:
             raise ValueError(f"ConfigProto(device_filters=) takes device names like '/job:ps' or "
@@ -133,6 +178,12 @@ class Session:
     def __exit__(self, *exc) -> None:
         self._contexts.pop().close()
         self.close()
+
+    @property
+    def graph_def(self):
+        """The session graph's GraphDef, as ``graph.as_graph_def()`` returns it (old scripts pass
+        ``sess.graph_def`` to a FileWriter)."""
+        return self.graph.as_graph_def()
 
     def as_default(self):
         @contextlib.contextmanager
@@ -280,6 +331,8 @@ class Session:
             tensor = self.graph.as_graph_element(key)
             if isinstance(tensor, Operation):
                 raise TypeError(f"cannot feed operation {tensor.name}; feed one of its output tensors")
+            if tensor.dtype.name == "string":
+                value = _as_bytes_feed(value)
             try:
                 # a copy, so that an assign from a feed does not alias the caller's array
                 array = numpy.array(value, dtype=tensor.dtype.as_numpy_dtype, copy=True)
@@ -293,6 +346,16 @@ class Session:
                     f"which has shape {tensor.shape}", op=tensor.op.name)
             feeds[tensor.name] = array
         return feeds
+
+
+def _as_bytes_feed(value):
+    """TF hands back a fed ``str`` as ``bytes`` (UTF-8), in arrays and lists too."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (list, tuple)) or (isinstance(value, numpy.ndarray) and value.dtype.kind in "UO"):
+        return numpy.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(
+            numpy.asarray(value, dtype=object))
+    return value
 
 
 class InteractiveSession(Session):
