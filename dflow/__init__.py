@@ -216,8 +216,15 @@ from .ops.state_ops import (
 )
 from .placement import DeviceSpec
 from .runtime.run_options import RunMetadata, RunOptions
-from .runtime.session import ConfigProto, InteractiveSession, Session, get_default_session
-from .runtime.session import GPUOptions, GraphOptions, OptimizerOptions
+from .runtime.session import (
+    ConfigProto,
+    GPUOptions,
+    GraphOptions,
+    InteractiveSession,
+    OptimizerOptions,
+    Session,
+    get_default_session,
+)
 from .train.moving_averages import moving_average_variables
 from .variables import (
     AUTO_REUSE,
