@@ -295,3 +295,11 @@ def test_str_fed_to_string_placeholder_comes_back_as_bytes():
                              feed_dict={word: "héllo", words: ["a", b"b"]})
     assert one == "héllo".encode()
     assert list(many) == [b"a", b"b"]
+
+
+def test_log_device_placement_prints_each_op_placement(capsys):
+    total = tf.add(tf.constant(1.0), 2.0, name="total")
+    with tf.Session(config=tf.ConfigProto(log_device_placement=True)) as sess:
+        assert sess.run(total) == 3.0
+    err = capsys.readouterr().err
+    assert "total: (Add): /job:localhost/replica:0/task:0/device:CPU:0" in err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -305,8 +306,10 @@ class Session:
             return plan
         nodes = [to_node(op, self._device_type(op)) for op in ops]
         if self.config.log_device_placement:
+            # to stderr in TF's form, as TF prints it whatever the logging setup
             for node in nodes:
-                log.info("%s (%s): %s", node.name, node.type, node.device_type)
+                print(f"{node.name}: ({node.type}): /job:localhost/replica:0/task:0/device:"
+                      f"{node.device_type}:0", file=sys.stderr)
         return schedule(nodes, set(feeds), fetch_names)
 
     def _device_type(self, op: Operation) -> str:
