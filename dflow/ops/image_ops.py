@@ -346,8 +346,8 @@ def _resize_kernel(xp, images, height, width, method, align_corners):
     xs = _source_coordinates(xp, width, in_w, align_corners)
     if method == ResizeMethod.NEAREST_NEIGHBOR:
         pick = xp.round if align_corners else xp.floor
-        rows = xp.astype(xp.clip(pick(ys), 0, in_h - 1), xp.int64)
-        cols = xp.astype(xp.clip(pick(xs), 0, in_w - 1), xp.int64)
+        rows = xp.clip(xp.astype(pick(ys), xp.int64), 0, in_h - 1)
+        cols = xp.clip(xp.astype(pick(xs), xp.int64), 0, in_w - 1)
         return xp.take(xp.take(images, rows, axis=-3), cols, axis=-2)
     images = xp.astype(images, xp.float32)
     y0 = xp.astype(xp.floor(ys), xp.int64)
