@@ -14,21 +14,31 @@
 # (``tf.__version__.split('.')``, ``< '1.5'``); dflow's own release is DFLOW_VERSION
 __version__ = "1.15.0"
 
+# the tf.* namespaces (tf.math and tf.random are TF 1.13+ names that late 1.x scripts use)
 from . import (
+    app,
     cluster,
+    compat,
     contrib,
     dtypes,
     errors,
     estimator,
-    image,  # noqa: E402,I001 - tf.image
+    flags,
+    gfile,
+    image,  # tf.image
     layers,
     losses,
+    math,
     metrics,
-    nn,  # noqa: E402,I001 - after the core ops it builds on
-    summary,  # noqa: E402,I001
-    train,  # noqa: E402,I001
+    nn,
+    random,
+    summary,
+    train,
 )
+from . import tf_io as io
+from . import tf_logging as logging
 from .autodiff import gradients
+from .compat import disable_eager_execution, disable_v2_behavior, executing_eagerly
 from .dtypes import (
     DType,
     as_dtype,
@@ -107,7 +117,15 @@ from .ops.array_ops import (
 )
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
-from .ops.embedding_ops import gather, reverse_sequence, unsorted_segment_sum
+from .ops.embedding_ops import (
+    gather,
+    gather_nd,
+    reverse_sequence,
+    scatter_add,
+    scatter_sub,
+    scatter_update,
+    unsorted_segment_sum,
+)
 from .ops.image_ops import random_crop
 from .ops.io_ops import (
     FixedLengthRecordReader,
@@ -208,6 +226,7 @@ from .ops.state_ops import (
     assign,
     assign_add,
     assign_sub,
+    is_variable_initialized,
     multinomial,
     random_normal,
     random_shuffle,
@@ -254,27 +273,14 @@ from .variables import (
     zeros_initializer,
 )
 
-sub = subtract
-from .ops.state_ops import is_variable_initialized  # noqa: E402  (TF 1.x's top-level name)
-
-mul = multiply
-from .ops.embedding_ops import gather_nd, scatter_add, scatter_sub, scatter_update  # noqa: E402
-
-div = divide
+sub, mul, div = subtract, multiply, divide
 newaxis = None
 lin_space = linspace
 neg, select, pack, unpack = negative, where, stack, unstack  # TF 0.x names older scripts still use
-from . import math, random  # noqa: E402 - tf.math and tf.random: the TF 1.13+ names
 
 DFLOW_VERSION = "0.1.0"  # dflow's own release: setup.cfg's version, `dflow --version`
 VERSION = __version__
 GIT_VERSION = f"dflow-{DFLOW_VERSION}"  # TF's names the build here: this is dflow
-
-# tf.app, tf.flags, tf.logging, tf.gfile, tf.io.gfile, tf.compat (dflow/app.py, ...)
-from . import app, compat, flags, gfile  # noqa: E402
-from . import tf_io as io  # noqa: E402
-from . import tf_logging as logging  # noqa: E402
-from .compat import disable_eager_execution, disable_v2_behavior, executing_eagerly  # noqa: E402
 
 
 def replicate(train_fn, cluster, *args, job: str = "worker", **kwargs) -> list:  # noqa: F811
@@ -291,4 +297,5 @@ def __getattr__(name: str):
         return summary.proto_class(name)
     if name in summary.REMOVED_NAMES:
         raise summary.removed_name_error(name)
-    raise AttributeError(f"module 'dflow' has no attribute {name!r}")
+    raise AttributeError(f"module 'dflow' has no attribute {name!r}: tf.{name} is not part of the TF 1.x "
+                         "API dflow implements (README, 'What exists' lists it)")
