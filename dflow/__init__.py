@@ -270,8 +270,8 @@ DFLOW_VERSION = "0.1.0"  # dflow's own release: setup.cfg's version, `dflow --ve
 VERSION = __version__
 GIT_VERSION = f"dflow-{DFLOW_VERSION}"  # TF's names the build here: this is dflow
 
-# tf.app, tf.flags, tf.logging, tf.gfile, tf.io.gfile, tf.compat (dflow/app.py, ...)
-from . import app, compat, flags, gfile  # noqa: E402
+# tf.app, tf.flags, tf.logging, tf.gfile, tf.io.gfile, tf.compat, tf.data, tf.test (dflow/app.py, ...)
+from . import app, compat, data, flags, gfile, test  # noqa: E402
 from . import tf_io as io  # noqa: E402
 from . import tf_logging as logging  # noqa: E402
 from .compat import disable_eager_execution, disable_v2_behavior, executing_eagerly  # noqa: E402
