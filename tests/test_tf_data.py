@@ -7,9 +7,12 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import local_cluster_fixture
 from sklearn.datasets import load_digits
 
 import dflow as tf
+
+cluster = local_cluster_fixture(ps=1, workers=1)
 
 
 def run_all(sess, fetch):
@@ -180,6 +183,22 @@ def test_unsupported_parts_name_themselves():
             _ = data.make_one_shot_iterator().initializer
 
 
+def test_iterators_on_a_dask_worker_keep_their_position_there(idx_files, target):
+    images_file, labels_file, _, labels = idx_files
+    with tf.Graph().as_default():
+        with tf.device("/job:worker/task:0"):
+            iterator = mnist_dataset(images_file, labels_file).batch(1000).make_initializable_iterator()
+            _, label_batch = iterator.get_next()
+            count = tf.data.Dataset.range(2).make_one_shot_iterator().get_next()
+        with tf.Session(target) as sess:
+            for _ in range(2):  # the initializer starts the worker's stream again
+                sess.run(iterator.initializer)
+                read = run_all(sess, label_batch)
+                assert [len(b) for b in read] == [1000, 797]
+                np.testing.assert_array_equal(np.concatenate(read)[:, 0], labels)
+            assert run_all(sess, count) == [0, 1]
+
+
 def test_text_lines(tmp_path):
     path = tmp_path / "lines.txt"
     path.write_text("first line\nsecond\r\n\nlast")
@@ -221,7 +240,6 @@ def mnist_model_fn(features, labels, mode):
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
-@pytest.mark.slow
 def test_estimator_trains_on_a_dataset_until_it_ends(idx_files, tmp_path, caplog):
     images_file, labels_file, _, labels = idx_files
 

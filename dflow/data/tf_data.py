@@ -59,8 +59,9 @@ def _flatten(value) -> tuple[Any, list]:
     return None, [value]
 
 
-def _pack(structure, leaves):
-    """The inverse of :func:`_flatten` (``leaves`` is consumed)."""
+def _pack(structure, leaves, sequence=tuple):
+    """The inverse of :func:`_flatten`; with ``sequence=list``, a structure whose leaves are
+    ``leaves`` (each a structure: what ``zip`` makes of its datasets')."""
     leaves = iter(leaves)
 
     def build(s):
@@ -68,7 +69,7 @@ def _pack(structure, leaves):
             return next(leaves)
         if isinstance(s, dict):
             return {key: build(sub) for key, sub in s.items()}
-        return tuple(build(sub) for sub in s)
+        return sequence(build(sub) for sub in s)
     return build(structure)
 
 
@@ -121,7 +122,7 @@ class DatasetConstructors:
         for part in parts:
             if not isinstance(part, DatasetV1):
                 raise TypeError(f"Dataset.zip takes a tuple or dict of datasets, got a {type(part).__name__}")
-        element = _pack(structure, [d._structure for d in parts])
+        element = _pack(structure, [d._structure for d in parts], sequence=list)
         return DatasetV1("zip", element, [spec for d in parts for spec in d._specs], inputs=parts)
 
     @staticmethod
@@ -411,8 +412,8 @@ class Iterator:
 
     def make_initializer(self, dataset: DatasetV1, name=None):
         """An op that (re)starts this iterator at ``dataset``'s first element."""
-        if [d for d, _ in dataset._specs] != [d for d, _ in self._specs] or \
-                _flatten(dataset._structure)[0] != _flatten(self._structure)[0]:
+        same_types = [d for d, _ in dataset._specs] == [d for d, _ in self._specs]
+        if not same_types or dataset._structure != self._structure:
             raise TypeError(f"make_initializer: the dataset's elements ({dataset.output_types}) do not match "
                             f"the iterator's ({self.output_types})")
         captured: list[Tensor] = []
