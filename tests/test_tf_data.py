@@ -2,6 +2,7 @@
 files (MNIST IDX files written from scikit-learn's digits, read as official/mnist's dataset.py
 reads them), ending with tf.errors.OutOfRangeError; and an Estimator whose input_fn returns one."""
 
+import json
 import logging
 import struct
 
@@ -199,6 +200,19 @@ def test_iterators_on_a_dask_worker_keep_their_position_there(idx_files, target)
             assert run_all(sess, count) == [0, 1]
 
 
+def test_a_pipeline_survives_the_graph_as_plain_data(idx_files):
+    images_file, labels_file, _, labels = idx_files
+    with tf.Graph().as_default() as graph:
+        data = mnist_dataset(images_file, labels_file).filter(lambda image, label: label[0] > 4).batch(50)
+        _, label_batch = data.make_one_shot_iterator().get_next(name="next_labels")
+        graph_def = json.loads(json.dumps(graph.as_graph_def()))  # JSON: no pickled functions
+    with tf.Graph().as_default() as copy:
+        tf.import_graph_def(graph_def, copy)
+        with tf.Session() as sess:
+            read = run_all(sess, copy.get_tensor_by_name("next_labels:1"))
+    np.testing.assert_array_equal(np.concatenate(read)[:, 0], labels[labels > 4])
+
+
 def test_text_lines(tmp_path):
     path = tmp_path / "lines.txt"
     path.write_text("first line\nsecond\r\n\nlast")
@@ -230,7 +244,9 @@ def mnist_model_fn(features, labels, mode):
     hidden = tf.layers.dense(features, 64, activation=tf.nn.relu)
     logits = tf.layers.dense(hidden, 10)
     if mode == tf.estimator.ModeKeys.PREDICT:
-        return tf.estimator.EstimatorSpec(mode, predictions={"classes": tf.argmax(logits, axis=1)})
+        predictions = {"classes": tf.argmax(logits, axis=1)}
+        return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
+            "classify": tf.estimator.export.PredictOutput(predictions)})
     loss = tf.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)  # labels are (n, 1)
     accuracy = tf.metrics.accuracy(labels=labels, predictions=tf.argmax(logits, axis=1))
     if mode == tf.estimator.ModeKeys.EVAL:
@@ -263,3 +279,7 @@ def test_estimator_trains_on_a_dataset_until_it_ends(idx_files, tmp_path, caplog
                                           .map(lambda image, label: image)))
     assert len(predictions) == 7
     assert np.mean([p["classes"] for p in predictions] == labels[1790:]) >= 5 / 7
+    serving_fn = tf.estimator.export.build_raw_serving_input_receiver_fn({
+        "image": tf.placeholder(tf.float32, [None, 784])})
+    with pytest.raises(NotImplementedError, match="export_savedmodel is not supported by dflow"):
+        classifier.export_savedmodel(str(tmp_path / "export"), serving_fn)

@@ -2,8 +2,9 @@
 
 A ``tf.data`` pipeline reaches the graph as plain data: a *plan*, nested dicts
 with one ``kind`` per stage (``"fixed_length_records"``, ``"map"``, ``"batch"``,
-...), where a ``map``'s function is the list of :class:`~dflow.runtime.executor.OpNode`
-it traced. Tensors a pipeline takes from the graph (``from_tensor_slices``'s
+...), where a ``map``'s function is the list of ops it traced (each an
+:class:`~dflow.runtime.executor.OpNode` as a dict: ``graph_to_dict`` writes a pipeline
+as JSON). Tensors a pipeline takes from the graph (``from_tensor_slices``'s
 arrays) are inputs of the op that starts the iterator, named in the plan by
 position. The kernel of ``MakeIterator`` (or of ``OneShotIterator``, on its first
 run) turns the plan into a :class:`Stream` (stage by stage: each stage is a
@@ -102,10 +103,12 @@ class _Function:
     """A traced function (``map``'s, ``filter``'s) run on one element by the executor."""
 
     def __init__(self, function: dict, ctx: _Context):
-        from ..runtime.executor import schedule
+        from ..runtime.executor import OpNode, schedule
 
         self._args, self._ctx = function["args"], ctx
-        self._plan = schedule(function["nodes"], set(self._args), function["outputs"])
+        nodes = [OpNode(n["name"], n["type"], n["attrs"], tuple(n["inputs"]), tuple(n["control_inputs"]),
+                        n["num_outputs"]) for n in function["nodes"]]
+        self._plan = schedule(nodes, set(self._args), function["outputs"])
         self._namespaces = {"CPU": ctx.xp, "GPU": ctx.xp}
 
     def __call__(self, element: tuple) -> tuple:

@@ -305,7 +305,9 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
             raise ValueError(f"the function passed to Dataset.{what} uses the placeholder {op.name}, which "
                              "dflow cannot feed inside a dataset: pass its value through "
                              "from_tensor_slices and an initializable iterator instead")
-    nodes = [to_node(op) for op in prune(graph, outputs, fed)]
+    nodes = [{"name": n.name, "type": n.type, "attrs": n.attrs, "inputs": list(n.inputs),
+              "control_inputs": list(n.control_inputs), "num_outputs": n.num_outputs}
+             for n in map(to_node, prune(graph, outputs, fed))]  # plain data: graph_to_dict writes it
     function_plan = {"nodes": nodes, "args": [a.name for a in args], "outputs": [t.name for t in outputs]}
     return function_plan, structure, [(t.dtype, t.shape.dims) for t in outputs]
 
@@ -368,7 +370,7 @@ class Iterator:
     def __init__(self, handle: Tensor, initializer, structure, specs):
         self._handle, self._initializer = handle, initializer
         self._structure, self._specs = structure, list(specs)
-        get_default_graph().add_to_collection(ITERATORS, self)
+        get_default_graph().add_to_collection(ITERATORS, handle)  # a tensor: survives graph_to_dict
 
     @staticmethod
     def from_structure(output_types, output_shapes=None, shared_name=None, output_classes=None) -> Iterator:

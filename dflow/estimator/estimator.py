@@ -334,6 +334,14 @@ class Estimator:
         finally:
             session.close()
 
+    def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, *args, **kwargs):
+        raise NotImplementedError(
+            "Estimator.export_savedmodel is not supported by dflow (it writes no SavedModel): the trained "
+            f"model is the checkpoint in model_dir ({self._model_dir}); serve it with Estimator.predict, or "
+            "restore it with tf.train.Saver into a graph built by the model_fn")
+
+    export_saved_model = export_savedmodel
+
     # ---- reading the checkpoint -------------------------------------------------------------------
     def get_variable_names(self) -> list[str]:
         return sorted(self._checkpoint_values())
