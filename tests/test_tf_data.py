@@ -171,6 +171,69 @@ def test_reinitializable_iterator_switches_between_datasets():
             iterator.make_initializer(tf.data.Dataset.range(3))
 
 
+def test_feedable_iterator_reads_the_iterator_whose_handle_is_fed():
+    with tf.Graph().as_default():
+        train = tf.data.Dataset.range(100).repeat()
+        validation = tf.data.Dataset.range(1000, 1003)
+        handle = tf.placeholder(tf.string, shape=[])
+        iterator = tf.data.Iterator.from_string_handle(handle, train.output_types, train.output_shapes)
+        element = iterator.get_next()
+        train_iterator = train.make_one_shot_iterator()
+        validation_iterator = tf.data.make_initializable_iterator(validation)
+        with tf.Session() as sess:
+            train_handle, validation_handle = sess.run([train_iterator.string_handle(),
+                                                        validation_iterator.string_handle()])
+            assert isinstance(train_handle, bytes)
+            assert [int(sess.run(element, {handle: train_handle})) for _ in range(3)] == [0, 1, 2]
+            sess.run(validation_iterator.initializer)
+            validation_values = run_all_fed(sess, element, {handle: validation_handle})
+            assert [int(v) for v in validation_values] == [1000, 1001, 1002]
+            assert int(sess.run(element, {handle: train_handle})) == 3  # the training position is kept
+            with pytest.raises(tf.errors.InvalidArgumentError, match="not the string handle"):
+                sess.run(element, {handle: b"no such iterator"})
+
+
+def run_all_fed(sess, fetch, feed):
+    values = []
+    try:
+        while True:
+            values.append(sess.run(fetch, feed))
+    except tf.errors.OutOfRangeError:
+        return values
+
+
+def test_from_generator_checks_what_it_yields():
+    def pairs(n):
+        for i in range(n):
+            yield np.full(i + 1, i, np.float64), f"item {i}"
+
+    with tf.Graph().as_default():
+        data = tf.data.Dataset.from_generator(pairs, (tf.float32, tf.string), ([None], []), args=(3,))
+        vector, text = tf.data.make_one_shot_iterator(data).get_next()
+        assert vector.shape.as_list() == [None] and tf.data.get_output_types(data) == (tf.float32, tf.string)
+        bad = tf.data.Dataset.from_generator(lambda: iter([[1, 2]]), tf.int32, []).make_one_shot_iterator()
+        with tf.Session() as sess:
+            got = run_all(sess, [vector, text])
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"\(2,\), but output_shapes says \[\]"):
+                sess.run(bad.get_next())
+    assert [(v.tolist(), t) for v, t in got] == [([0.0], b"item 0"), ([1.0, 1.0], b"item 1"),
+                                                ([2.0] * 3, b"item 2")]
+    assert got[0][0].dtype == np.float32
+
+
+def test_experimental_transformations():
+    with tf.Graph().as_default():
+        data = tf.data.Dataset.range(6).apply(tf.data.experimental.shuffle_and_repeat(6, count=2, seed=3))
+        data = data.apply(tf.data.experimental.map_and_batch(lambda x: x * 10, 4, drop_remainder=True))
+        data = data.prefetch(tf.data.experimental.AUTOTUNE)
+        assert data.output_shapes.as_list() == [4]
+        batch = data.make_one_shot_iterator().get_next()
+        with tf.Session() as sess:
+            batches = run_all(sess, batch)
+    values = np.concatenate(batches)
+    assert len(batches) == 3 and sorted(values.tolist()) == sorted(list(range(0, 60, 10)) * 2)
+
+
 def test_unsupported_parts_name_themselves():
     with tf.Graph().as_default():
         data = tf.data.Dataset.range(3)
@@ -191,6 +254,7 @@ def test_iterators_on_a_dask_worker_keep_their_position_there(idx_files, target)
             iterator = mnist_dataset(images_file, labels_file).batch(1000).make_initializable_iterator()
             _, label_batch = iterator.get_next()
             count = tf.data.Dataset.range(2).make_one_shot_iterator().get_next()
+            generated = tf.data.Dataset.from_generator(lambda: iter([1]), tf.int64).make_one_shot_iterator()
         with tf.Session(target) as sess:
             for _ in range(2):  # the initializer starts the worker's stream again
                 sess.run(iterator.initializer)
@@ -198,6 +262,8 @@ def test_iterators_on_a_dask_worker_keep_their_position_there(idx_files, target)
                 assert [len(b) for b in read] == [1000, 797]
                 np.testing.assert_array_equal(np.concatenate(read)[:, 0], labels)
             assert run_all(sess, count) == [0, 1]
+            with pytest.raises(tf.errors.InvalidArgumentError, match="in the process that built the graph"):
+                sess.run(generated.get_next())
 
 
 def test_a_pipeline_survives_the_graph_as_plain_data(idx_files):

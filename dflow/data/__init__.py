@@ -22,6 +22,7 @@
 """
 
 from . import (
+    experimental,
     iterator_ops,  # noqa: F401 - registers the tf.data iterator ops
     ops,  # noqa: F401 - registers DatasetNext
 )
@@ -31,9 +32,20 @@ from .ops import dataset_next
 from .prepare import CONVERTERS, prepare
 from .sources import SourceError
 from .store import describe, open_store
-from .tf_data import DatasetV1, FixedLengthRecordDataset, Iterator, TextLineDataset, TFRecordDataset
+from .tf_data import (
+    DatasetV1,
+    FixedLengthRecordDataset,
+    Iterator,
+    TextLineDataset,
+    TFRecordDataset,
+    get_output_shapes,
+    get_output_types,
+    make_initializable_iterator,
+    make_one_shot_iterator,
+)
 from .transforms import TRANSFORMS
 
 __all__ = ["Dataset", "dataset_next", "prepare", "describe", "open_store", "CONVERTERS", "TRANSFORMS",
            "SourceError", "DigitsSplit", "load_digits", "iterate_batches", "DatasetV1",
-           "FixedLengthRecordDataset", "TextLineDataset", "TFRecordDataset", "Iterator"]
+           "FixedLengthRecordDataset", "TextLineDataset", "TFRecordDataset", "Iterator", "experimental",
+           "make_one_shot_iterator", "make_initializable_iterator", "get_output_types", "get_output_shapes"]

@@ -18,6 +18,7 @@ side packs it back into the dataset's tuples and dicts.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable, Iterator
 
@@ -25,7 +26,7 @@ from .. import dtypes
 from ..errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
 from ..ops.registry import Spec, defop
 
-__all__ = ["Stream", "compile_plan"]
+__all__ = ["Stream", "compile_plan", "register_generator"]
 
 Pass = Callable[[], Iterator[tuple]]  # each call: a fresh pass over a stage's elements
 
@@ -84,6 +85,55 @@ def _file_records(name: str, size: int, header: int, footer: int) -> Iterator[tu
         f.seek(header)
         for _ in range(body // size):
             yield (numpy.asarray(f.read(size), dtype=object),)
+
+
+# from_generator's Python generators, by token: the graph carries the token (as TF's py_func registry)
+_GENERATORS: dict[str, tuple[Callable, tuple]] = {}
+_generator_tokens = itertools.count()
+
+
+def register_generator(generator: Callable, args: tuple) -> str:
+    token = f"{os.getpid()}-{next(_generator_tokens)}"
+    _GENERATORS[token] = (generator, args)
+    return token
+
+
+def _generator(plan, upstream, ctx) -> Pass:
+    from .tf_data import _flatten
+
+    if plan["token"] not in _GENERATORS:
+        raise InvalidArgumentError(
+            "a Dataset.from_generator runs its Python generator in the process that built the graph, and "
+            f"this is another process (pid {os.getpid()}): run its iterator in a local tf.Session, or build "
+            "the arrays first and use Dataset.from_tensor_slices")
+    generator, args = _GENERATORS[plan["token"]]
+
+    def elements():
+        for value in generator(*args):
+            is_tuple = isinstance(value, list) and plan["structure"] is not None  # TF reads a list as a tuple
+            structure, leaves = _flatten(tuple(value) if is_tuple else value)
+            if structure != plan["structure"] or len(leaves) != len(plan["types"]):
+                raise InvalidArgumentError(f"from_generator: the generator yielded {value!r}, which does not "
+                                           "have the structure of output_types")
+            yield tuple(_generated_array(ctx.xp, leaf, dtype, shape)
+                        for leaf, dtype, shape in zip(leaves, plan["types"], plan["shapes"]))
+    return elements
+
+
+def _generated_array(xp, value, dtype, shape):
+    import numpy
+
+    if dtype == dtypes.string:
+        array = numpy.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(
+            numpy.asarray(value, dtype=object))
+    else:
+        array = numpy.asarray(value, dtype=dtype.as_numpy_dtype)
+    fits = shape is None or (len(shape) == array.ndim and all(d in (None, n)
+                                                              for d, n in zip(shape, array.shape)))
+    if not fits:
+        raise InvalidArgumentError(f"from_generator: the generator yielded an element of shape "
+                                   f"{array.shape}, but output_shapes says {list(shape)}")
+    return array if dtype == dtypes.string else xp.asarray(array)
 
 
 def _text_lines(plan, upstream, ctx) -> Pass:
@@ -239,7 +289,7 @@ def _prefetch(plan, upstream, ctx) -> Pass:
 
 _STAGES: dict[str, Callable[..., Pass]] = {
     "tensors": _tensors, "tensor_slices": _tensor_slices, "range": _range,
-    "fixed_length_records": _fixed_length_records, "text_lines": _text_lines,
+    "fixed_length_records": _fixed_length_records, "text_lines": _text_lines, "generator": _generator,
     "map": _map, "filter": _filter, "batch": _batch, "shuffle": _shuffle, "repeat": _repeat,
     "take": _take, "skip": _skip, "cache": _cache, "zip": _zip, "concatenate": _concatenate,
     "prefetch": _prefetch,
@@ -279,7 +329,14 @@ class Stream:
 
 
 def _stream_of(state, handle) -> Stream:
-    return state.resources[str(handle)]
+    """The stream a handle names: the handle op's key, or the bytes ``string_handle()`` gave."""
+    key = getattr(handle, "item", lambda: handle)()  # a fed string handle: a 0-d NumPy object array
+    key = key.decode() if isinstance(key, bytes) else str(key)
+    stream = state.resources.get(key)
+    if not isinstance(stream, Stream):
+        raise InvalidArgumentError(f"{key!r} is not the string handle of an iterator of this session: feed "
+                                   "the value sess.run(iterator.string_handle()) gave")
+    return stream
 
 
 def _handle_kernel(state, xp, shared_name, **_):
@@ -312,7 +369,14 @@ def _handle_infer(inputs, **_):
     return [Spec((), dtypes.string)]
 
 
+def _to_string_handle_kernel(xp, handle):
+    import numpy
+
+    return numpy.asarray(str(handle).encode(), dtype=object)  # TF hands string handles out as bytes
+
+
 defop("IteratorV2", _handle_infer, _handle_kernel, stateful=True)
 defop("OneShotIterator", _handle_infer, _one_shot_kernel, stateful=True)
 defop("MakeIterator", lambda inputs, plan: [], _make_iterator_kernel, stateful=True, num_outputs=0)
+defop("IteratorToStringHandle", _handle_infer, _to_string_handle_kernel)
 defop("IteratorGetNext", _get_next_infer, _get_next_kernel, stateful=True, num_outputs=None)

@@ -24,10 +24,11 @@ each element, so ``tf.decode_raw``, ``tf.cast``, ``tf.reshape``... work in them.
 >>> batches
 [[11, 22], [33, 44], [55]]
 
-Iterators run in local sessions; the datasets read files with fsspec (local paths,
-``memory://``, ``s3://``...). Not supported (each raises an error that says so):
-``padded_batch``, ``flat_map``/``interleave``, TFRecord files, feedable
-(``string_handle``) iterators and eager iteration.
+Iterators run in local sessions and on a Dask cluster's workers (the iterator's
+stream lives in the session state of the task its ops are placed on); files are
+read with fsspec (local paths, ``memory://``, ``s3://``...). Not supported (each
+raises an error that says so): ``padded_batch``, ``flat_map``/``interleave``,
+TFRecord files and eager iteration; ``from_generator`` runs only where the graph was built (as in TF).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from .. import dtypes
 from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph, name_scope
 
 __all__ = ["DatasetV1", "DatasetConstructors", "FixedLengthRecordDataset", "TextLineDataset",
-           "TFRecordDataset", "Iterator", "ITERATORS"]
+           "TFRecordDataset", "Iterator", "ITERATORS", "make_one_shot_iterator",
+           "make_initializable_iterator", "get_output_types", "get_output_shapes"]
 
 # the graph collection of iterators (an Estimator runs until their OutOfRangeError)
 ITERATORS = "dflow_dataset_iterators"
@@ -126,10 +128,25 @@ class DatasetConstructors:
         return DatasetV1("zip", element, [spec for d in parts for spec in d._specs], inputs=parts)
 
     @staticmethod
-    def from_generator(*args, **kwargs):
-        raise NotImplementedError("tf.data.Dataset.from_generator is not supported by dflow: its elements "
-                                  "come from Python code the graph cannot carry; build the arrays first and "
-                                  "use tf.data.Dataset.from_tensor_slices")
+    def from_generator(generator, output_types, output_shapes=None, args=None) -> DatasetV1:
+        """The elements ``generator(*args)`` yields (converted to ``output_types``; checked against
+        ``output_shapes``). As in TF, the generator runs in the process that built the graph: the
+        graph holds only a token for it, so a Dask worker cannot run this dataset.
+
+        >>> data = tf.data.Dataset.from_generator(lambda: iter([[1, 2], [3]]), tf.int64, [None])
+        >>> data.output_shapes.as_list()
+        [None]
+        """
+        from .iterator_ops import register_generator
+
+        if not callable(generator):
+            raise TypeError(f"from_generator needs a function that returns an iterator, got {generator!r}")
+        structure, types = _flatten(output_types)
+        specs = _specs_of(structure, types, output_shapes)
+        token = register_generator(generator, tuple(args or ()))
+        return DatasetV1("generator", structure, specs, params={
+            "token": token, "structure": structure, "types": [d for d, _ in specs],
+            "shapes": [s for _, s in specs]})
 
 
 class DatasetV1(DatasetConstructors):
@@ -375,23 +392,26 @@ class Iterator:
     @staticmethod
     def from_structure(output_types, output_shapes=None, shared_name=None, output_classes=None) -> Iterator:
         structure, types = _flatten(output_types)
-        shapes = ([None] * len(types) if output_shapes is None else
-                  [TensorShape(s).dims for s in _flatten_like(structure, output_shapes)])
-        specs = [(dtypes.as_dtype(t), s) for t, s in zip(types, shapes)]
+        specs = _specs_of(structure, types, output_shapes)
         graph = get_default_graph()
         name = graph.unique_name("Iterator", mark_as_used=False)
         op = graph.create_op("IteratorV2", [], {"shared_name": shared_name or name}, name=name)
         return Iterator(op.outputs[0], None, structure, specs)
 
     @staticmethod
-    def from_string_handle(*args, **kwargs):
-        raise NotImplementedError("tf.data.Iterator.from_string_handle (feedable iterators) is not supported "
-                                  "by dflow: use Iterator.from_structure and run make_initializer(dataset) "
-                                  "for the dataset to switch to")
+    def from_string_handle(string_handle, output_types, output_shapes=None, output_classes=None) -> Iterator:
+        """A feedable iterator: its ``get_next()`` reads from the iterator whose
+        ``string_handle()`` value is fed to ``string_handle`` (a scalar ``tf.string`` placeholder)."""
+        handle = convert_to_tensor(string_handle)
+        if handle.dtype != dtypes.string:
+            raise TypeError(f"from_string_handle needs a tf.string tensor, got {handle.dtype.name}")
+        structure, types = _flatten(output_types)
+        return Iterator(handle, None, structure, _specs_of(structure, types, output_shapes))
 
-    def string_handle(self, name=None):
-        raise NotImplementedError("Iterator.string_handle is not supported by dflow: use "
-                                  "Iterator.from_structure and make_initializer(dataset) to switch datasets")
+    def string_handle(self, name=None) -> Tensor:
+        """A scalar ``tf.string`` naming this iterator, to feed to ``Iterator.from_string_handle``'s."""
+        return get_default_graph().create_op("IteratorToStringHandle", [self._handle],
+                                             name=name or "IteratorToStringHandle").outputs[0]
 
     @property
     def initializer(self):
@@ -431,6 +451,12 @@ class Iterator:
         return _pack(self._structure, op.outputs)
 
 
+def _specs_of(structure, types, output_shapes) -> list:
+    shapes = ([None] * len(types) if output_shapes is None else
+              [TensorShape(s).dims for s in _flatten_like(structure, output_shapes)])
+    return [(dtypes.as_dtype(t), s) for t, s in zip(types, shapes)]
+
+
 def _flatten_like(structure, value) -> list:
     """``value``'s leaves in ``structure``'s order, where a leaf may itself be a list (a shape)."""
     if structure is None:
@@ -439,3 +465,21 @@ def _flatten_like(structure, value) -> list:
         return [leaf for key, sub in structure.items() for leaf in _flatten_like(sub, value[key])]
     return [leaf for sub, item in zip(structure, value) for leaf in _flatten_like(sub, item)]
 
+
+# ---- TF 1.13+'s functional spellings (tf.compat.v1.data.*) ---------------------------------------------
+def make_one_shot_iterator(dataset: DatasetV1) -> Iterator:
+    """``dataset.make_one_shot_iterator()``."""
+    return dataset.make_one_shot_iterator()
+
+
+def make_initializable_iterator(dataset: DatasetV1, shared_name=None) -> Iterator:
+    """``dataset.make_initializable_iterator()``."""
+    return dataset.make_initializable_iterator(shared_name)
+
+
+def get_output_types(dataset_or_iterator):
+    return dataset_or_iterator.output_types
+
+
+def get_output_shapes(dataset_or_iterator):
+    return dataset_or_iterator.output_shapes
