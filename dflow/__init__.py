@@ -20,6 +20,7 @@ from . import (
     cluster,
     compat,
     contrib,
+    data,
     dtypes,
     errors,
     estimator,
@@ -33,6 +34,7 @@ from . import (
     nn,
     random,
     summary,
+    test,
     train,
 )
 from . import tf_io as io

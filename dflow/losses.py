@@ -112,6 +112,10 @@ def sparse_softmax_cross_entropy(labels, logits, weights=1.0, scope=None,
         if not labels.dtype.is_integer:
             raise TypeError(f"sparse_softmax_cross_entropy needs integer class labels, got "
                             f"{labels.dtype.name}; use softmax_cross_entropy for one-hot labels")
+        logits = convert_to_tensor(logits)
+        rank_l, rank_p = labels.shape.ndims, logits.shape.ndims
+        if rank_l is not None and rank_l == rank_p and labels.shape.dims[-1] in (1, None):
+            labels = array_ops.squeeze(labels, [-1])  # TF's remove_squeezable_dimensions: (n, 1) labels
         losses = nn_ops.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits,
                                                                   name="xentropy")
         return compute_weighted_loss(losses, weights, scope, loss_collection, reduction)

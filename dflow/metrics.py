@@ -77,9 +77,10 @@ def _squeezed(labels: Tensor, predictions: Tensor) -> tuple[Tensor, Tensor]:
     """TF's ``remove_squeezable_dimensions``: a trailing 1 on whichever has one more dim goes."""
     rank_l, rank_p = labels.shape.ndims, predictions.shape.ndims
     if rank_l is not None and rank_p is not None:
-        if rank_l == rank_p + 1 and labels.shape[-1] == 1:
+        # as TF's: a last dim not known to be 1 (a decode_raw'd label: (?, ?)) is squeezed too
+        if rank_l == rank_p + 1 and labels.shape.dims[-1] in (1, None):
             labels = array_ops.squeeze(labels, [-1])
-        elif rank_p == rank_l + 1 and predictions.shape[-1] == 1:
+        elif rank_p == rank_l + 1 and predictions.shape.dims[-1] in (1, None):
             predictions = array_ops.squeeze(predictions, [-1])
     return labels, predictions
 

@@ -7,6 +7,10 @@
   seed, transformed (:mod:`dflow.data.transforms`), prefetched; a Python
   iterator of batches to feed placeholders, or an input op (``get_next()``).
 - :func:`load_digits` and :func:`iterate_batches`: the digits in memory.
+- TF 1.x's ``tf.data`` (:mod:`dflow.data.tf_data`): ``Dataset.from_tensor_slices``/``zip``...
+  (static constructors on :class:`Dataset`), ``FixedLengthRecordDataset``,
+  ``TextLineDataset``, ``Iterator``; ``map``/``batch``/``shuffle``/``repeat``...; iterators
+  read the elements inside ``Session.run`` (:mod:`dflow.data.iterator_ops`).
 
 >>> import os, tempfile, dflow as tf
 >>> from dflow.data import Dataset, prepare
@@ -17,14 +21,31 @@
 ((100, 28, 28, 1), 'int64', 720)
 """
 
-from . import ops  # noqa: F401 - registers DatasetNext
+from . import (
+    experimental,
+    iterator_ops,  # noqa: F401 - registers the tf.data iterator ops
+    ops,  # noqa: F401 - registers DatasetNext
+)
 from .dataset import Dataset
 from .digits import DigitsSplit, iterate_batches, load_digits
 from .ops import dataset_next
 from .prepare import CONVERTERS, prepare
 from .sources import SourceError
 from .store import describe, open_store
+from .tf_data import (
+    DatasetV1,
+    FixedLengthRecordDataset,
+    Iterator,
+    TextLineDataset,
+    TFRecordDataset,
+    get_output_shapes,
+    get_output_types,
+    make_initializable_iterator,
+    make_one_shot_iterator,
+)
 from .transforms import TRANSFORMS
 
 __all__ = ["Dataset", "dataset_next", "prepare", "describe", "open_store", "CONVERTERS", "TRANSFORMS",
-           "SourceError", "DigitsSplit", "load_digits", "iterate_batches"]
+           "SourceError", "DigitsSplit", "load_digits", "iterate_batches", "DatasetV1",
+           "FixedLengthRecordDataset", "TextLineDataset", "TFRecordDataset", "Iterator", "experimental",
+           "make_one_shot_iterator", "make_initializable_iterator", "get_output_types", "get_output_shapes"]

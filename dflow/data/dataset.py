@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import DataLossError, InvalidArgumentError
 from .store import corrupt_chunk_error, open_store
+from .tf_data import DatasetConstructors
 from .transforms import get_transform, to_data_format
 
 __all__ = ["Dataset"]
@@ -50,8 +51,10 @@ __all__ = ["Dataset"]
 _END = object()
 
 
-class Dataset:
+class Dataset(DatasetConstructors):
     """Batches ``(images, labels)`` of one split of a prepared store (see the module doc).
+    As ``tf.data.Dataset`` it also has TF's static constructors (``from_tensor_slices``,
+    ``from_tensors``, ``zip``, ``range``), which make :class:`~dflow.data.tf_data.DatasetV1` pipelines.
 
     Parameters
     ----------

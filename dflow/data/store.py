@@ -43,7 +43,6 @@ from typing import NamedTuple
 import numpy as np
 import zarr
 
-from .. import DFLOW_VERSION as __version__  # dflow's release, not the TF API level
 from ..errors import DataLossError, FailedPreconditionError, NotFoundError
 
 __all__ = ["SplitSource", "DatasetSource", "write_store", "open_store", "describe", "chunk_examples_for",
@@ -282,7 +281,7 @@ def _finish(root: zarr.Group, source: DatasetSource, chunk: int, work: str) -> N
                                        "std": np.round(std, 4).tolist()})
     root.attrs.update({"dataset": source.name, "class_names": list(source.class_names),
                        "sources": source.sources, "splits": [s.name for s in source.splits],
-                       "dflow_version": __version__, "dflow_dataset_format": FORMAT})
+                       "dflow_version": _dflow_release(), "dflow_dataset_format": FORMAT})
 
 
 def _publish(store: str, out: str) -> None:
@@ -348,7 +347,7 @@ def open_store(path: str) -> zarr.Group:
     if attrs["dflow_dataset_format"] != FORMAT:
         raise FailedPreconditionError(
             f"{path} was written by dflow {attrs.get('dflow_version', '?')} in store format "
-            f"{attrs['dflow_dataset_format']}; this dflow ({__version__}) reads format {FORMAT}: "
+            f"{attrs['dflow_dataset_format']}; this dflow ({_dflow_release()}) reads format {FORMAT}: "
             "prepare it again with this version's `dflow data prepare`")
     for split in attrs.get("splits", []):
         for name in ("images", "labels"):
@@ -386,3 +385,11 @@ def corrupt_chunk_error(path: str, array: str, chunk: int, error: Exception) -> 
     return DataLossError(f"chunk {chunk} of array {array} in {path} (key {array}/c/{chunk}/...) is "
                          f"corrupt or unreadable ({type(error).__name__}: {error}); prepare the store "
                          "again with `dflow data prepare`, or copy it again if it was copied")
+
+
+def _dflow_release() -> str:
+    """dflow's release (not the TF API level), read when used: ``import dflow`` imports this module
+    before it defines ``DFLOW_VERSION``."""
+    from .. import DFLOW_VERSION
+
+    return DFLOW_VERSION

@@ -2,7 +2,7 @@
 ``RunConfig``, ``train_and_evaluate`` and ``inputs.numpy_input_fn``. TF's canned
 estimators (``DNNClassifier``...) are not supported: the error says what to write instead."""
 
-from . import inputs
+from . import export, inputs
 from .estimator import (
     Estimator,
     EstimatorSpec,
@@ -14,7 +14,7 @@ from .estimator import (
 )
 
 __all__ = ["Estimator", "EstimatorSpec", "ModeKeys", "RunConfig", "TrainSpec", "EvalSpec",
-           "train_and_evaluate", "inputs"]
+           "train_and_evaluate", "inputs", "export"]
 
 _CANNED = {"DNNClassifier", "DNNRegressor", "LinearClassifier", "LinearRegressor",
            "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor", "BaselineClassifier",

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..errors import OutOfRangeError
 from ..graph import Graph, Tensor, set_random_seed
 from ..runtime.session import Session
 from ..train.monitored_session import (
@@ -198,16 +199,19 @@ class Estimator:
         kwargs = {k: v for k, v in (("mode", mode), ("params", self._params), ("config", self._config))
                   if k in accepted}
         result = input_fn(**kwargs)
+        from ..data.tf_data import DatasetV1  # dflow.data imports dflow's version: after dflow is set up
+
         if isinstance(result, tuple | list):
             if len(result) != 2:
                 raise ValueError(f"input_fn must return features or (features, labels), got {len(result)} "
                                  "values")
             return result
-        if hasattr(result, "make_one_shot_iterator") or hasattr(result, "__iter__") and \
-                not isinstance(result, Tensor | dict):
-            raise ValueError("input_fn returned a tf.data.Dataset, which dflow's Estimator does not "
-                             "support: return (features, labels) tensors, or use "
-                             "tf.estimator.inputs.numpy_input_fn")
+        if isinstance(result, DatasetV1):  # as TF's: its elements are features or (features, labels)
+            result = result.make_one_shot_iterator().get_next()
+            return tuple(result) if isinstance(result, tuple) and len(result) == 2 else (result, None)
+        if hasattr(result, "__iter__") and not isinstance(result, Tensor | dict):
+            raise ValueError(f"input_fn must return a tf.data.Dataset, features or (features, labels), got "
+                             f"a {type(result).__name__}")
         return result, None
 
     def _call_model_fn(self, features, labels, mode) -> EstimatorSpec:
@@ -253,7 +257,7 @@ class Estimator:
             log.info("Skipping training since max_steps has already saved.")
             return self
         graph, step, spec, batches = self._build(input_fn, ModeKeys.TRAIN)
-        if not feeders(graph) and steps is None and max_steps is None:
+        if not _runs_out(graph) and steps is None and max_steps is None:
             raise ValueError("train: the input_fn feeds no batches that run out, so give steps= or "
                              "max_steps=")
         with graph.as_default():
@@ -284,7 +288,10 @@ class Estimator:
             updates = [update for _, update in metrics.values()]
             losses = []
             for feed in itertools.islice(_one_pass(batches, graph), steps):
-                losses.append(session.run([spec.loss, updates], feed)[0])
+                try:
+                    losses.append(session.run([spec.loss, updates], feed)[0])
+                except OutOfRangeError:  # a tf.data input's end
+                    break
                 if session.stop_requested:
                     break
             if not losses:
@@ -316,13 +323,24 @@ class Estimator:
             for feed in _one_pass(batches, graph):
                 if session.stop_requested:
                     break
-                values = session.run(predictions, feed)
+                try:
+                    values = session.run(predictions, feed)
+                except OutOfRangeError:  # a tf.data input's end
+                    break
                 if not yield_single_examples:
                     yield values
                     continue
                 yield from _examples(values)
         finally:
             session.close()
+
+    def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, *args, **kwargs):
+        raise NotImplementedError(
+            "Estimator.export_savedmodel is not supported by dflow (it writes no SavedModel): the trained "
+            f"model is the checkpoint in model_dir ({self._model_dir}); serve it with Estimator.predict, or "
+            "restore it with tf.train.Saver into a graph built by the model_fn")
+
+    export_saved_model = export_savedmodel
 
     # ---- reading the checkpoint -------------------------------------------------------------------
     def get_variable_names(self) -> list[str]:
@@ -391,9 +409,16 @@ def _batches(graph) -> Iterator[dict]:
     return (dict(item for part in parts for item in part.items()) for parts in zip(*streams))
 
 
+def _runs_out(graph) -> bool:
+    """The input ends by itself: numpy_input_fn's feeders, or a tf.data iterator (OutOfRangeError)."""
+    from ..data.tf_data import ITERATORS
+
+    return bool(feeders(graph) or graph.get_collection(ITERATORS))
+
+
 def _one_pass(batches, graph) -> Iterator[dict]:
-    """A graph without feeders evaluates or predicts its constant inputs once."""
-    return batches if feeders(graph) else itertools.islice(batches, 1)
+    """A graph whose input does not run out evaluates or predicts its constant inputs once."""
+    return batches if _runs_out(graph) else itertools.islice(batches, 1)
 
 
 def _examples(values) -> Iterator:

@@ -50,6 +50,25 @@ class NanTensorHook(SessionRunHook):
             run_context.request_stop()
 
 
+def _as_graph_tensor(name_or_tensor):
+    """The tensor a hook's string names: ``"op:i"``, or ``"op"`` for an op with one output."""
+    if not isinstance(name_or_tensor, str):
+        return name_or_tensor
+    from ..graph import get_default_graph
+
+    graph = get_default_graph()
+    if ":" in name_or_tensor:
+        return graph.as_graph_element(name_or_tensor)
+    op = graph.as_graph_element(name_or_tensor)
+    outputs = getattr(op, "outputs", None)
+    if outputs is None:  # already a tensor
+        return op
+    if len(outputs) != 1:
+        raise ValueError(f"Name {name_or_tensor} is ambiguous, as this `Operation` has {len(outputs)} "
+                         f"outputs: name one of them, {name_or_tensor}:0 ...")
+    return outputs[0]
+
+
 class LoggingTensorHook(SessionRunHook):
     """Log ``tensors`` (a dict name -> tensor, or a list) every ``every_n_iter`` runs or
     ``every_n_secs`` seconds, and at the end with ``at_end``; ``formatter(values)`` shapes the line."""
@@ -66,6 +85,11 @@ class LoggingTensorHook(SessionRunHook):
         self._every_n_iter, self._every_n_secs, self._at_end = every_n_iter, every_n_secs, at_end
         self._formatter = formatter
         self._iter, self._last_time = 0, None
+
+    def begin(self) -> None:
+        # as TF's: a name without ":i" means the op's only output ('train_accuracy' logs the tensor
+        # that tf.identity(..., name='train_accuracy') made, not the op's None)
+        self._tensors = {tag: _as_graph_tensor(t) for tag, t in self._tensors.items()}
 
     def _due(self) -> bool:
         if self._every_n_iter is not None:

@@ -1,0 +1,382 @@
+"""The ops behind ``tf.data`` iterators, and the element streams their kernels pull from.
+
+A ``tf.data`` pipeline reaches the graph as plain data: a *plan*, nested dicts
+with one ``kind`` per stage (``"fixed_length_records"``, ``"map"``, ``"batch"``,
+...), where a ``map``'s function is the list of ops it traced (each an
+:class:`~dflow.runtime.executor.OpNode` as a dict: ``graph_to_dict`` writes a pipeline
+as JSON). Tensors a pipeline takes from the graph (``from_tensor_slices``'s
+arrays) are inputs of the op that starts the iterator, named in the plan by
+position. The kernel of ``MakeIterator`` (or of ``OneShotIterator``, on its first
+run) turns the plan into a :class:`Stream` (stage by stage: each stage is a
+function that returns a fresh pass over its elements), kept in the session's
+resources under the iterator's shared name; each run of ``IteratorGetNext`` takes
+the next element of that pass and raises ``tf.errors.OutOfRangeError`` after
+the last, as TF's does. An element travels as a flat tuple of arrays; the Python
+side packs it back into the dataset's tuples and dicts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+from .. import dtypes
+from ..errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
+from ..ops.registry import Spec, defop
+
+__all__ = ["Stream", "compile_plan", "register_generator"]
+
+Pass = Callable[[], Iterator[tuple]]  # each call: a fresh pass over a stage's elements
+
+
+class _Context:
+    """What a plan's stages need from the running op: captured values, session state, ``xp``."""
+
+    def __init__(self, captured, state, xp):
+        self.captured, self.state, self.xp = list(captured), state, xp
+
+    def rng(self, seed):
+        return self.state.random_generator(seed)
+
+
+def compile_plan(plan: dict, ctx: _Context) -> Pass:
+    """The stage ``plan`` names, over the stages it reads from."""
+    upstream = [compile_plan(child, ctx) for child in plan.get("inputs", ())]
+    return _STAGES[plan["kind"]](plan, upstream, ctx)
+
+
+# ---- sources ------------------------------------------------------------------------------------
+def _tensors(plan, upstream, ctx) -> Pass:
+    element = tuple(ctx.captured[i] for i in plan["captured"])
+    return lambda: iter([element])
+
+
+def _tensor_slices(plan, upstream, ctx) -> Pass:
+    values = [ctx.captured[i] for i in plan["captured"]]
+    count = int(values[0].shape[0])
+    return lambda: (tuple(v[i] for v in values) for i in range(count))
+
+
+def _range(plan, upstream, ctx) -> Pass:
+    xp, dtype = ctx.xp, getattr(ctx.xp, plan["dtype"].name)
+    return lambda: ((xp.asarray(i, dtype=dtype),) for i in range(*plan["args"]))
+
+
+def _fixed_length_records(plan, upstream, ctx) -> Pass:
+    def records():
+        for name in plan["filenames"]:
+            yield from _file_records(name, plan["record_bytes"], plan["header_bytes"], plan["footer_bytes"])
+    return records
+
+
+def _file_records(name: str, size: int, header: int, footer: int) -> Iterator[tuple]:
+    import fsspec
+    import numpy  # strings are NumPy object arrays: the array API has none
+
+    with fsspec.open(name, "rb") as f:
+        total = f.seek(0, 2)
+        body = total - header - footer
+        if body < 0 or body % size:
+            raise InvalidArgumentError(
+                f"FixedLengthRecordDataset: {name} has {total} bytes, which is not header_bytes={header} + "
+                f"a whole number of record_bytes={size} records + footer_bytes={footer}")
+        f.seek(header)
+        for _ in range(body // size):
+            yield (numpy.asarray(f.read(size), dtype=object),)
+
+
+# from_generator's Python generators, by token: the graph carries the token (as TF's py_func registry)
+_GENERATORS: dict[str, tuple[Callable, tuple]] = {}
+_generator_tokens = itertools.count()
+
+
+def register_generator(generator: Callable, args: tuple) -> str:
+    token = f"{os.getpid()}-{next(_generator_tokens)}"
+    _GENERATORS[token] = (generator, args)
+    return token
+
+
+def _generator(plan, upstream, ctx) -> Pass:
+    from .tf_data import _flatten
+
+    if plan["token"] not in _GENERATORS:
+        raise InvalidArgumentError(
+            "a Dataset.from_generator runs its Python generator in the process that built the graph, and "
+            f"this is another process (pid {os.getpid()}): run its iterator in a local tf.Session, or build "
+            "the arrays first and use Dataset.from_tensor_slices")
+    generator, args = _GENERATORS[plan["token"]]
+
+    def elements():
+        for value in generator(*args):
+            is_tuple = isinstance(value, list) and plan["structure"] is not None  # TF reads a list as a tuple
+            structure, leaves = _flatten(tuple(value) if is_tuple else value)
+            if structure != plan["structure"] or len(leaves) != len(plan["types"]):
+                raise InvalidArgumentError(f"from_generator: the generator yielded {value!r}, which does not "
+                                           "have the structure of output_types")
+            yield tuple(_generated_array(ctx.xp, leaf, dtype, shape)
+                        for leaf, dtype, shape in zip(leaves, plan["types"], plan["shapes"]))
+    return elements
+
+
+def _generated_array(xp, value, dtype, shape):
+    import numpy
+
+    if dtype == dtypes.string:
+        array = numpy.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(
+            numpy.asarray(value, dtype=object))
+    else:
+        array = numpy.asarray(value, dtype=dtype.as_numpy_dtype)
+    fits = shape is None or (len(shape) == array.ndim and all(d in (None, n)
+                                                              for d, n in zip(shape, array.shape)))
+    if not fits:
+        raise InvalidArgumentError(f"from_generator: the generator yielded an element of shape "
+                                   f"{array.shape}, but output_shapes says {list(shape)}")
+    return array if dtype == dtypes.string else xp.asarray(array)
+
+
+def _text_lines(plan, upstream, ctx) -> Pass:
+    def lines():
+        import fsspec
+        import numpy
+
+        for name in plan["filenames"]:
+            with fsspec.open(name, "rb") as f:
+                for line in f:
+                    yield (numpy.asarray(line.rstrip(b"\r\n"), dtype=object),)
+    return lines
+
+
+# ---- transformations ---------------------------------------------------------------------------
+class _Function:
+    """A traced function (``map``'s, ``filter``'s) run on one element by the executor."""
+
+    def __init__(self, function: dict, ctx: _Context):
+        from ..runtime.executor import OpNode, schedule
+
+        self._args, self._ctx = function["args"], ctx
+        nodes = [OpNode(n["name"], n["type"], n["attrs"], tuple(n["inputs"]), tuple(n["control_inputs"]),
+                        n["num_outputs"]) for n in function["nodes"]]
+        self._plan = schedule(nodes, set(self._args), function["outputs"])
+        self._namespaces = {"CPU": ctx.xp, "GPU": ctx.xp}
+
+    def __call__(self, element: tuple) -> tuple:
+        from ..runtime.executor import execute
+
+        values = execute(self._plan, dict(zip(self._args, element)), self._ctx.state, self._namespaces)
+        return tuple(values[name] for name in self._plan.fetches)
+
+
+def _map(plan, upstream, ctx) -> Pass:
+    function, (source,) = _Function(plan["function"], ctx), upstream
+    return lambda: map(function, source())
+
+
+def _filter(plan, upstream, ctx) -> Pass:
+    predicate, (source,) = _Function(plan["function"], ctx), upstream
+    return lambda: (element for element in source() if bool(predicate(element)[0]))
+
+
+def _batch(plan, upstream, ctx) -> Pass:
+    (source,), size, drop = upstream, plan["batch_size"], plan["drop_remainder"]
+
+    def batches():
+        elements = iter(source())
+        while rows := list(itertools.islice(elements, size)):
+            if len(rows) < size and drop:
+                return
+            yield tuple(_stack(ctx.xp, [row[i] for row in rows]) for i in range(len(rows[0])))
+    return batches
+
+
+def _stack(xp, parts):
+    import numpy
+
+    if isinstance(parts[0], numpy.ndarray) and parts[0].dtype == object:  # strings
+        return numpy.stack(parts)
+    try:
+        return xp.stack([xp.asarray(part) for part in parts])
+    except ValueError as e:
+        shapes = sorted({tuple(getattr(p, "shape", ())) for p in parts})
+        raise InvalidArgumentError(f"batch: cannot stack elements of different shapes {shapes}; make them "
+                                   "one shape in a map() first (padded_batch: not supported by dflow)") from e
+
+
+def _shuffle(plan, upstream, ctx) -> Pass:
+    """TF's buffer shuffle: fill ``buffer_size`` elements, hand out a random one and put the
+    next element in its place; at the end, hand out what is left in random order."""
+    (source,), size = upstream, plan["buffer_size"]
+    seed = plan["seed"]
+    rng = ctx.rng(seed)
+    if not plan["reshuffle_each_iteration"] and seed is None:
+        seed = int(rng.integers(2**31))  # one fixed order for every pass
+
+    def shuffled():
+        draw = rng if plan["reshuffle_each_iteration"] else _fresh_rng(seed)
+        buffer: list = []
+        for element in source():
+            if len(buffer) < size:
+                buffer.append(element)
+                continue
+            index = int(draw.integers(len(buffer)))
+            yield buffer[index]
+            buffer[index] = element
+        while buffer:
+            index = int(draw.integers(len(buffer)))
+            buffer[index], buffer[-1] = buffer[-1], buffer[index]
+            yield buffer.pop()
+    return shuffled
+
+
+def _fresh_rng(seed):
+    import numpy
+
+    return numpy.random.default_rng(seed)
+
+
+def _repeat(plan, upstream, ctx) -> Pass:
+    (source,), count = upstream, plan["count"]
+
+    def repeated():
+        for _ in itertools.count() if count < 0 else range(count):
+            produced = False
+            for element in source():
+                produced = True
+                yield element
+            if not produced:  # an empty dataset repeated forever is still empty, as in TF
+                return
+    return repeated
+
+
+def _take(plan, upstream, ctx) -> Pass:
+    (source,), count = upstream, plan["count"]
+    return lambda: source() if count < 0 else itertools.islice(source(), count)
+
+
+def _skip(plan, upstream, ctx) -> Pass:
+    (source,), count = upstream, plan["count"]
+    return lambda: iter(()) if count < 0 else itertools.islice(source(), count, None)
+
+
+def _cache(plan, upstream, ctx) -> Pass:
+    """The first complete pass is kept in memory; later passes replay it."""
+    (source,), kept = upstream, {}
+
+    def cached():
+        if "elements" in kept:
+            yield from kept["elements"]
+            return
+        elements = []
+        for element in source():
+            elements.append(element)
+            yield element
+        kept["elements"] = elements
+    return cached
+
+
+def _zip(plan, upstream, ctx) -> Pass:
+    return lambda: (sum(parts, ()) for parts in zip(*(source() for source in upstream)))
+
+
+def _concatenate(plan, upstream, ctx) -> Pass:
+    return lambda: itertools.chain.from_iterable(source() for source in upstream)
+
+
+def _prefetch(plan, upstream, ctx) -> Pass:
+    return upstream[0]  # elements are made when asked for; the order and values are TF's
+
+
+_STAGES: dict[str, Callable[..., Pass]] = {
+    "tensors": _tensors, "tensor_slices": _tensor_slices, "range": _range,
+    "fixed_length_records": _fixed_length_records, "text_lines": _text_lines, "generator": _generator,
+    "map": _map, "filter": _filter, "batch": _batch, "shuffle": _shuffle, "repeat": _repeat,
+    "take": _take, "skip": _skip, "cache": _cache, "zip": _zip, "concatenate": _concatenate,
+    "prefetch": _prefetch,
+}
+
+
+# ---- the iterator's state in a session ----------------------------------------------------------------
+class Stream:
+    """An iterator's position in its dataset: started (again) by its initializer, advanced by
+    each ``get_next`` run; runs from several threads take turns."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._elements: Iterator[tuple] | None = None
+        self._lock = threading.Lock()
+
+    def start(self, stage: Pass) -> None:
+        with self._lock:
+            self._elements = iter(stage())
+
+    def start_once(self, make_stage: Callable[[], Pass]) -> None:
+        """A one-shot iterator's first run starts the pass; later runs find it started."""
+        with self._lock:
+            if self._elements is None:
+                self._elements = iter(make_stage()())
+
+    def next(self) -> tuple:
+        with self._lock:
+            if self._elements is None:
+                raise FailedPreconditionError(
+                    f"GetNext() failed because the iterator '{self.name}' has not been initialized. Ensure "
+                    "that you have run the initializer operation (sess.run(iterator.initializer)) first.")
+            try:
+                return next(self._elements)
+            except StopIteration:
+                raise OutOfRangeError(f"End of sequence of iterator '{self.name}'") from None
+
+
+def _stream_of(state, handle) -> Stream:
+    """The stream a handle names: the handle op's key, or the bytes ``string_handle()`` gave."""
+    key = getattr(handle, "item", lambda: handle)()  # a fed string handle: a 0-d NumPy object array
+    key = key.decode() if isinstance(key, bytes) else str(key)
+    stream = state.resources.get(key)
+    if not isinstance(stream, Stream):
+        raise InvalidArgumentError(f"{key!r} is not the string handle of an iterator of this session: feed "
+                                   "the value sess.run(iterator.string_handle()) gave")
+    return stream
+
+
+def _handle_kernel(state, xp, shared_name, **_):
+    key = f"Iterator:{shared_name}"
+    state.resource(key, lambda: Stream(shared_name))
+    return key
+
+
+def _one_shot_kernel(state, xp, *captured, plan, shared_name, **_):
+    key = f"Iterator:{shared_name}"
+    stream = state.resource(key, lambda: Stream(shared_name))
+    stream.start_once(lambda: compile_plan(plan, _Context(captured, state, xp)))
+    return key
+
+
+def _make_iterator_kernel(state, xp, handle, *captured, plan):
+    _stream_of(state, handle).start(compile_plan(plan, _Context(captured, state, xp)))
+    return ()
+
+
+def _get_next_infer(inputs, output_types, output_shapes):
+    return [Spec(shape, dtype) for dtype, shape in zip(output_types, output_shapes)]
+
+
+def _get_next_kernel(state, xp, handle, output_types, output_shapes):
+    return tuple(_stream_of(state, handle).next())
+
+
+def _handle_infer(inputs, **_):
+    return [Spec((), dtypes.string)]
+
+
+def _to_string_handle_kernel(xp, handle):
+    import numpy
+
+    return numpy.asarray(str(handle).encode(), dtype=object)  # TF hands string handles out as bytes
+
+
+defop("IteratorV2", _handle_infer, _handle_kernel, stateful=True)
+defop("OneShotIterator", _handle_infer, _one_shot_kernel, stateful=True)
+defop("MakeIterator", lambda inputs, plan: [], _make_iterator_kernel, stateful=True, num_outputs=0)
+defop("IteratorToStringHandle", _handle_infer, _to_string_handle_kernel)
+defop("IteratorGetNext", _get_next_infer, _get_next_kernel, stateful=True, num_outputs=None)

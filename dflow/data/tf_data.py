@@ -1,0 +1,485 @@
+"""``tf.data`` as TF 1.x scripts use it: datasets described in Python, read by graph ops.
+
+A :class:`DatasetV1` is a description (a source, then transformations such as
+``map``, ``shuffle``, ``batch``, ``repeat``) that builds nothing until an iterator
+is made from it. ``make_one_shot_iterator()`` and ``make_initializable_iterator()``
+add ops to the graph (:mod:`dflow.data.iterator_ops`) whose every run of
+``get_next()`` yields the next element inside ``Session.run``, and raises
+``tf.errors.OutOfRangeError`` after the last one. ``map`` and ``filter`` functions
+are traced once into graph ops (as TF does) and run by dflow's executor on
+each element, so ``tf.decode_raw``, ``tf.cast``, ``tf.reshape``... work in them.
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     data = tf.data.Dataset.from_tensor_slices(([1, 2, 3, 4, 5], [10, 20, 30, 40, 50]))
+...     data = data.map(lambda x, y: x + y).batch(2)
+...     next_batch = data.make_one_shot_iterator().get_next()
+...     with tf.Session() as sess:
+...         batches = []
+...         try:
+...             while True:
+...                 batches.append(sess.run(next_batch).tolist())
+...         except tf.errors.OutOfRangeError:
+...             pass
+>>> batches
+[[11, 22], [33, 44], [55]]
+
+Iterators run in local sessions and on a Dask cluster's workers (the iterator's
+stream lives in the session state of the task its ops are placed on); files are
+read with fsspec (local paths, ``memory://``, ``s3://``...). Not supported (each
+raises an error that says so): ``padded_batch``, ``flat_map``/``interleave``,
+TFRecord files and eager iteration; ``from_generator`` runs only where the graph was built (as in TF).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph, name_scope
+
+__all__ = ["DatasetV1", "DatasetConstructors", "FixedLengthRecordDataset", "TextLineDataset",
+           "TFRecordDataset", "Iterator", "ITERATORS", "make_one_shot_iterator",
+           "make_initializable_iterator", "get_output_types", "get_output_shapes"]
+
+# the graph collection of iterators (an Estimator runs until their OutOfRangeError)
+ITERATORS = "dflow_dataset_iterators"
+
+
+# ---- nested elements: tuples and dicts of tensors, flattened for the ops ---------------------------
+def _flatten(value) -> tuple[Any, list]:
+    """``(structure, leaves)``: structure is None for a leaf, a list for a tuple, a dict for a dict."""
+    if isinstance(value, dict):
+        parts = {key: _flatten(value[key]) for key in sorted(value)}
+        leaves = [leaf for _, part_leaves in parts.values() for leaf in part_leaves]
+        return {k: s for k, (s, _) in parts.items()}, leaves
+    if isinstance(value, tuple):
+        parts = [_flatten(item) for item in value]
+        return [s for s, _ in parts], [leaf for _, leaves in parts for leaf in leaves]
+    return None, [value]
+
+
+def _pack(structure, leaves, sequence=tuple):
+    """The inverse of :func:`_flatten`; with ``sequence=list``, a structure whose leaves are
+    ``leaves`` (each a structure: what ``zip`` makes of its datasets')."""
+    leaves = iter(leaves)
+
+    def build(s):
+        if s is None:
+            return next(leaves)
+        if isinstance(s, dict):
+            return {key: build(sub) for key, sub in s.items()}
+        return sequence(build(sub) for sub in s)
+    return build(structure)
+
+
+def _as_tensors(value, name: str) -> tuple[Any, list[Tensor]]:
+    """A nested element of tensors; a list (like a NumPy array) is one tensor, as in TF."""
+    structure, leaves = _flatten(value)
+    return structure, [convert_to_tensor(v, name=name) for v in leaves]
+
+
+# ---- datasets ---------------------------------------------------------------------------------------
+class DatasetConstructors:
+    """The static constructors of ``tf.data.Dataset`` (also on dflow's Zarr :class:`~dflow.data.Dataset`,
+    which ``tf.data.Dataset`` names)."""
+
+    @staticmethod
+    def from_tensors(tensors) -> DatasetV1:
+        """One element: ``tensors`` (a tensor, or a tuple/dict of them)."""
+        structure, leaves = _as_tensors(tensors, "tensors")
+        return DatasetV1("tensors", structure, [(t.dtype, t.shape.dims) for t in leaves], captured=leaves)
+
+    @staticmethod
+    def from_tensor_slices(tensors) -> DatasetV1:
+        """One element per row of ``tensors`` (all components share their first dimension).
+
+        >>> data = tf.data.Dataset.from_tensor_slices({"x": np.ones((4, 2)), "y": np.arange(4)})
+        >>> data.output_shapes["x"].as_list()
+        [2]
+        """
+        structure, leaves = _as_tensors(tensors, "tensors")
+        firsts = {t.shape.dims[0] for t in leaves if t.shape.dims}
+        if any(t.shape.dims == () for t in leaves) or len(firsts - {None}) > 1:
+            raise ValueError("from_tensor_slices: every component must have the same first dimension, got "
+                             f"shapes {[t.shape for t in leaves]}")
+        specs = [(t.dtype, None if t.shape.dims is None else t.shape.dims[1:]) for t in leaves]
+        return DatasetV1("tensor_slices", structure, specs, captured=leaves)
+
+    @staticmethod
+    def range(*args, output_type=dtypes.int64) -> DatasetV1:
+        """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)``, as Python's."""
+        bounds = [int(a) for a in args]
+        range(*bounds)  # Python's checks (count and zero step)
+        return DatasetV1("range", None, [(dtypes.as_dtype(output_type), ())],
+                         params={"args": bounds, "dtype": dtypes.as_dtype(output_type)})
+
+    @staticmethod
+    def zip(datasets) -> DatasetV1:
+        """Elements of ``datasets`` (a tuple or dict of datasets, nested) side by side, until the
+        shortest ends."""
+        structure, parts = _flatten(datasets)
+        for part in parts:
+            if not isinstance(part, DatasetV1):
+                raise TypeError(f"Dataset.zip takes a tuple or dict of datasets, got a {type(part).__name__}")
+        element = _pack(structure, [d._structure for d in parts], sequence=list)
+        return DatasetV1("zip", element, [spec for d in parts for spec in d._specs], inputs=parts)
+
+    @staticmethod
+    def from_generator(generator, output_types, output_shapes=None, args=None) -> DatasetV1:
+        """The elements ``generator(*args)`` yields (converted to ``output_types``; checked against
+        ``output_shapes``). As in TF, the generator runs in the process that built the graph: the
+        graph holds only a token for it, so a Dask worker cannot run this dataset.
+
+        >>> data = tf.data.Dataset.from_generator(lambda: iter([[1, 2], [3]]), tf.int64, [None])
+        >>> data.output_shapes.as_list()
+        [None]
+        """
+        from .iterator_ops import register_generator
+
+        if not callable(generator):
+            raise TypeError(f"from_generator needs a function that returns an iterator, got {generator!r}")
+        structure, types = _flatten(output_types)
+        specs = _specs_of(structure, types, output_shapes)
+        token = register_generator(generator, tuple(args or ()))
+        return DatasetV1("generator", structure, specs, params={
+            "token": token, "structure": structure, "types": [d for d, _ in specs],
+            "shapes": [s for _, s in specs]})
+
+
+class DatasetV1(DatasetConstructors):
+    """A TF 1.x dataset: a stage of a pipeline (``kind`` with plain ``params``) over the datasets it
+    reads (``inputs``) and the graph tensors it takes (``captured``). Its elements have the
+    nested ``structure`` of flat ``specs`` (dtype, shape)."""
+
+    def __init__(self, kind: str, structure, specs, *, inputs=(), captured=(), params=None):
+        self._kind, self._structure, self._specs = kind, structure, list(specs)
+        self._inputs, self._captured, self._params = list(inputs), list(captured), dict(params or {})
+
+    # ---- what an element is ----
+    @property
+    def output_types(self):
+        return _pack(self._structure, [dtype for dtype, _ in self._specs])
+
+    @property
+    def output_shapes(self):
+        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
+
+    @property
+    def output_classes(self):
+        return _pack(self._structure, [Tensor for _ in self._specs])
+
+    def _then(self, kind: str, structure=None, specs=None, **params) -> DatasetV1:
+        return DatasetV1(kind, self._structure if specs is None else structure,
+                         self._specs if specs is None else specs, inputs=[self], params=params)
+
+    # ---- transformations ----
+    def map(self, map_func, num_parallel_calls=None) -> DatasetV1:
+        """``map_func`` on every element (its tuple's parts as arguments); ``num_parallel_calls``
+        is accepted and elements are made one at a time, in order."""
+        function, structure, specs = _trace(map_func, self, "map")
+        return DatasetV1("map", structure, specs, inputs=[self], params={"function": function})
+
+    def filter(self, predicate) -> DatasetV1:
+        """The elements for which ``predicate`` gives a scalar ``True``."""
+        function, _, specs = _trace(predicate, self, "filter")
+        if len(specs) != 1 or specs[0][0] != dtypes.bool or specs[0][1] not in ((), None):
+            raise TypeError(f"filter's predicate must return a scalar tf.bool tensor, got {specs}")
+        return self._then("filter", function=function)
+
+    def batch(self, batch_size, drop_remainder=False) -> DatasetV1:
+        """``batch_size`` consecutive elements stacked; the last batch may be smaller unless
+        ``drop_remainder``."""
+        size = _positive(batch_size, "batch_size")
+        batch = size if drop_remainder else None
+        specs = [(dtype, None if shape is None else (batch, *shape)) for dtype, shape in self._specs]
+        return self._then("batch", self._structure, specs, batch_size=size,
+                          drop_remainder=bool(drop_remainder))
+
+    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True) -> DatasetV1:
+        """Elements drawn at random from a buffer of ``buffer_size`` (TF's shuffle: a buffer at
+        least as big as the dataset shuffles uniformly)."""
+        from ..ops.state_ops import op_seed
+
+        return self._then("shuffle", buffer_size=_positive(buffer_size, "buffer_size"), seed=op_seed(seed),
+                          reshuffle_each_iteration=bool(reshuffle_each_iteration))
+
+    def repeat(self, count=None) -> DatasetV1:
+        """The dataset ``count`` times (forever when None or -1)."""
+        return self._then("repeat", count=-1 if count is None else int(count))
+
+    def take(self, count) -> DatasetV1:
+        """The first ``count`` elements (all when -1)."""
+        return self._then("take", count=int(count))
+
+    def skip(self, count) -> DatasetV1:
+        """All but the first ``count`` elements (none when -1)."""
+        return self._then("skip", count=int(count))
+
+    def cache(self, filename="") -> DatasetV1:
+        """The first complete pass kept in memory and replayed by the next ones (a ``filename``
+        is not written: dflow caches in memory)."""
+        return self._then("cache")
+
+    def prefetch(self, buffer_size) -> DatasetV1:
+        """The same elements (dflow makes each when it is asked for)."""
+        return self._then("prefetch")
+
+    def concatenate(self, dataset) -> DatasetV1:
+        """This dataset's elements, then ``dataset``'s (of the same types)."""
+        if [d for d, _ in dataset._specs] != [d for d, _ in self._specs]:
+            raise TypeError(f"concatenate: the datasets' types differ: {self.output_types} and "
+                            f"{dataset.output_types}")
+        specs = [(d, _merged_shape(a, b)) for (d, a), (_, b) in zip(self._specs, dataset._specs)]
+        return DatasetV1("concatenate", self._structure, specs, inputs=[self, dataset])
+
+    def apply(self, transformation_func) -> DatasetV1:
+        """``transformation_func(self)``."""
+        return transformation_func(self)
+
+    def padded_batch(self, *args, **kwargs):
+        raise NotImplementedError("Dataset.padded_batch is not supported by dflow: pad each element to one "
+                                  "shape in a map() (tf.pad), then use batch()")
+
+    def flat_map(self, *args, **kwargs):
+        raise NotImplementedError("Dataset.flat_map is not supported by dflow: build the flat dataset "
+                                  "directly (e.g. from_tensor_slices over all the rows)")
+
+    def interleave(self, *args, **kwargs):
+        raise NotImplementedError("Dataset.interleave is not supported by dflow: list every file in one "
+                                  "FixedLengthRecordDataset or TextLineDataset instead")
+
+    def __iter__(self):
+        raise RuntimeError("iterating over a tf.data.Dataset in Python needs eager execution, which dflow "
+                           "does not have: make an iterator (dataset.make_one_shot_iterator()) and "
+                           "sess.run(iterator.get_next())")
+
+    # ---- iterators ----
+    def make_one_shot_iterator(self) -> Iterator:
+        """An iterator that starts at the first run of its ``get_next()``; no initializer."""
+        graph = get_default_graph()
+        captured: list[Tensor] = []
+        plan = self._plan(captured)
+        with name_scope(None):
+            name = graph.unique_name("OneShotIterator", mark_as_used=False)
+            op = graph.create_op("OneShotIterator", captured, {"plan": plan, "shared_name": name}, name=name)
+        return Iterator(op.outputs[0], None, self._structure, self._specs)
+
+    def make_initializable_iterator(self, shared_name=None) -> Iterator:
+        """An iterator whose ``initializer`` (re)starts it from this dataset's first element."""
+        iterator = Iterator.from_structure(self.output_types, self.output_shapes, shared_name)
+        iterator._initializer = iterator.make_initializer(self)
+        return iterator
+
+    def _plan(self, captured: list) -> dict:
+        """This pipeline as plain data; the tensors it takes are appended to ``captured``."""
+        positions = []
+        for tensor in self._captured:
+            positions.append(len(captured))
+            captured.append(tensor)
+        return {"kind": self._kind, **self._params, "captured": positions,
+                "inputs": [d._plan(captured) for d in self._inputs]}
+
+    def __repr__(self) -> str:
+        return f"<DatasetV1 {self._kind}: types {self.output_types}, shapes {self.output_shapes}>"
+
+
+def _positive(value, what: str) -> int:
+    if isinstance(value, Tensor):
+        raise TypeError(f"{what} must be a Python int in dflow's tf.data, got the tensor {value.name}")
+    if int(value) <= 0:
+        raise ValueError(f"{what} must be positive, got {value}")
+    return int(value)
+
+
+def _merged_shape(a, b):
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
+
+
+def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
+    """``function`` applied to placeholders of ``dataset``'s element, as ops in the default graph;
+    the ops its result needs become the traced function ``{"nodes", "args", "outputs"}``."""
+    from ..ops.array_ops import placeholder
+    from ..runtime.session import prune, to_node
+
+    graph = get_default_graph()
+    name = getattr(function, "__name__", "fn").strip("<>")
+    with name_scope(f"Dataset_{what}_{name}"):
+        args = [placeholder(dtype, shape, name="arg") for dtype, shape in dataset._specs]
+        element = _pack(dataset._structure, args)
+        result = function(*element) if isinstance(element, tuple) else function(element)
+        if isinstance(result, list):
+            result = tuple(result)  # TF 1.x reads a returned list as a tuple
+        structure, leaves = _flatten(result)
+        outputs = [convert_to_tensor(v) for v in leaves]
+    fed = {a.name for a in args}
+    for op in prune(graph, outputs, fed):
+        if op.type in ("Placeholder",) and op.outputs[0].name not in fed:
+            raise ValueError(f"the function passed to Dataset.{what} uses the placeholder {op.name}, which "
+                             "dflow cannot feed inside a dataset: pass its value through "
+                             "from_tensor_slices and an initializable iterator instead")
+    nodes = [{"name": n.name, "type": n.type, "attrs": n.attrs, "inputs": list(n.inputs),
+              "control_inputs": list(n.control_inputs), "num_outputs": n.num_outputs}
+             for n in map(to_node, prune(graph, outputs, fed))]  # plain data: graph_to_dict writes it
+    function_plan = {"nodes": nodes, "args": [a.name for a in args], "outputs": [t.name for t in outputs]}
+    return function_plan, structure, [(t.dtype, t.shape.dims) for t in outputs]
+
+
+class FixedLengthRecordDataset(DatasetV1):
+    """The records of binary files: ``record_bytes`` each, after ``header_bytes`` and before
+    ``footer_bytes``, as scalar ``tf.string`` tensors (decode them with ``tf.decode_raw``).
+
+    >>> images = tf.data.FixedLengthRecordDataset(path, 28 * 28, header_bytes=16)  # doctest: +SKIP
+    """
+
+    def __init__(self, filenames, record_bytes, header_bytes=None, footer_bytes=None, buffer_size=None):
+        super().__init__("fixed_length_records", None, [(dtypes.string, ())], params={
+            "filenames": _filenames(filenames, "FixedLengthRecordDataset"),
+            "record_bytes": _positive(record_bytes, "record_bytes"),
+            "header_bytes": int(header_bytes or 0), "footer_bytes": int(footer_bytes or 0)})
+
+
+class TextLineDataset(DatasetV1):
+    """The lines of text files (without their line ends), as scalar ``tf.string`` tensors."""
+
+    def __init__(self, filenames, compression_type=None, buffer_size=None):
+        if compression_type:
+            raise ValueError("TextLineDataset(compression_type=...) is not supported by dflow: decompress "
+                             "the files first")
+        super().__init__("text_lines", None, [(dtypes.string, ())],
+                         params={"filenames": _filenames(filenames, "TextLineDataset")})
+
+
+class TFRecordDataset(DatasetV1):
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("tf.data.TFRecordDataset is not supported by dflow (it has no TFRecord "
+                                  "reader): write the records as fixed-length binary or text files and use "
+                                  "FixedLengthRecordDataset or TextLineDataset")
+
+
+def _filenames(filenames, what: str) -> list[str]:
+    if isinstance(filenames, Tensor):
+        if filenames.op.type != "Const":
+            raise TypeError(f"{what}: filenames must be Python strings or a constant (a tensor computed at "
+                            f"run time, here {filenames.name}, is not supported by dflow)")
+        filenames = filenames.op.attrs["value"]
+    if isinstance(filenames, str | bytes):
+        filenames = [filenames]
+    names = [f.decode() if isinstance(f, bytes) else str(f)
+             for f in np.asarray(filenames, dtype=object).reshape(-1).tolist()]
+    if not names:
+        raise ValueError(f"{what}: no filenames given")
+    return names
+
+
+# ---- iterators -------------------------------------------------------------------------------------
+class Iterator:
+    """``tf.data.Iterator``: ``get_next()`` gives tensors whose every run reads the next element.
+
+    ``Iterator.from_structure(types, shapes)`` makes one that several datasets of that
+    structure can start (``make_initializer(dataset)``), as for a training and a validation set.
+    """
+
+    def __init__(self, handle: Tensor, initializer, structure, specs):
+        self._handle, self._initializer = handle, initializer
+        self._structure, self._specs = structure, list(specs)
+        get_default_graph().add_to_collection(ITERATORS, handle)  # a tensor: survives graph_to_dict
+
+    @staticmethod
+    def from_structure(output_types, output_shapes=None, shared_name=None, output_classes=None) -> Iterator:
+        structure, types = _flatten(output_types)
+        specs = _specs_of(structure, types, output_shapes)
+        graph = get_default_graph()
+        name = graph.unique_name("Iterator", mark_as_used=False)
+        op = graph.create_op("IteratorV2", [], {"shared_name": shared_name or name}, name=name)
+        return Iterator(op.outputs[0], None, structure, specs)
+
+    @staticmethod
+    def from_string_handle(string_handle, output_types, output_shapes=None, output_classes=None) -> Iterator:
+        """A feedable iterator: its ``get_next()`` reads from the iterator whose
+        ``string_handle()`` value is fed to ``string_handle`` (a scalar ``tf.string`` placeholder)."""
+        handle = convert_to_tensor(string_handle)
+        if handle.dtype != dtypes.string:
+            raise TypeError(f"from_string_handle needs a tf.string tensor, got {handle.dtype.name}")
+        structure, types = _flatten(output_types)
+        return Iterator(handle, None, structure, _specs_of(structure, types, output_shapes))
+
+    def string_handle(self, name=None) -> Tensor:
+        """A scalar ``tf.string`` naming this iterator, to feed to ``Iterator.from_string_handle``'s."""
+        return get_default_graph().create_op("IteratorToStringHandle", [self._handle],
+                                             name=name or "IteratorToStringHandle").outputs[0]
+
+    @property
+    def initializer(self):
+        if self._initializer is None:
+            raise ValueError("this iterator has no initializer: a one-shot iterator starts by itself, and "
+                             "one from Iterator.from_structure is started by make_initializer(dataset)")
+        return self._initializer
+
+    @property
+    def output_types(self):
+        return _pack(self._structure, [dtype for dtype, _ in self._specs])
+
+    @property
+    def output_shapes(self):
+        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
+
+    @property
+    def output_classes(self):
+        return _pack(self._structure, [Tensor for _ in self._specs])
+
+    def make_initializer(self, dataset: DatasetV1, name=None):
+        """An op that (re)starts this iterator at ``dataset``'s first element."""
+        same_types = [d for d, _ in dataset._specs] == [d for d, _ in self._specs]
+        if not same_types or dataset._structure != self._structure:
+            raise TypeError(f"make_initializer: the dataset's elements ({dataset.output_types}) do not match "
+                            f"the iterator's ({self.output_types})")
+        captured: list[Tensor] = []
+        plan = dataset._plan(captured)
+        return get_default_graph().create_op("MakeIterator", [self._handle, *captured], {"plan": plan},
+                                             name=name or "MakeIterator")
+
+    def get_next(self, name=None):
+        """The next element: a tensor, or the dataset's tuple/dict of tensors."""
+        attrs = {"output_types": [d for d, _ in self._specs], "output_shapes": [s for _, s in self._specs]}
+        op = get_default_graph().create_op("IteratorGetNext", [self._handle], attrs,
+                                           name=name or "IteratorGetNext")
+        return _pack(self._structure, op.outputs)
+
+
+def _specs_of(structure, types, output_shapes) -> list:
+    shapes = ([None] * len(types) if output_shapes is None else
+              [TensorShape(s).dims for s in _flatten_like(structure, output_shapes)])
+    return [(dtypes.as_dtype(t), s) for t, s in zip(types, shapes)]
+
+
+def _flatten_like(structure, value) -> list:
+    """``value``'s leaves in ``structure``'s order, where a leaf may itself be a list (a shape)."""
+    if structure is None:
+        return [value]
+    if isinstance(structure, dict):
+        return [leaf for key, sub in structure.items() for leaf in _flatten_like(sub, value[key])]
+    return [leaf for sub, item in zip(structure, value) for leaf in _flatten_like(sub, item)]
+
+
+# ---- TF 1.13+'s functional spellings (tf.compat.v1.data.*) ---------------------------------------------
+def make_one_shot_iterator(dataset: DatasetV1) -> Iterator:
+    """``dataset.make_one_shot_iterator()``."""
+    return dataset.make_one_shot_iterator()
+
+
+def make_initializable_iterator(dataset: DatasetV1, shared_name=None) -> Iterator:
+    """``dataset.make_initializable_iterator()``."""
+    return dataset.make_initializable_iterator(shared_name)
+
+
+def get_output_types(dataset_or_iterator):
+    return dataset_or_iterator.output_types
+
+
+def get_output_shapes(dataset_or_iterator):
+    return dataset_or_iterator.output_shapes

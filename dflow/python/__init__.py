@@ -1,0 +1,1 @@
+"""``tensorflow.python``'s few modules that TF 1.x scripts import directly (``client.device_lib``)."""
