@@ -517,3 +517,22 @@ def test_graphs_with_the_new_spellings_survive_the_json_round_trip():
         got = sess.run(["hello:0", "flat:0", "noise:0", "total:0"], {"x:0": feed})
     assert got[0] == b"Hello" and got[1].shape == (3, 4) and got[2].shape == (3, 4)
     assert got[3].ravel().tolist() == [6.0, 22.0, 38.0]
+
+
+def test_split_of_an_unknown_dim_is_built_and_checked_when_run():
+    """The TF 1.x LSTM tutorials split a (time * batch, n) reshape whose first dim is unknown."""
+    x = tf.placeholder("float", [None, 28, 28])
+    rows = tf.reshape(tf.transpose(x, [1, 0, 2]), [-1, 28])
+    steps = tf.split(rows, 28, 0)
+    assert len(steps) == 28 and steps[0].shape.as_list() == [None, 28]
+    grad = tf.gradients(tf.reduce_sum(steps[5] * 3.0), x)[0]
+    images = np.random.RandomState(0).rand(4, 28, 28).astype(np.float32)
+    with tf.Session() as sess:
+        pieces, g = sess.run([steps, grad], feed_dict={x: images})
+        np.testing.assert_array_equal(pieces[5], images[:, 5])
+        assert (g[:, 5] == 3.0).all() and g.sum() == 3.0 * 4 * 28
+        odd = r"Split op 'split_1'.*dim 0 of size 3 cannot be split into 2 equal pieces"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=odd):
+            sess.run(tf.split(tf.placeholder_with_default(np.zeros((3, 2), np.float32), [None, 2]), 2))
+    with pytest.raises(ValueError, match=r"cannot split dim 1 of \(\?, 28\) into 5 equal pieces"):
+        tf.split(rows, 5, axis=-1)
