@@ -536,3 +536,14 @@ def test_split_of_an_unknown_dim_is_built_and_checked_when_run():
             sess.run(tf.split(tf.placeholder_with_default(np.zeros((3, 2), np.float32), [None, 2]), 2))
     with pytest.raises(ValueError, match=r"cannot split dim 1 of \(\?, 28\) into 5 equal pieces"):
         tf.split(rows, 5, axis=-1)
+
+
+def test_lists_of_tensors_are_packed_as_tf_does():
+    """``tf.reduce_mean([loss_a, loss_b])`` and nested lists mixing tensors and numbers."""
+    x = tf.placeholder(tf.float32, [None, 2])
+    mean_of_list = tf.reduce_mean([tf.reduce_sum(x), 2.0])
+    nested = tf.convert_to_tensor([[x[0, 0], 2], [3.5, x[1, 1]]])
+    assert nested.shape.as_list() == [2, 2] and nested.dtype == tf.float32
+    with tf.Session() as sess:
+        got = sess.run([mean_of_list, nested, tf.reduce_mean((x[:, 0],))], {x: [[1.0, 2.0], [3.0, 4.0]]})
+    assert got[0] == 6.0 and got[1].tolist() == [[1.0, 2.0], [3.5, 4.0]] and got[2] == 2.0
