@@ -5,19 +5,18 @@ other ``tf.contrib.X`` raises an AttributeError that names it, says dflow does n
 what to use instead.
 
 >>> import dflow as tf
->>> tf.contrib.slim
+>>> tf.contrib.summary
 Traceback (most recent call last):
 ...
-AttributeError: tf.contrib.slim is not supported by dflow; use tf.layers and tf.contrib.layers instead
+AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary instead
 """
 
-from . import factorization, layers, legacy_seq2seq, rnn, seq2seq
+from . import factorization, layers, legacy_seq2seq, rnn, seq2seq, slim
 
-__all__ = ["factorization", "layers", "legacy_seq2seq", "rnn", "seq2seq"]
+__all__ = ["factorization", "layers", "legacy_seq2seq", "rnn", "seq2seq", "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {
-    "slim": "tf.layers and tf.contrib.layers",
     "learn": "tf.estimator, or a tf.Session training loop with tf.layers",
     "framework": "tf.train.get_or_create_global_step, tf.global_variables and tf.train.Saver",
     "metrics": "tf.metrics",
