@@ -538,6 +538,21 @@ def test_split_of_an_unknown_dim_is_built_and_checked_when_run():
         tf.split(rows, 5, axis=-1)
 
 
+def test_concat_along_an_unknown_dim_has_a_gradient():
+    """Outputs of unknown batch size joined along it (``tf.concat(outputs, 0)``), trained through."""
+    a, b = tf.placeholder(tf.float32, [None, 3]), tf.placeholder(tf.float32, [2, 3])
+    weights = tf.constant([1.0, 2.0, 3.0])
+    grad_a, grad_b = tf.gradients(tf.reduce_sum(tf.square(tf.concat([a, b], 0)) * weights), [a, b])
+    assert grad_a.shape.as_list() == [None, 3] and grad_b.shape.as_list() == [2, 3]
+    (second,) = tf.gradients(tf.reduce_sum(tf.square(grad_a)), [a])
+    a_value, b_value = np.arange(12, dtype=np.float32).reshape(4, 3), np.ones((2, 3), np.float32)
+    with tf.Session() as sess:
+        got = sess.run([grad_a, grad_b, second], {a: a_value, b: b_value})
+    np.testing.assert_allclose(got[0], 2 * a_value * [1, 2, 3])
+    np.testing.assert_allclose(got[1], 2 * b_value * [1, 2, 3])
+    np.testing.assert_allclose(got[2], 8 * a_value * [1, 4, 9])
+
+
 def test_lists_of_tensors_are_packed_as_tf_does():
     """``tf.reduce_mean([loss_a, loss_b])`` and nested lists mixing tensors and numbers."""
     x = tf.placeholder(tf.float32, [None, 2])

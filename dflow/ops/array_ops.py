@@ -311,9 +311,30 @@ def _concat_infer(inputs, axis):
 def _concat_grad(op, g):
     axis = op.attrs["axis"]
     sizes = [t.shape[axis].value for t in op.inputs]
-    if None in sizes:
-        raise ValueError(f"the gradient of {op.name} needs the sizes along axis {axis} at build time")
+    if None in sizes:  # pieces as long as the inputs turn out to be when run (an unknown batch dim)
+        shapes = [shape(t) for t in op.inputs]
+        return list(_op("SplitAtShapes", [g, *shapes], {"axis": axis}, name="concat_grad").outputs)
     return split(g, sizes, axis=axis)
+
+
+def _split_at_shapes_infer(inputs, axis):
+    g, shapes = inputs[0], inputs[1:]
+    if g.shape is None:
+        return [Spec(None, g.dtype)] * len(shapes)
+    (ax,) = normalize_axis(axis, len(g.shape))
+    known = [None if s.value is None else s.value[ax] for s in shapes]
+    return [Spec(g.shape[:ax] + (None if n is None else int(n),) + g.shape[ax + 1:], g.dtype) for n in known]
+
+
+def _split_at_shapes_kernel(xp, g, *shapes, axis):
+    sizes = [int(s[axis]) for s in shapes]
+    if sum(sizes) != g.shape[axis]:
+        raise ValueError(f"pieces of sizes {sizes} do not add up to dim {axis} of size {g.shape[axis]}")
+    return _split_kernel(xp, g, sizes, axis)
+
+
+def _split_at_shapes_grad(op, *grads):
+    return [concat(_with_zeros(op, grads), op.attrs["axis"])] + [None] * (len(op.inputs) - 1)
 
 
 defop("ConcatV2", _concat_infer, lambda xp, *xs, axis: xp.concat(xs, axis=axis), _concat_grad)
@@ -378,6 +399,9 @@ def _split_grad(op, *grads):
 # TF's two ops: SplitV takes the sizes, Split a count of equal pieces (the dim may be unknown until run)
 defop("SplitV", _split_infer, _split_kernel, _split_grad, num_outputs=None)
 defop("Split", _split_even_infer, _split_even_kernel, _split_grad, num_outputs=None)
+# the gradient of a concat whose inputs' sizes are known only when run: split at their run-time shapes
+defop("SplitAtShapes", _split_at_shapes_infer, _split_at_shapes_kernel, _split_at_shapes_grad,
+      num_outputs=None)
 
 
 def split(value, num_or_size_splits, axis=0, name="split") -> list[Tensor]:
