@@ -185,3 +185,26 @@ def test_bad_arguments_say_what_to_do():
 def test_reached_as_tf_contrib_factorization():
     assert tf.contrib.factorization.KMeans is KMeans
     assert tf.contrib.factorization.COSINE_DISTANCE == "cosine"
+
+
+def test_a_kmeans_graph_survives_the_json_round_trip(digits):
+    import json
+
+    points = digits[0][:300]
+    graph = tf.Graph()
+    with graph.as_default():
+        X = tf.placeholder(tf.float32, [None, 64], name="x")
+        (_, cluster_idx, scores, initialized, init_op, train_op) = KMeans(
+            X, 8, initial_clusters="kmeans_plus_plus", distance_metric="cosine", use_mini_batch=True,
+            mini_batch_steps_per_iteration=2).training_graph()
+        avg_distance = tf.reduce_mean(scores, name="avg_distance")
+    restored = tf.import_graph_def(json.loads(json.dumps(graph.as_graph_def())))
+    with restored.as_default(), tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(init_op.name, {"x:0": points})
+        assert sess.run(initialized.name)
+        first = sess.run(avg_distance.name, {"x:0": points})
+        for _ in range(6):
+            sess.run(train_op.name, {"x:0": points})
+        assert sess.run(avg_distance.name, {"x:0": points}) < first
+        assert sess.run(cluster_idx[0].name, {"x:0": points}).max() < 8
