@@ -185,6 +185,11 @@ def test_bad_arguments_say_what_to_do():
 def test_reached_as_tf_contrib_factorization():
     assert tf.contrib.factorization.KMeans is KMeans
     assert tf.contrib.factorization.COSINE_DISTANCE == "cosine"
+    with pytest.raises(AttributeError, match=r"factorization.KMeansClustering is not supported by dflow; "
+                                             r"use tf.contrib.factorization.KMeans\(...\).training_graph"):
+        _ = tf.contrib.factorization.KMeansClustering
+    with pytest.raises(AttributeError, match=r"factorization.WALSModel is not supported by dflow"):
+        _ = tf.contrib.factorization.WALSModel
 
 
 def test_a_kmeans_graph_survives_the_json_round_trip(digits):

@@ -238,3 +238,15 @@ def _squared_euclidean(points: Tensor, centers: Tensor) -> Tensor:
     cross = math_ops.matmul(points, centers, transpose_b=True)
     return math_ops.add(math_ops.subtract(point_norms, math_ops.multiply(cross, 2.0)),
                         array_ops.transpose(center_norms))
+
+
+_INSTEAD = {
+    "KMeansClustering": "tf.contrib.factorization.KMeans(...).training_graph() in a tf.Session loop",
+}
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    instead = _INSTEAD.get(name, "tf.contrib.factorization.KMeans, the only part dflow has")
+    raise AttributeError(f"tf.contrib.factorization.{name} is not supported by dflow; use {instead} instead")
