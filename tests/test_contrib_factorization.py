@@ -213,3 +213,28 @@ def test_a_kmeans_graph_survives_the_json_round_trip(digits):
             sess.run(train_op.name, {"x:0": points})
         assert sess.run(avg_distance.name, {"x:0": points}) < first
         assert sess.run(cluster_idx[0].name, {"x:0": points}).max() < 8
+
+
+def test_a_function_gives_the_initial_centers(digits):
+    """``initial_clusters=f(inputs, k)``: called with the input list and the number still missing."""
+    points = digits[0][:100]
+    asked = []
+
+    def first_rows(inputs, k):
+        asked.append(k)
+        return tf.concat(inputs, 0)[:3]
+
+    X = tf.placeholder(tf.float32, [None, 64])
+    kmeans = KMeans(X, 6, initial_clusters=first_rows)
+    _, cluster_idx, _, initialized, init_op, train_op = kmeans.training_graph()
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(init_op, {X: points})
+        assert not sess.run(initialized)  # 3 of 6 so far
+        sess.run(init_op, {X: points[50:]})
+        assert sess.run(initialized)
+        centers = sess.run(tf.global_variables()[0])
+        np.testing.assert_array_equal(centers, np.concatenate([points[:3], points[50:53]]))
+        sess.run(train_op, {X: points})
+        assert set(sess.run(cluster_idx[0], {X: points}).tolist()) <= set(range(6))
+    assert len(asked) == 1  # built once, into the graph

@@ -117,8 +117,8 @@ def _add_centers_kernel(state, xp, centers, candidates, num_clusters, method, se
             raise ValueError(f"kmeans_plus_plus initialization needs a batch of at least {remaining} "
                              f"points to choose the remaining centers from, got {len(points)}")
         new = _kmeans_plus_plus(rng, points.astype(np.float64), remaining, num_retries).astype(points.dtype)
-    else:  # given centers: exactly the ones missing
-        if len(points) != remaining:
+    else:  # given centers (an f(inputs, k) may give fewer: initialization then continues)
+        if len(points) > remaining:
             raise ValueError(f"{len(points)} initial centers were given for the {remaining} missing "
                              f"of {num_clusters}")
         new = points
