@@ -877,6 +877,27 @@ def _graph_of(values) -> Graph:
     return get_default_graph()
 
 
+def _first_tensor_dtype(value):
+    """The dtype of the first tensor in a nested list, or None when it holds none."""
+    for item in value:
+        if isinstance(item, Tensor) or hasattr(item, "_as_graph_element"):
+            return convert_to_tensor(item).dtype
+        if isinstance(item, (list, tuple)):
+            found = _first_tensor_dtype(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _autopack(value, dtype, name) -> Tensor:
+    """TF packs a (nested) list that holds tensors: ``tf.reduce_mean([loss_a, loss_b])``,
+    ``tf.reduce_mean(scores)`` of the tuple that ``KMeans.training_graph`` returns."""
+    from .ops.array_ops import stack
+
+    dtype = dtype if dtype is not None else _first_tensor_dtype(value)
+    return stack([convert_to_tensor(v, dtype=dtype) for v in value], name=name or "packed")
+
+
 def convert_to_tensor(value: Any, dtype=None, name=None) -> Tensor:
     """A Tensor for ``value``: tensors pass through, variables give their value,
     Python/NumPy values become constants."""
@@ -889,6 +910,8 @@ def convert_to_tensor(value: Any, dtype=None, name=None) -> Tensor:
         return value
     if hasattr(value, "_as_graph_element"):
         return convert_to_tensor(value._as_graph_element(), dtype=dtype)
+    if isinstance(value, (list, tuple)) and value and _first_tensor_dtype(value) is not None:
+        return _autopack(value, dtype, name)
     from .ops.array_ops import constant
 
     return constant(value, dtype=dtype, name=name or "Const")

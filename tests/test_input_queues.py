@@ -547,3 +547,86 @@ def test_queue_runners_take_any_coordinator_with_tf_s_methods():
         assert not any(t.is_alive() for t in threads) and len(stop.threads) == 2
         with pytest.raises(tf.errors.OutOfRangeError):  # closed (not a 5 s deadline): the stop closed it
             sess.run(queue.dequeue_many(3))
+
+
+# ---- slim's prefetch_queue and the multi-GPU tutorial's towers -----------------------------------
+def _tower_loss(images, labels):
+    """A small shared-weights model, built once per tower under variable_scope reuse."""
+    weights = tf.get_variable("weights", [CROP * CROP * 3, len(COLORS)],
+                              initializer=tf.truncated_normal_initializer(stddev=0.01))
+    biases = tf.get_variable("biases", [len(COLORS)], initializer=tf.constant_initializer(0.0))
+    logits = tf.matmul(tf.reshape(images, [-1, CROP * CROP * 3]), weights) + biases
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def _average_gradients(tower_grads):
+    averaged = []
+    for grad_and_vars in zip(*tower_grads):
+        grads = tf.concat(axis=0, values=[tf.expand_dims(g, 0) for g, _ in grad_and_vars])
+        averaged.append((tf.reduce_mean(grads, 0), grad_and_vars[0][1]))
+    return averaged
+
+
+def test_prefetch_queue_feeds_towers_that_share_variables_and_average_gradients(cifar):
+    """cifar10_multi_gpu_train.py's shape: batches prefetched into slim's queue, one dequeue per
+    tower under tf.device('/gpu:%d') (soft placement on a machine without GPUs), averaged gradients."""
+    data_dir, contents = cifar
+    num_towers, batch_size, lr = 2, 8, 0.1
+    with tf.device("/cpu:0"):
+        files = [os.path.join(data_dir, name) for name in TRAIN_FILES]
+        key, label, image = read_cifar10(tf.train.string_input_producer(files, seed=1))
+        image = tf.random_crop(tf.cast(image, tf.float32), [CROP, CROP, 3]) / 255.0
+        keys, images, labels = tf.train.batch([key, image, tf.reshape(label, [])], batch_size=batch_size)
+        batch_queue = tf.contrib.slim.prefetch_queue.prefetch_queue([keys, images, labels],
+                                                                    capacity=2 * num_towers)
+        opt = tf.train.GradientDescentOptimizer(lr)
+        tower_grads, tower_keys, tower_labels = [], [], []
+        with tf.variable_scope(tf.get_variable_scope()):
+            for i in range(num_towers):
+                with tf.device(f"/gpu:{i}"), tf.name_scope(f"tower_{i}"):
+                    key_batch, image_batch, label_batch = batch_queue.dequeue()
+                    loss = _tower_loss(image_batch, label_batch)
+                    tf.get_variable_scope().reuse_variables()
+                    tower_grads.append(opt.compute_gradients(loss))
+                    tower_keys.append(key_batch)
+                    tower_labels.append(label_batch)
+        grads = _average_gradients(tower_grads)
+        train_op = opt.apply_gradients(grads)
+    assert [v.op.name for v in tf.trainable_variables()] == ["weights", "biases"]
+    assert any(s.op.name.endswith("fraction_of_4_full") for s in tf.get_collection(tf.GraphKeys.SUMMARIES))
+    weights = tf.trainable_variables()[0]
+    config = tf.ConfigProto(allow_soft_placement=True, log_device_placement=False)
+    with tf.Session(config=config) as sess:
+        sess.run(tf.global_variables_initializer())
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+        seen = set()
+        for _ in range(3):
+            before = sess.run(weights)
+            _, got_keys, got_labels, (avg_grad, _) = sess.run([train_op, tower_keys, tower_labels, grads[0]])
+            np.testing.assert_allclose(sess.run(weights), before - lr * avg_grad, rtol=1e-5, atol=1e-7)
+            for k_batch, l_batch in zip(got_keys, got_labels):
+                assert [record_of(contents, k)[0] for k in k_batch] == l_batch.tolist()
+            batch_keys = [k for k_batch in got_keys for k in k_batch.tolist()]
+            assert len(set(batch_keys)) == num_towers * batch_size  # each tower dequeued its own batch
+            seen.update(batch_keys)
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=10)
+    assert len(seen) == 3 * num_towers * batch_size
+
+
+def test_prefetch_queue_of_a_dict_and_what_it_refuses():
+    features = {"x": tf.ones([2, 3]), "y": tf.range(2)}
+    queue = tf.contrib.slim.prefetch_queue.prefetch_queue(features, capacity=3, num_threads=2)
+    got = queue.dequeue()
+    assert sorted(got) == ["x", "y"] and got["x"].shape.as_list() == [2, 3]
+    with tf.Session() as sess:
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+        assert sess.run(got["y"]).tolist() == [0, 1]
+        coord.request_stop()
+        coord.join(threads, stop_grace_period_secs=10)
+    with pytest.raises(ValueError, match="fully defined shapes.*set_shape"):
+        tf.contrib.slim.prefetch_queue.prefetch_queue([tf.placeholder(tf.float32, [None, 3])])
+    with pytest.raises(ValueError, match=r"dynamic_pad=True\) is not supported by dflow"):
+        tf.contrib.slim.prefetch_queue.prefetch_queue([tf.ones([2])], dynamic_pad=True)

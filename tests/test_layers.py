@@ -352,8 +352,11 @@ def test_contrib_initializers_have_the_documented_variance(make, shape, std):
 
 
 def test_unsupported_contrib_names_say_so_and_what_to_use():
-    with pytest.raises(AttributeError, match=r"tf.contrib.slim is not supported by dflow; use tf.layers"):
-        _ = tf.contrib.slim
+    with pytest.raises(AttributeError, match=r"tf.contrib.slim.conv2d is not supported by dflow; use "
+                                             r"tf.contrib.layers.conv2d \(the same arguments\) instead"):
+        _ = tf.contrib.slim.conv2d
+    with pytest.raises(AttributeError, match=r"tf.contrib.slim.arg_scope is not supported by dflow; use"):
+        _ = tf.contrib.slim.arg_scope
     with pytest.raises(AttributeError, match=r"tf.contrib.learn is not supported by dflow; use tf.estimator"):
         _ = tf.contrib.learn
     with pytest.raises(AttributeError, match=r"tf.contrib.layers.embed_sequence is not supported by dflow"):

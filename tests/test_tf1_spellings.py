@@ -517,3 +517,48 @@ def test_graphs_with_the_new_spellings_survive_the_json_round_trip():
         got = sess.run(["hello:0", "flat:0", "noise:0", "total:0"], {"x:0": feed})
     assert got[0] == b"Hello" and got[1].shape == (3, 4) and got[2].shape == (3, 4)
     assert got[3].ravel().tolist() == [6.0, 22.0, 38.0]
+
+
+def test_split_of_an_unknown_dim_is_built_and_checked_when_run():
+    """The TF 1.x LSTM tutorials split a (time * batch, n) reshape whose first dim is unknown."""
+    x = tf.placeholder("float", [None, 28, 28])
+    rows = tf.reshape(tf.transpose(x, [1, 0, 2]), [-1, 28])
+    steps = tf.split(rows, 28, 0)
+    assert len(steps) == 28 and steps[0].shape.as_list() == [None, 28]
+    grad = tf.gradients(tf.reduce_sum(steps[5] * 3.0), x)[0]
+    images = np.random.RandomState(0).rand(4, 28, 28).astype(np.float32)
+    with tf.Session() as sess:
+        pieces, g = sess.run([steps, grad], feed_dict={x: images})
+        np.testing.assert_array_equal(pieces[5], images[:, 5])
+        assert (g[:, 5] == 3.0).all() and g.sum() == 3.0 * 4 * 28
+        odd = r"Split op 'split_1'.*dim 0 of size 3 cannot be split into 2 equal pieces"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=odd):
+            sess.run(tf.split(tf.placeholder_with_default(np.zeros((3, 2), np.float32), [None, 2]), 2))
+    with pytest.raises(ValueError, match=r"cannot split dim 1 of \(\?, 28\) into 5 equal pieces"):
+        tf.split(rows, 5, axis=-1)
+
+
+def test_concat_along_an_unknown_dim_has_a_gradient():
+    """Outputs of unknown batch size joined along it (``tf.concat(outputs, 0)``), trained through."""
+    a, b = tf.placeholder(tf.float32, [None, 3]), tf.placeholder(tf.float32, [2, 3])
+    weights = tf.constant([1.0, 2.0, 3.0])
+    grad_a, grad_b = tf.gradients(tf.reduce_sum(tf.square(tf.concat([a, b], 0)) * weights), [a, b])
+    assert grad_a.shape.as_list() == [None, 3] and grad_b.shape.as_list() == [2, 3]
+    (second,) = tf.gradients(tf.reduce_sum(tf.square(grad_a)), [a])
+    a_value, b_value = np.arange(12, dtype=np.float32).reshape(4, 3), np.ones((2, 3), np.float32)
+    with tf.Session() as sess:
+        got = sess.run([grad_a, grad_b, second], {a: a_value, b: b_value})
+    np.testing.assert_allclose(got[0], 2 * a_value * [1, 2, 3])
+    np.testing.assert_allclose(got[1], 2 * b_value * [1, 2, 3])
+    np.testing.assert_allclose(got[2], 8 * a_value * [1, 4, 9])
+
+
+def test_lists_of_tensors_are_packed_as_tf_does():
+    """``tf.reduce_mean([loss_a, loss_b])`` and nested lists mixing tensors and numbers."""
+    x = tf.placeholder(tf.float32, [None, 2])
+    mean_of_list = tf.reduce_mean([tf.reduce_sum(x), 2.0])
+    nested = tf.convert_to_tensor([[x[0, 0], 2], [3.5, x[1, 1]]])
+    assert nested.shape.as_list() == [2, 2] and nested.dtype == tf.float32
+    with tf.Session() as sess:
+        got = sess.run([mean_of_list, nested, tf.reduce_mean((x[:, 0],))], {x: [[1.0, 2.0], [3.0, 4.0]]})
+    assert got[0] == 6.0 and got[1].tolist() == [[1.0, 2.0], [3.5, 4.0]] and got[2] == 2.0

@@ -1,22 +1,22 @@
 """``tf.contrib``: the parts of TF 1.x's contrib that real scripts use most.
 
-``tf.contrib.layers`` and ``tf.contrib.rnn`` are here; any other ``tf.contrib.X`` raises an AttributeError
-that names it, says dflow does not support it, and what to use instead.
+``tf.contrib.layers``, ``tf.contrib.rnn`` and ``tf.contrib.factorization`` (``KMeans``) are here; any
+other ``tf.contrib.X`` raises an AttributeError that names it, says dflow does not support it, and
+what to use instead.
 
 >>> import dflow as tf
->>> tf.contrib.slim
+>>> tf.contrib.summary
 Traceback (most recent call last):
 ...
-AttributeError: tf.contrib.slim is not supported by dflow; use tf.layers and tf.contrib.layers instead
+AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary instead
 """
 
-from . import layers, legacy_seq2seq, rnn, seq2seq
+from . import factorization, layers, legacy_seq2seq, rnn, seq2seq, slim
 
-__all__ = ["layers", "legacy_seq2seq", "rnn", "seq2seq"]
+__all__ = ["factorization", "layers", "legacy_seq2seq", "rnn", "seq2seq", "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {
-    "slim": "tf.layers and tf.contrib.layers",
     "learn": "tf.estimator, or a tf.Session training loop with tf.layers",
     "framework": "tf.train.get_or_create_global_step, tf.global_variables and tf.train.Saver",
     "metrics": "tf.metrics",

@@ -311,9 +311,30 @@ def _concat_infer(inputs, axis):
 def _concat_grad(op, g):
     axis = op.attrs["axis"]
     sizes = [t.shape[axis].value for t in op.inputs]
-    if None in sizes:
-        raise ValueError(f"the gradient of {op.name} needs the sizes along axis {axis} at build time")
+    if None in sizes:  # pieces as long as the inputs turn out to be when run (an unknown batch dim)
+        shapes = [shape(t) for t in op.inputs]
+        return list(_op("SplitAtShapes", [g, *shapes], {"axis": axis}, name="concat_grad").outputs)
     return split(g, sizes, axis=axis)
+
+
+def _split_at_shapes_infer(inputs, axis):
+    g, shapes = inputs[0], inputs[1:]
+    if g.shape is None:
+        return [Spec(None, g.dtype)] * len(shapes)
+    (ax,) = normalize_axis(axis, len(g.shape))
+    known = [None if s.value is None else s.value[ax] for s in shapes]
+    return [Spec(g.shape[:ax] + (None if n is None else int(n),) + g.shape[ax + 1:], g.dtype) for n in known]
+
+
+def _split_at_shapes_kernel(xp, g, *shapes, axis):
+    sizes = [int(s[axis]) for s in shapes]
+    if sum(sizes) != g.shape[axis]:
+        raise ValueError(f"pieces of sizes {sizes} do not add up to dim {axis} of size {g.shape[axis]}")
+    return _split_kernel(xp, g, sizes, axis)
+
+
+def _split_at_shapes_grad(op, *grads):
+    return [concat(_with_zeros(op, grads), op.attrs["axis"])] + [None] * (len(op.inputs) - 1)
 
 
 defop("ConcatV2", _concat_infer, lambda xp, *xs, axis: xp.concat(xs, axis=axis), _concat_grad)
@@ -338,6 +359,18 @@ def _split_infer(inputs, sizes, axis):
     return [Spec(None if s is None else s[:ax] + (n,) + s[ax + 1:], inputs[0].dtype) for n in sizes]
 
 
+def _split_even_infer(inputs, num_split, axis):
+    """TF's Split: ``num_split`` equal pieces; an unknown dim stays unknown and is checked when run."""
+    s = inputs[0].shape
+    if s is None:
+        return [Spec(None, inputs[0].dtype)] * num_split
+    (ax,) = normalize_axis(axis, len(s))
+    if s[ax] is not None and s[ax] % num_split:
+        raise ShapeError(f"cannot split dim {ax} of {fmt(s)} into {num_split} equal pieces")
+    piece = None if s[ax] is None else s[ax] // num_split
+    return [Spec(s[:ax] + (piece,) + s[ax + 1:], inputs[0].dtype)] * num_split
+
+
 def _split_kernel(xp, x, sizes, axis):
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     index = [slice(None)] * x.ndim
@@ -348,26 +381,42 @@ def _split_kernel(xp, x, sizes, axis):
     return tuple(pieces)
 
 
+def _split_even_kernel(xp, x, num_split, axis):
+    dim = x.shape[axis]
+    if dim % num_split:  # a plain error: the executor names the op and the input shape
+        raise ValueError(f"dim {axis} of size {dim} cannot be split into {num_split} equal pieces")
+    return _split_kernel(xp, x, [dim // num_split] * num_split, axis)
+
+
 def _with_zeros(op, grads):
     return [zeros_like(out) if g is None else g for out, g in zip(op.outputs, grads)]
 
 
-defop("Split", _split_infer, _split_kernel,
-      lambda op, *gs: [concat(_with_zeros(op, gs), op.attrs["axis"])], num_outputs=None)
+def _split_grad(op, *grads):
+    return [concat(_with_zeros(op, grads), op.attrs["axis"])]
+
+
+# TF's two ops: SplitV takes the sizes, Split a count of equal pieces (the dim may be unknown until run)
+defop("SplitV", _split_infer, _split_kernel, _split_grad, num_outputs=None)
+defop("Split", _split_even_infer, _split_even_kernel, _split_grad, num_outputs=None)
+# the gradient of a concat whose inputs' sizes are known only when run: split at their run-time shapes
+defop("SplitAtShapes", _split_at_shapes_infer, _split_at_shapes_kernel, _split_at_shapes_grad,
+      num_outputs=None)
 
 
 def split(value, num_or_size_splits, axis=0, name="split") -> list[Tensor]:
-    """Split into ``n`` equal pieces or pieces of the given sizes along ``axis``."""
+    """Split into ``n`` equal pieces or pieces of the given sizes along ``axis``.
+
+    With a count, the dim may be unknown (``(?, 28)``) as in TF: it must divide when the op runs.
+    """
     value = convert_to_tensor(value)
-    if isinstance(num_or_size_splits, int):
-        dim = value.shape[axis].value
-        if dim is None or dim % num_or_size_splits:
-            raise ValueError(
-                f"cannot split dim {axis} of {value.shape} into {num_or_size_splits} equal pieces")
-        sizes = [dim // num_or_size_splits] * num_or_size_splits
-    else:
-        sizes = [int(n) for n in num_or_size_splits]
-    return list(_op("Split", [value], {"sizes": sizes, "axis": int(axis)}, name).outputs)
+    axis = int(axis)
+    if isinstance(num_or_size_splits, (int, np.integer)):
+        if value.shape.ndims is not None:
+            (axis,) = normalize_axis(axis, value.shape.ndims)
+        return list(_op("Split", [value], {"num_split": int(num_or_size_splits), "axis": axis}, name).outputs)
+    sizes = [int(n) for n in num_or_size_splits]
+    return list(_op("SplitV", [value], {"sizes": sizes, "axis": axis}, name).outputs)
 
 
 def _stack_infer(inputs, axis):
