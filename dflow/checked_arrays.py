@@ -139,7 +139,10 @@ class ChunkReader:
         try:
             block = self.array[region]
         except Exception as error:
-            raise self._damage(index, "is corrupt", error) from error
+            if "checksum" in str(error):  # the crc32c codec's words
+                raise self._damage(index, "is corrupt: its bytes do not match their CRC-32C (a byte "
+                                          "changed, or the file cut short)") from error
+            raise self._damage(index, "is corrupt or unreadable", error) from error
         self._verify(index, block)
         return block
 

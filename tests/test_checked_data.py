@@ -78,8 +78,8 @@ def _read_epoch(store: str) -> int:
         return sum(len(labels) for _, labels in data)
 
 
-PROBLEMS = {"delete": "is missing", "truncate": "is corrupt \\(ValueError: Stored and computed checksum",
-            "flip": "is corrupt \\(ValueError: Stored and computed checksum",
+PROBLEMS = {"delete": "is missing", "truncate": "is corrupt: its bytes do not match their CRC-32C",
+            "flip": "is corrupt: its bytes do not match their CRC-32C",
             "swap": "is corrupt: it holds other data than was written there"}
 
 
@@ -141,13 +141,13 @@ def _model():
     return w, v, z
 
 
-def _save_steps(directory, steps, max_to_keep=5) -> list[str]:
+def _save_steps(directory, steps, max_to_keep=5, prefix="model") -> list[str]:
     with tf.Graph().as_default():
         _model()
         saver = tf.train.Saver(max_to_keep=max_to_keep)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
-            return [saver.save(sess, os.path.join(directory, "model"), global_step=s) for s in steps]
+            return [saver.save(sess, os.path.join(directory, prefix), global_step=s) for s in steps]
 
 
 def _restore(path):
@@ -218,8 +218,9 @@ def test_max_to_keep_counts_the_checkpoints_already_in_the_directory(tmp_path):
     first_run = _save_steps(directory, [1, 2, 3, 4])
     os.remove(os.path.join(directory, "checkpoint"))  # a run that lost track of model-1..4
     second_run = _save_steps(directory, [5, 6])
+    _save_steps(directory, [6], prefix="best")  # another saver's: never this one's to remove
     third_run = _save_steps(directory, [7], max_to_keep=2)  # a rerun that keeps 2 in all
-    assert sorted(os.listdir(directory)) == ["checkpoint", "model-6", "model-7"]
+    assert sorted(os.listdir(directory)) == ["best-6", "checkpoint", "model-6", "model-7"]
     state = tf.train.get_checkpoint_state(directory)
     assert state.all_model_checkpoint_paths == [second_run[1], third_run[0]]
     assert tf.train.latest_checkpoint(directory) == third_run[0]

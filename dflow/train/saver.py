@@ -185,17 +185,19 @@ class Saver:
         sess.run(self._restore_op, feeds)
 
     def _adopt_existing(self, save_path: str, latest_filename: str | None) -> None:
-        """At the first save into a directory: count its complete checkpoints (those its state file
-        lists, and ``<prefix>-<step>`` ones it lost track of) among the kept ones, oldest first."""
+        """At the first save into a directory: count its complete checkpoints of this prefix (those
+        its state file lists, and ``<prefix>-<step>`` ones it lost track of) among the kept ones,
+        oldest first."""
         directory = os.path.dirname(os.path.abspath(save_path))
         if (directory, latest_filename) in self._adopted:
             return
         self._adopted.add((directory, latest_filename))
         state = get_checkpoint_state(directory, latest_filename)
-        numbered = re.compile(re.escape(os.path.basename(save_path)) + r"-\d+")
+        ours = re.compile(re.escape(os.path.basename(save_path)) + r"(-\d+)?")  # not other savers' prefixes
         names = [os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else [])
                  if os.path.dirname(os.path.abspath(p)) == directory]
-        names += sorted(n for n in os.listdir(directory) if numbered.fullmatch(n))
+        names += sorted(n for n in os.listdir(directory) if ours.fullmatch(n))
+        names = [n for n in names if ours.fullmatch(n)]
         kept = {os.path.abspath(p) for p in self._last_checkpoints}
         found = [os.path.join(os.path.dirname(save_path), n) for n in dict.fromkeys(names)]
         found = [p for p in found if os.path.abspath(p) not in kept and checkpoint_exists(p)]
