@@ -37,24 +37,26 @@ import zarr
 
 from .errors import DataLossError
 
-__all__ = ["DIGESTS_ATTR", "checked_codecs", "writing_every_chunk", "content_digest", "chunk_digests",
+__all__ = ["DIGESTS_ATTR", "checked_array_options", "writing_every_chunk", "content_digest", "chunk_digests",
            "write_checked", "ChunkReader"]
 
 DIGESTS_ATTR = "dflow_chunk_crc32c"
 
 
-def checked_codecs(dtype=np.uint8) -> dict:
-    """``create_array`` arguments: Zstd level 3 (see :mod:`dflow.data.store`), then CRC-32C."""
+def checked_array_options(dtype=np.uint8) -> dict:
+    """``create_array`` arguments: Zstd level 3 (see :mod:`dflow.data.store`), then CRC-32C, and
+    every chunk stored."""
     from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
 
-    compressors = [ZstdCodec(level=3), Crc32cCodec()]
-    if np.dtype(dtype).kind not in "biufc":  # strings: zarr's own serializer for them
-        return {"compressors": compressors}
-    return {"serializer": BytesCodec(), "compressors": compressors}
+    options = {"compressors": [ZstdCodec(level=3), Crc32cCodec()], "config": {"write_empty_chunks": True}}
+    if np.dtype(dtype).kind in "biufc":  # else (strings) zarr's own serializer for them
+        options["serializer"] = BytesCodec()
+    return options
 
 
 def writing_every_chunk():
-    """Arrays created or opened inside store all-fill chunks too (the setting is read at opening)."""
+    """Arrays opened inside store all-fill chunks too (the setting is read at opening; it is
+    zarr's global configuration: open arrays for writing from one thread)."""
     return zarr.config.set({"array.write_empty_chunks": True})
 
 
@@ -101,9 +103,8 @@ def chunk_digests(value, chunks) -> list[int]:
 def write_checked(group: zarr.Group, name: str, value, chunks="auto", **array_args) -> zarr.Array:
     """Create array ``name`` in ``group`` holding ``value``, every chunk stored and digested."""
     value = np.asarray(value)
-    with writing_every_chunk():
-        array = group.create_array(name, shape=value.shape, dtype=value.dtype, chunks=chunks,
-                                   **checked_codecs(value.dtype), **array_args)
+    array = group.create_array(name, shape=value.shape, dtype=value.dtype, chunks=chunks,
+                               **checked_array_options(value.dtype), **array_args)
     array[...] = value
     array.attrs[DIGESTS_ATTR] = chunk_digests(value, array.chunks)
     return array

@@ -119,8 +119,9 @@ def main(argv=None) -> None:
     print(f"{args.count} images 32x32x3, {args.rounds} interleaved rounds (medians)")
     for measure, unit in (("chunks", "MB/s decoded"), ("epoch", "images/s")):
         row = result[measure]
+        ratios = sorted(r["checked"] / r["unchecked"] for r in row["rounds"])
         print(f"  {measure:<7} unchecked {row['unchecked']:10.1f} {unit}   checked {row['checked']:10.1f} "
-              f"{unit}   checked/unchecked {row['ratio']:.3f}")
+              f"{unit}   checked/unchecked {row['ratio']:.3f} (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,13 @@ import numpy as np
 import zarr
 
 from .. import DFLOW_VERSION as __version__  # dflow's release, not the TF API level
-from ..checked_arrays import DIGESTS_ATTR, ChunkReader, checked_codecs, content_digest, writing_every_chunk
+from ..checked_arrays import (
+    DIGESTS_ATTR,
+    ChunkReader,
+    checked_array_options,
+    content_digest,
+    writing_every_chunk,
+)
 from ..errors import DataLossError, FailedPreconditionError, NotFoundError
 
 __all__ = ["SplitSource", "DatasetSource", "write_store", "open_store", "describe", "chunk_examples_for",
@@ -147,8 +153,7 @@ def _open_work(work: str, request: dict, echo) -> zarr.Group:
             if json.load(f) == request:
                 if echo:
                     echo(f"resuming the interrupted preparation in {work}")
-                with writing_every_chunk():  # arrays opened from it store every chunk
-                    return zarr.open_group(os.path.join(work, "store.zarr"), mode="r+")
+                return zarr.open_group(os.path.join(work, "store.zarr"), mode="r+")
         if echo:
             echo(f"{work} holds an interrupted preparation with other settings: starting over")
     shutil.rmtree(work, ignore_errors=True)
@@ -161,16 +166,15 @@ def _open_work(work: str, request: dict, echo) -> zarr.Group:
 
 def _arrays(root: zarr.Group, split: SplitSource, chunk: int, num_classes: int):
     """The split's ``images`` and ``labels`` arrays, created on first use."""
-    with writing_every_chunk():  # the setting travels with the arrays to the chunk tasks
-        if split.name in root:
-            group = root[split.name]
-            return group["images"], group["labels"]
-        group = root.create_group(split.name)
-        label_dtype = np.int16 if num_classes <= np.iinfo(np.int16).max else np.int32
-        images = group.create_array("images", shape=(split.count, *split.image_shape), dtype=np.uint8,
-                                    chunks=(chunk, *split.image_shape), **checked_codecs())
-        labels = group.create_array("labels", shape=(split.count,), dtype=label_dtype, chunks=(chunk,),
-                                    fill_value=_LABEL_FILL, **checked_codecs())
+    if split.name in root:  # resumed: every chunk stored, as when created (travels to the tasks)
+        with writing_every_chunk():
+            return root[f"{split.name}/images"], root[f"{split.name}/labels"]
+    group = root.create_group(split.name)
+    label_dtype = np.int16 if num_classes <= np.iinfo(np.int16).max else np.int32
+    images = group.create_array("images", shape=(split.count, *split.image_shape), dtype=np.uint8,
+                                chunks=(chunk, *split.image_shape), **checked_array_options())
+    labels = group.create_array("labels", shape=(split.count,), dtype=label_dtype, chunks=(chunk,),
+                                fill_value=_LABEL_FILL, **checked_array_options())
     return images, labels
 
 
