@@ -317,3 +317,17 @@ def test_a_save_killed_midway_is_never_chosen_and_is_removed_next_time(tmp_path,
             assert sess.run(w)[-1] == 199_999
             saver.save(sess, str(directory / "model"), global_step=3)
     assert sorted(os.listdir(directory)) == ["checkpoint", "model-1", "model-3"]
+
+
+def test_dflow_data_verify_names_every_damaged_chunk(copy, capsys):
+    from dflow.cli import main
+
+    assert main(["data", "verify", copy]) == 0
+    assert f"{copy}: 32 chunks read back as written" in capsys.readouterr().out
+    _damage(_chunk_file(copy, "images", 3), "swap", other=_chunk_file(copy, "images", 4))
+    _damage(_chunk_file(copy, "labels", 15), "truncate")
+    assert main(["data", "verify", copy]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [re.search(r"chunk (\d+) of array (\S+)", line).groups() for line in lines[:-1]] == [
+        ("3", "train/images"), ("4", "train/images"), ("15", "train/labels")]
+    assert lines[-1] == f"{copy}: 3 of 32 chunks damaged"
