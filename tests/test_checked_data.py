@@ -331,3 +331,11 @@ def test_dflow_data_verify_names_every_damaged_chunk(copy, capsys):
     assert [re.search(r"chunk (\d+) of array (\S+)", line).groups() for line in lines[:-1]] == [
         ("3", "train/images"), ("4", "train/images"), ("15", "train/labels")]
     assert lines[-1] == f"{copy}: 3 of 32 chunks damaged"
+
+
+def test_docstring_example():
+    import doctest
+
+    import dflow.checked_arrays
+
+    assert doctest.testmod(dflow.checked_arrays).failed == 0
