@@ -113,20 +113,20 @@ def write_checked(group: zarr.Group, name: str, value, chunks="auto", **array_ar
 class ChunkReader:
     """Reads an array chunk by chunk or whole, each chunk checked (see the module doc).
 
-    ``where`` names the store (its path), ``name`` the array in it and ``remedy`` what to do about
-    damage; they make up the error. An array without digests (written before dflow checked its
-    chunks) is read unchecked: ``checked`` is False.
+    ``where`` names the store (its path), ``name`` the array in it (a ``noun``: an array, a
+    variable) and ``remedy`` what to do about damage; they make up the error. An array without
+    digests (written before dflow checked its chunks) is read unchecked: ``checked`` is False.
     """
 
-    def __init__(self, array: zarr.Array, where: str, name: str, remedy: str):
-        self.array, self.where, self.name, self.remedy = array, where, name, remedy
+    def __init__(self, array: zarr.Array, where: str, name: str, remedy: str, noun: str = "array"):
+        self.array, self.where, self.name, self.remedy, self.noun = array, where, name, remedy, noun
         digests = array.attrs.get(DIGESTS_ATTR)
         self.digests = None if digests is None else list(digests)
         self.shape, self.chunks = tuple(array.shape), tuple(array.chunks)
         self.num_chunks = int(np.prod(_grid(self.shape, self.chunks)))
         self._fill_digests: dict = {}
         if self.digests is not None and len(self.digests) != self.num_chunks:
-            raise DataLossError(f"array {name} in {where} has {self.num_chunks} chunks but digests for "
+            raise DataLossError(f"{noun} {name} in {where} has {self.num_chunks} chunks but digests for "
                                 f"{len(self.digests)}: its metadata was changed after it was written; "
                                 f"{remedy}")
 
@@ -191,5 +191,5 @@ class ChunkReader:
 
     def _damage(self, index: int, problem: str, cause: Exception | None = None) -> DataLossError:
         because = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
-        return DataLossError(f"chunk {index} of array {self.name} in {self.where} (file "
+        return DataLossError(f"chunk {index} of {self.noun} {self.name} in {self.where} (file "
                              f"{self._chunk_key(index)}) {problem}{because}; {self.remedy}")

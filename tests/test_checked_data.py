@@ -177,8 +177,7 @@ def test_a_damaged_checkpoint_is_refused_and_passed_over(tmp_path, how, caplog):
     with pytest.raises(DataLossError) as damage:
         _restore(latest)
     message = str(damage.value)
-    assert re.match(r"chunk (0 of array w|file w/c/0/0 of variable w) in (checkpoint )?" + re.escape(latest),
-                    message)
+    assert re.match(r"chunk (0|file w/c/0/0) of variable w in checkpoint " + re.escape(latest), message)
     assert "w/c/0/0" in message and f"restore an older checkpoint of {tmp_path}" in message
     with caplog.at_level(logging.WARNING, logger="dflow"):
         assert tf.train.latest_checkpoint(str(tmp_path)) == older

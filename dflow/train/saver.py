@@ -463,7 +463,7 @@ def _warn_unchecked(path: str) -> None:
 
 
 def _chunk_reader(root, path: str, name: str, key: str) -> ChunkReader:
-    return ChunkReader(root[key], path, name, _remedy(path))
+    return ChunkReader(root[key], f"checkpoint {path}", name, _remedy(path), noun="variable")
 
 
 def _read_values(path: str) -> dict:
