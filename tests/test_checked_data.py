@@ -338,3 +338,27 @@ def test_docstring_example():
     import dflow.checked_arrays
 
     assert doctest.testmod(dflow.checked_arrays).failed == 0
+
+
+@pytest.mark.parametrize("how, chunk, problem", [
+    ("swap", 0, "it holds other data than was written there"),  # same-size files: only the digest knows
+    ("flip", 2, "its bytes do not match their CRC-32C"),
+])
+def test_damage_inside_a_variable_of_many_chunks_names_the_chunk(tmp_path, how, chunk, problem):
+    value = np.kron(np.float32([[1, 2], [3, 4]]), np.ones((256, 256), np.float32))  # 4 chunks of 256x256
+    with tf.Graph().as_default():
+        tf.Variable(value, name="big")
+        saver = tf.train.Saver()
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            path = saver.save(sess, str(tmp_path / "model"), global_step=1)
+            files = {index: os.path.join(path, "big", "c", *key) for index, key in
+                     enumerate([("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])}
+            assert os.path.getsize(files[0]) == os.path.getsize(files[3])
+            _damage(files[chunk], how, other=files[3])
+            coords = "/".join(files[chunk].split(os.sep)[-2:])
+            with pytest.raises(DataLossError, match=rf"chunk {chunk} of variable big in checkpoint "
+                                                    rf"{re.escape(path)} \(file big/c/{coords}\) is corrupt: "
+                                                    rf"{problem}"):
+                saver.restore(sess, path)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None  # the only one: nothing to fall back on
