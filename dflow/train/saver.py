@@ -29,9 +29,10 @@ passes over. A checkpoint written before dflow checked chunks still restores,
 with a warning.
 
 ``max_to_keep`` counts the checkpoints already in the directory too: at its first
-save there, a Saver adopts the complete ones that the ``checkpoint`` file lists
-or that carry its prefix and a step (TF's ``recover_last_checkpoints``), oldest
-first, so a rerun of a training job keeps ``max_to_keep`` in all.
+save there, a Saver adopts the complete checkpoints of its prefix (those the
+``checkpoint`` file lists, and ``<prefix>-<step>`` ones it lost track of; TF's
+``recover_last_checkpoints``), oldest first, so a rerun of a training job keeps
+``max_to_keep`` in all. Other prefixes' checkpoints are left alone.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():  # doctest: +SKIP
