@@ -262,9 +262,14 @@ def test_corrupt_chunk_names_store_array_and_chunk(copy):
         _epoch(copy, batch_size=10, prefetch=2)
 
 
-def test_missing_chunk_and_labels_out_of_range(copy):
+def test_missing_chunk_and_labels_out_of_range_in_an_unchecked_store(store, tmp_path):
+    """A store written before dflow checked chunks: damage to its labels is still caught where it
+    can be (tests/test_checked_data.py: checked stores)."""
     import zarr
 
+    from dflow.bench.checked_reads import unchecked_copy
+
+    copy = unchecked_copy(store, str(tmp_path / "unchecked.zarr"))
     labels = zarr.open_array(os.path.join(copy, "train", "labels"), mode="r+")
     labels[30:32] = [3, 12]  # chunk 1
     with pytest.raises(DataLossError, match=r"chunk 1 of array train/labels .* out of range \[0, 10\) "

@@ -5,6 +5,7 @@
     $ dflow data prepare synthetic --shape 32,32,3 --classes 10 --count 50000
     $ dflow data prepare digits               # 28x28x1, as `dflow train --dataset digits` resizes them
     $ dflow data info cifar10                 # datasets/cifar10.zarr, or a path or URL
+    $ dflow data verify cifar10               # read every chunk back, checked
     $ dflow data bench
 """
 
@@ -52,6 +53,9 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     info = actions.add_parser("info", help="describe a store")
     info.add_argument("store", help="NAME (datasets/NAME.zarr, as `dflow train --dataset NAME` reads) "
                                     "or a store's path or URL")
+    verify = actions.add_parser("verify", help="read every chunk of a store, checked: exit 1 naming each "
+                                               "damaged chunk")
+    verify.add_argument("store", help="NAME (datasets/NAME.zarr) or a store's path or URL")
     bench = actions.add_parser("bench", help="reader throughput and the CIFAR-10 step's I/O overhead")
     bench.add_argument("--store", help="a CIFAR-shaped store to use (default: generate 50,000 images "
                                        "in a temporary directory)")
@@ -84,6 +88,8 @@ def _run(args) -> int:
 
     if args.data_command == "info":
         print(describe(_existing_store(args.store)))
+    elif args.data_command == "verify":
+        return _verify(_existing_store(args.store))
     elif args.data_command == "prepare":
         out = _prepare(args)
         print(f"wrote {out}")
@@ -93,6 +99,22 @@ def _run(args) -> int:
 
         bench.run(store=args.store, steps=args.steps, output=args.output,
                   echo=lambda line: print(line, flush=True))
+    return 0
+
+
+def _verify(path: str) -> int:
+    import time
+
+    from .store import verify_store
+
+    begin = time.perf_counter()
+    count, damage = verify_store(path)
+    for message in damage:
+        print(f"dflow data verify: {message}", file=sys.stderr)
+    if damage:
+        print(f"{path}: {len(damage)} of {count} chunks damaged", file=sys.stderr)
+        return 1
+    print(f"{path}: {count} chunks read back as written ({time.perf_counter() - begin:.1f} s)")
     return 0
 
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..errors import DataLossError, InvalidArgumentError
-from .store import corrupt_chunk_error, open_store
+from .store import chunk_reader, open_store
 from .tf_data import DatasetConstructors
 from .transforms import get_transform, to_data_format
 
@@ -118,6 +118,8 @@ class Dataset(DatasetConstructors):
         self.class_names = list(root.attrs["class_names"])
         self.mean, self.std = root[split].attrs["mean"], root[split].attrs["std"]
         self.images, self.labels = root[f"{split}/images"], root[f"{split}/labels"]
+        self._readers = {name: chunk_reader(self.path, root, f"{split}/{name}")
+                         for name in ("images", "labels")}
         self.num_examples = self.images.shape[0]
         self.chunk_examples = self.images.chunks[0]
         self.num_chunks = -(-self.num_examples // self.chunk_examples)
@@ -153,8 +155,8 @@ class Dataset(DatasetConstructors):
 
     def _read_chunk(self, chunk: int) -> tuple[np.ndarray, np.ndarray]:
         start, stop = self._chunk_bounds(chunk)
-        labels = self._read(self.labels, "labels", chunk, start, stop)
-        images = self._read(self.images, "images", chunk, start, stop)
+        labels = self._readers["labels"].read_chunk(chunk)
+        images = self._readers["images"].read_chunk(chunk)
         bad = (labels < 0) | (labels >= len(self.class_names))
         if bad.any():
             raise DataLossError(
@@ -163,12 +165,6 @@ class Dataset(DatasetConstructors):
                 f"{start + int(np.flatnonzero(bad)[0])}; -1 means the chunk is missing): prepare the store "
                 "again with `dflow data prepare`")
         return images, labels.astype(np.int64)
-
-    def _read(self, array, name: str, chunk: int, start: int, stop: int) -> np.ndarray:
-        try:
-            return array[start:stop]
-        except Exception as error:
-            raise corrupt_chunk_error(self.path, f"{self.split}/{name}", chunk, error) from error
 
     def _epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Host batches of one epoch (see the module doc, steps 1-2)."""

@@ -5,9 +5,15 @@ A store is one Zarr group with a group per split::
     cifar10.zarr/                attrs: dflow_dataset_format 1, dflow_version, dataset,
                                         class_names, sources [{name, sha256}], splits
       train/                     attrs: count, mean [C], std [C] (pixel units, 0..255)
-        images  (N, H, W, C) uint8, chunks of whole examples (~1 MiB), Zstd level 3
+        images  (N, H, W, C) uint8, chunks of whole examples (~1 MiB), Zstd level 3, CRC-32C
         labels  (N,) int16 (int32 past 32,767 classes), same chunking, fill value -1
       test/  ...
+
+Every chunk is stored and checked when read (:mod:`dflow.checked_arrays`): a
+flipped byte, a truncated, missing or swapped chunk file is a ``DataLossError``
+naming the store, the array and the chunk. Each array's attributes hold its
+chunks' digests (``dflow_chunk_crc32c``); a store written before dflow checked
+chunks has none and is read unchecked, with a warning.
 
 Zstd level 3 was measured against Blosc (zstd, lz4; shuffle, bitshuffle,
 noshuffle) on 28x28 digits and 32x32 photo-like images: it compresses as well
@@ -34,6 +40,7 @@ ending in ``.partial``, is never opened as a finished one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -43,16 +50,27 @@ from typing import NamedTuple
 import numpy as np
 import zarr
 
+from ..checked_arrays import (
+    DIGESTS_ATTR,
+    ChunkReader,
+    checked_array_options,
+    content_digest,
+    writing_every_chunk,
+)
 from ..errors import DataLossError, FailedPreconditionError, NotFoundError
 
 __all__ = ["SplitSource", "DatasetSource", "write_store", "open_store", "describe", "chunk_examples_for",
-           "corrupt_chunk_error", "FORMAT", "CHUNK_BYTES"]
+           "corrupt_chunk_error", "chunk_reader", "verify_store", "FORMAT", "CHUNK_BYTES", "REPREPARE"]
+
+log = logging.getLogger("dflow")
 
 FORMAT = 1  # bumped when the layout changes; readers refuse other formats
 CHUNK_BYTES = 1 << 20
 _MIN_CHUNKS = 16
 _WORK_SUFFIX = ".partial"
 _LABEL_FILL = -1  # a label chunk that was never written reads as -1: caught as out of range
+REPREPARE = "prepare the store again with `dflow data prepare`, or copy it again if it was copied"
+_warned_unchecked: set = set()
 
 
 class SplitSource(NamedTuple):
@@ -123,7 +141,7 @@ def _request(source: DatasetSource, chunk_examples: int | None) -> dict:
     if chunk_examples < 1:
         raise ValueError(f"chunk_examples must be at least 1, got {chunk_examples}")
     return {"dataset": source.name, "sources": sources, "shapes": shapes,
-            "chunk_examples": int(chunk_examples), "format": FORMAT}
+            "chunk_examples": int(chunk_examples), "format": FORMAT, "chunk_digests": DIGESTS_ATTR}
 
 
 def _open_work(work: str, request: dict, echo) -> zarr.Group:
@@ -145,23 +163,17 @@ def _open_work(work: str, request: dict, echo) -> zarr.Group:
     return root
 
 
-def _codec_arguments() -> dict:
-    from zarr.codecs import BytesCodec, ZstdCodec
-
-    return {"serializer": BytesCodec(), "compressors": [ZstdCodec(level=3)]}
-
-
 def _arrays(root: zarr.Group, split: SplitSource, chunk: int, num_classes: int):
     """The split's ``images`` and ``labels`` arrays, created on first use."""
-    if split.name in root:
-        group = root[split.name]
-        return group["images"], group["labels"]
+    if split.name in root:  # resumed: every chunk stored, as when created (travels to the tasks)
+        with writing_every_chunk():
+            return root[f"{split.name}/images"], root[f"{split.name}/labels"]
     group = root.create_group(split.name)
     label_dtype = np.int16 if num_classes <= np.iinfo(np.int16).max else np.int32
     images = group.create_array("images", shape=(split.count, *split.image_shape), dtype=np.uint8,
-                                chunks=(chunk, *split.image_shape), **_codec_arguments())
+                                chunks=(chunk, *split.image_shape), **checked_array_options())
     labels = group.create_array("labels", shape=(split.count,), dtype=label_dtype, chunks=(chunk,),
-                                fill_value=_LABEL_FILL, **_codec_arguments())
+                                fill_value=_LABEL_FILL, **checked_array_options())
     return images, labels
 
 
@@ -208,11 +220,13 @@ def _write_chunk_or_raise(images_array, labels_array, split: SplitSource, start:
     if labels.shape != (stop - start,) or bad.any():
         raise ValueError(f"{where}: labels must be {stop - start} class indices in [0, {num_classes}), "
                          f"got shape {labels.shape} with {int(bad.sum())} out of range")
+    labels = labels.astype(labels_array.dtype)
     images_array[start:stop] = images
     labels_array[start:stop] = labels
     pixels = images.reshape(-1, images.shape[-1]).astype(np.float64)
     stats = {"count": len(pixels), "sum": pixels.sum(0).tolist(),
-             "sum_squares": (pixels ** 2).sum(0).tolist()}
+             "sum_squares": (pixels ** 2).sum(0).tolist(),
+             "digests": {"images": content_digest(images), "labels": content_digest(labels)}}
     with open(marker + ".tmp", "w") as f:
         json.dump(stats, f)
     os.replace(marker + ".tmp", marker)
@@ -266,15 +280,21 @@ def _run_tasks(tasks: list, client, echo, total: int) -> None:
 
 
 def _finish(root: zarr.Group, source: DatasetSource, chunk: int, work: str) -> None:
-    """Split statistics from the chunk markers; the root attributes last (they mark completion)."""
+    """Split statistics and chunk digests from the chunk markers; the root attributes last (they
+    mark completion)."""
     for split in source.splits:
         count, sums, squares = 0, 0.0, 0.0
+        digests: dict = {"images": [], "labels": []}
         for index in range(-(-split.count // chunk)):
             with open(_marker(work, split.name, index)) as f:
                 stats = json.load(f)
             count += stats["count"]
             sums = sums + np.asarray(stats["sum"])
             squares = squares + np.asarray(stats["sum_squares"])
+            for name in digests:
+                digests[name].append(stats["digests"][name])
+        for name, values in digests.items():
+            root[f"{split.name}/{name}"].attrs[DIGESTS_ATTR] = values
         mean = sums / max(count, 1)
         std = np.sqrt(np.maximum(squares / max(count, 1) - mean ** 2, 0))
         root[split.name].attrs.update({"count": split.count, "mean": np.round(mean, 4).tolist(),
@@ -356,7 +376,29 @@ def open_store(path: str) -> zarr.Group:
             except KeyError:
                 raise NotFoundError(f"{path} has no array {split}/{name}: the store is damaged; "
                                     "prepare it again with `dflow data prepare`") from None
+        _check_split_layout(path, root, split)
     return root
+
+
+def _check_split_layout(path: str, root: zarr.Group, split: str) -> None:
+    """Images and labels agree with each other and the split's count; warn once about an old store
+    whose chunks cannot be checked."""
+    images, labels = root[f"{split}/images"], root[f"{split}/labels"]
+    count = dict(root[split].attrs).get("count", images.shape[0])
+    if not images.shape[0] == labels.shape[0] == count or images.chunks[0] != labels.chunks[0]:
+        raise DataLossError(f"{path} is damaged: split {split} has {images.shape[0]} images in chunks "
+                            f"of {images.chunks[0]} but {labels.shape[0]} labels in chunks of "
+                            f"{labels.chunks[0]} (its count is {count}); {REPREPARE}")
+    if DIGESTS_ATTR not in images.attrs and path not in _warned_unchecked:
+        _warned_unchecked.add(path)
+        log.warning("%s has no chunk checksums (written before dflow checked chunks): its chunks are "
+                    "read unchecked; prepare it again with `dflow data prepare` to have them checked", path)
+
+
+def chunk_reader(path: str, root: zarr.Group, name: str) -> ChunkReader:
+    """A :class:`~dflow.checked_arrays.ChunkReader` of array ``name`` (``train/images``) of the store
+    ``root`` opened from ``path``."""
+    return ChunkReader(root[name], path, name, REPREPARE)
 
 
 def describe(path: str) -> str:
@@ -375,16 +417,35 @@ def describe(path: str) -> str:
         lines.append(f"  {split}: images {images.shape} {images.dtype} in chunks of {images.chunks[0]} "
                      f"({images.nbytes / 2 ** 20:.1f} MiB raw{size}); labels {root[f'{split}/labels'].dtype}")
         lines.append(f"    mean {split_attrs['mean']}  std {split_attrs['std']}")
+        checked = DIGESTS_ATTR in images.attrs
+        lines.append("    chunks checked: CRC-32C codec and per-chunk digests" if checked else
+                     "    chunks unchecked (written before dflow checked chunks): prepare it again")
     for source in attrs["sources"]:
         lines.append(f"  source: {source['name']}  sha256 {source.get('sha256', '-')}")
     return "\n".join(lines)
 
 
+def verify_store(path: str) -> tuple[int, list[str]]:
+    """Read every chunk of every split's arrays, checked: ``(chunks read, damage found)``, one
+    message per damaged chunk (``dflow data verify``)."""
+    root = open_store(path)
+    count, damage = 0, []
+    for split in root.attrs["splits"]:
+        for name in ("images", "labels"):
+            reader = chunk_reader(path, root, f"{split}/{name}")
+            for index in range(reader.num_chunks):
+                count += 1
+                try:
+                    reader.read_chunk(index)
+                except DataLossError as error:
+                    damage.append(str(error))
+    return count, damage
+
+
 def corrupt_chunk_error(path: str, array: str, chunk: int, error: Exception) -> DataLossError:
     """The error for an unreadable chunk: names the store, the array, the chunk and its key."""
     return DataLossError(f"chunk {chunk} of array {array} in {path} (key {array}/c/{chunk}/...) is "
-                         f"corrupt or unreadable ({type(error).__name__}: {error}); prepare the store "
-                         "again with `dflow data prepare`, or copy it again if it was copied")
+                         f"corrupt or unreadable ({type(error).__name__}: {error}); {REPREPARE}")
 
 
 def _dflow_release() -> str:

@@ -11,12 +11,28 @@ Each array is keyed by the variable's shared name with ``/`` percent-escaped
 variable ``w`` and its slot ``w/Adam``, so ``w`` would be an array and a group.
 The ``variables`` attribute maps names to keys, so readers need not unescape.
 
-Writes are atomic. The group is written into a sibling ``<path>.tmp-<random>``
-directory, and renamed into place only when complete; the ``variables``
-attribute is written last, so even a temp directory is recognizably unfinished.
-The JSON file ``checkpoint`` beside the checkpoints names the latest and the
-kept ones (also written to a temp file, then ``os.replace``). Temp directories
-are never listed there, so :func:`latest_checkpoint` never returns one.
+Writes are atomic. The group is written into a sibling
+``<path>.tmp-<pid>@<host>-<random>`` directory, flushed, completed by the marker
+``dflow_checkpoint.json`` (written last: the variables and the size of every
+chunk file), and renamed into place. The JSON file ``checkpoint`` beside the
+checkpoints names the latest and the kept ones (also written to a temp file,
+then ``os.replace``). A save killed midway leaves only a temp-named directory:
+never listed, never chosen, and removed by the next save into that directory
+(unless its writer is still alive).
+
+Every chunk is checked (:mod:`dflow.checked_arrays`: CRC-32C codec, every chunk
+stored, per-chunk digests): :meth:`Saver.restore` fails on a flipped, truncated,
+missing or swapped chunk with a ``DataLossError`` naming the checkpoint, the
+variable and the chunk file, and :func:`latest_checkpoint` returns the newest
+kept checkpoint that is complete and verified, warning about each damaged one it
+passes over. A checkpoint written before dflow checked chunks still restores,
+with a warning.
+
+``max_to_keep`` counts the checkpoints already in the directory too: at its first
+save there, a Saver adopts the complete checkpoints of its prefix (those the
+``checkpoint`` file lists, and ``<prefix>-<step>`` ones it lost track of; TF's
+``recover_last_checkpoints``), oldest first, so a rerun of a training job keeps
+``max_to_keep`` in all. Other prefixes' checkpoints are left alone.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():  # doctest: +SKIP
@@ -30,19 +46,24 @@ are never listed there, so :func:`latest_checkpoint` never returns one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import numbers
 import os
+import re
 import secrets
 import shutil
+import socket
+import time
 from typing import NamedTuple
 from urllib.parse import quote
 
 import numpy as np
 import zarr
 
-from ..errors import InvalidArgumentError, NotFoundError
+from ..checked_arrays import ChunkReader, write_checked
+from ..errors import DataLossError, InvalidArgumentError, NotFoundError
 from ..ops import array_ops, state_ops
 from ..variables import Variable, global_variables, group
 from . import training_util
@@ -54,6 +75,16 @@ log = logging.getLogger("dflow")
 
 _STATE_FILE = "checkpoint"
 _TEMP_MARK = ".tmp-"  # in every name this module writes before renaming into place
+_MARKER = "dflow_checkpoint.json"  # the completion marker: written last, inside the checkpoint
+_FORMAT = 2  # 1: before checked chunks and the marker (read with a warning)
+# a temp name's end: `.tmp-<pid>@<host>-<hex>` while written (`.tmp-<hex>` by older dflows), or
+# `.tmp-old-<hex>` / `.tmp-deleted-<hex>` once renamed aside to be removed
+_WRITTEN = re.compile(r"\.tmp-(?:(?P<pid>\d+)@(?P<host>[\w.-]*)-)?[0-9a-f]{8}$")
+_ASIDE = re.compile(r"\.tmp-(?:old|deleted)-[0-9a-f]{8}$")
+_FOREIGN_STALE_SECONDS = 24 * 3600  # another machine's temp dir: whether its writer lives is unknown
+_writing: set = set()  # temp paths this process is writing now
+_verified: dict = {}  # checkpoint path -> its marker's (inode, mtime) when its content was verified
+_warned_unchecked: set = set()
 
 
 class CheckpointState(NamedTuple):
@@ -98,6 +129,7 @@ class Saver:
             self._restore_op = group(*assigns, name="restore_all")
         self._max_to_keep = max_to_keep
         self._last_checkpoints: list[str] = []
+        self._adopted: set = set()  # directories whose existing checkpoints this saver counts
 
     @property
     def last_checkpoints(self) -> list[str]:
@@ -124,6 +156,9 @@ class Saver:
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise ValueError(f"Parent directory of {save_path} doesn't exist, can't save.")
+        _remove_leftovers(directory)
+        if write_state:
+            self._adopt_existing(save_path, latest_filename)
         names = list(self._variables)
         values = sess.run([self._variables[n] for n in names])
         _write_checkpoint(path, dict(zip(names, values)), global_step=step)
@@ -145,15 +180,34 @@ class Saver:
             if name not in keys:
                 raise NotFoundError(f"Key {name} not found in checkpoint {save_path}; "
                                     f"it holds: {_listing(keys)}")
-            array = root[keys[name]]
-            _check_fits(array, var, name, save_path)
-            feeds[self._placeholders[name]] = np.asarray(array[...])
+            _check_fits(root[keys[name]], var, name, save_path)
+        for name in self._variables:  # every variable checked before any is set
+            feeds[self._placeholders[name]] = _chunk_reader(root, save_path, name, keys[name]).read()
         sess.run(self._restore_op, feeds)
+
+    def _adopt_existing(self, save_path: str, latest_filename: str | None) -> None:
+        """At the first save into a directory: count its complete checkpoints of this prefix (those
+        its state file lists, and ``<prefix>-<step>`` ones it lost track of) among the kept ones,
+        oldest first."""
+        directory = os.path.dirname(os.path.abspath(save_path))
+        if (directory, latest_filename) in self._adopted:
+            return
+        self._adopted.add((directory, latest_filename))
+        state = get_checkpoint_state(directory, latest_filename)
+        ours = re.compile(re.escape(os.path.basename(save_path)) + r"(-\d+)?")  # not other savers' prefixes
+        names = [os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else [])
+                 if os.path.dirname(os.path.abspath(p)) == directory]
+        names += sorted(n for n in os.listdir(directory) if ours.fullmatch(n))
+        names = [n for n in names if ours.fullmatch(n)]
+        kept = {os.path.abspath(p) for p in self._last_checkpoints}
+        found = [os.path.join(os.path.dirname(save_path), n) for n in dict.fromkeys(names)]
+        found = [p for p in found if os.path.abspath(p) not in kept and checkpoint_exists(p)]
+        self._last_checkpoints = sorted(found, key=_completed_at) + self._last_checkpoints
 
     def _record(self, path: str) -> list[str]:
         """Append ``path`` to the kept checkpoints; return those beyond ``max_to_keep``."""
-        if path in self._last_checkpoints:
-            self._last_checkpoints.remove(path)
+        self._last_checkpoints = [p for p in self._last_checkpoints
+                                  if os.path.abspath(p) != os.path.abspath(path)]
         self._last_checkpoints.append(path)
         excess = len(self._last_checkpoints) - (self._max_to_keep or len(self._last_checkpoints))
         expired, self._last_checkpoints = (self._last_checkpoints[:excess],
@@ -190,24 +244,56 @@ def _listing(names, limit: int = 30) -> str:
     return ", ".join(names[:limit]) + more
 
 
-# ---- the checkpoint directory ---------------------------------------------------------------
+# ---- writing a checkpoint ---------------------------------------------------------------------
+def _temp_path(path: str) -> str:
+    """A temp name beside ``path`` that says who writes it, so that a later save can tell a killed
+    writer's leftovers from a live writer's work."""
+    host = re.sub(r"[^\w.-]", "_", socket.gethostname())
+    return f"{path}{_TEMP_MARK}{os.getpid()}@{host}-{secrets.token_hex(4)}"
+
+
 def _write_checkpoint(path: str, values: dict, **attrs) -> None:
-    """Write ``values`` as a Zarr group at ``path``: into a temp sibling, then renamed."""
-    temp = f"{path}{_TEMP_MARK}{secrets.token_hex(4)}"
+    """Write ``values`` as a Zarr group at ``path``: into a temp sibling, completed by the marker,
+    then renamed."""
+    temp = _temp_path(path)
+    _writing.add(temp)
     try:
         root = zarr.open_group(temp, mode="w")
         keys = {}
         for name, value in values.items():
-            value = np.asarray(value)
             keys[name] = quote(name, safe="")
-            root.create_array(keys[name], shape=value.shape, dtype=value.dtype)[...] = value
-        # last: its presence marks the group complete
-        root.attrs.update({"dflow_checkpoint": 1, **attrs, "variables": keys})
+            write_checked(root, keys[name], np.asarray(value))
+        root.attrs.update({"dflow_checkpoint": _FORMAT, **attrs, "variables": keys})
         _fsync_tree(temp)
+        _write_marker(temp, keys, attrs)  # last: its presence marks the checkpoint complete
         _replace_directory(temp, path)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+    finally:
+        _writing.discard(temp)
+
+
+def _write_marker(checkpoint: str, keys: dict, attrs: dict) -> None:
+    """``dflow_checkpoint.json``: the variables and every chunk file's size, flushed to disk."""
+    chunk_files = {key: _chunk_files(os.path.join(checkpoint, key)) for key in keys.values()}
+    marker = {"dflow_checkpoint": _FORMAT, **attrs, "variables": keys, "chunk_files": chunk_files}
+    with open(os.path.join(checkpoint, _MARKER), "w") as f:
+        json.dump(marker, f)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_directory(checkpoint)
+
+
+def _chunk_files(array_dir: str) -> dict:
+    """``{chunk file relative to the array: bytes}`` of one array's directory."""
+    files = {}
+    for directory, _, names in os.walk(array_dir):
+        for name in names:
+            if name != "zarr.json":
+                full = os.path.join(directory, name)
+                files[os.path.relpath(full, array_dir).replace(os.sep, "/")] = os.path.getsize(full)
+    return files
 
 
 def _replace_directory(source: str, target: str) -> None:
@@ -236,6 +322,56 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
+def _remove_leftovers(directory: str) -> None:
+    """Remove what killed saves left in ``directory``: temp names whose writer is gone."""
+    removed, freed = [], 0
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if _is_leftover(path, name):
+            freed += _bytes_under(path)
+            with contextlib.suppress(FileNotFoundError):
+                _remove(path)
+            removed.append(name)
+    if removed:
+        log.warning("removed %d leftovers of interrupted saves from %s (%.1f MB): %s", len(removed),
+                    directory, freed / 1e6, _listing(removed, limit=5))
+
+
+def _is_leftover(path: str, name: str) -> bool:
+    if _ASIDE.search(name):
+        return True
+    written = _WRITTEN.search(name)
+    if written is None:
+        return False
+    if written["pid"] is None:  # named by a dflow before writers were named: no longer written
+        return True
+    if written["host"] != re.sub(r"[^\w.-]", "_", socket.gethostname()):
+        with contextlib.suppress(FileNotFoundError):
+            return time.time() - os.lstat(path).st_mtime > _FOREIGN_STALE_SECONDS
+        return False
+    pid = int(written["pid"])
+    return path not in _writing if pid == os.getpid() else not _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _bytes_under(path: str) -> int:
+    if not os.path.isdir(path):
+        with contextlib.suppress(FileNotFoundError):
+            return os.lstat(path).st_size
+        return 0
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names
+               if os.path.exists(os.path.join(d, n)))
+
+
 def _fsync_tree(root: str) -> None:
     """Flush a written tree to disk, so the rename never publishes unflushed files."""
     for directory, _, files in os.walk(root):
@@ -261,24 +397,111 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+# ---- reading and verifying a checkpoint -----------------------------------------------------------
+def _remedy(path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    return (f"restore an older checkpoint of {directory} (tf.train.get_checkpoint_state lists the kept "
+            "ones; tf.train.latest_checkpoint passes over damaged ones), or delete this one")
+
+
 def _open_checkpoint(path: str):
+    """The checkpoint's group, once its completion marker and every chunk file it lists are there
+    with their sizes (contents are checked as they are read)."""
     if not os.path.isdir(path):
         raise NotFoundError(f"Failed to find a checkpoint at {path}: no such directory")
+    name = os.path.basename(os.path.normpath(path))
+    if _WRITTEN.search(name) or _ASIDE.search(name):
+        raise NotFoundError(f"{path} is not a complete dflow checkpoint: its name marks a save's "
+                            "temporary directory (interrupted midway, or still being written)")
     try:
         root = zarr.open_group(path, mode="r")
     except (FileNotFoundError, ValueError, KeyError) as e:
         raise NotFoundError(f"{path} is not a dflow checkpoint (a Zarr group): {e}") from None
-    if "variables" not in root.attrs:
-        raise NotFoundError(f"{path} is not a complete dflow checkpoint (no 'variables' attribute); "
-                            "it may be a save interrupted midway")
+    attrs = dict(root.attrs)
+    marker = _read_marker(path)
+    if marker is not None:
+        _check_chunk_files(path, marker)
+    elif "variables" in attrs and attrs.get("dflow_checkpoint", 1) < _FORMAT:
+        _warn_unchecked(path)  # written before the marker existed
+    else:
+        raise NotFoundError(f"{path} is not a complete dflow checkpoint (no {_MARKER}, which a save "
+                            "writes last); it may be a save interrupted midway")
     return root
 
 
+def _read_marker(path: str) -> dict | None:
+    try:
+        with open(os.path.join(path, _MARKER)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise DataLossError(f"checkpoint {path} is damaged: its {_MARKER} cannot be read ({e}); "
+                            f"{_remedy(path)}") from None
+
+
+def _check_chunk_files(path: str, marker: dict) -> None:
+    names = {key: name for name, key in marker["variables"].items()}
+    for key, files in marker["chunk_files"].items():
+        for chunk, size in files.items():
+            file = os.path.join(path, key, *chunk.split("/"))
+            try:
+                actual = os.path.getsize(file)
+            except FileNotFoundError:
+                raise DataLossError(f"chunk file {key}/{chunk} of variable {names.get(key, key)} in "
+                                    f"checkpoint {path} is missing; {_remedy(path)}") from None
+            if actual != size:
+                raise DataLossError(f"chunk file {key}/{chunk} of variable {names.get(key, key)} in "
+                                    f"checkpoint {path} has {actual} bytes, {size} were written "
+                                    f"(truncated or overwritten); {_remedy(path)}")
+
+
+def _warn_unchecked(path: str) -> None:
+    if path not in _warned_unchecked:
+        _warned_unchecked.add(path)
+        log.warning("checkpoint %s has no chunk checksums (written before dflow checked checkpoints): "
+                    "restored unchecked", path)
+
+
+def _chunk_reader(root, path: str, name: str, key: str) -> ChunkReader:
+    return ChunkReader(root[key], f"checkpoint {path}", name, _remedy(path), noun="variable")
+
+
+def _read_values(path: str) -> dict:
+    """``{variable name: value}`` of every variable in checkpoint ``path``, every chunk checked."""
+    root = _open_checkpoint(path)
+    return {name: _chunk_reader(root, path, name, key).read()
+            for name, key in root.attrs["variables"].items()}
+
+
+def _verify(path: str) -> None:
+    """Raise unless ``path`` is complete and every chunk reads back as written (read once per
+    version of its marker in this process)."""
+    stamp_file = os.path.join(path, _MARKER)
+    if not os.path.exists(stamp_file):
+        stamp_file = os.path.join(path, "zarr.json")
+    try:
+        stat = os.stat(stamp_file)
+    except FileNotFoundError:
+        raise NotFoundError(f"Failed to find a checkpoint at {path}") from None
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if _verified.get(path) != stamp:
+        _read_values(path)
+        _verified[path] = stamp
+
+
+def _completed_at(path: str) -> float:
+    for name in (_MARKER, "zarr.json"):
+        with contextlib.suppress(FileNotFoundError):
+            return os.path.getmtime(os.path.join(path, name))
+    return 0.0
+
+
 def checkpoint_exists(checkpoint_prefix: str) -> bool:
-    """Whether ``checkpoint_prefix`` is a complete checkpoint."""
+    """Whether ``checkpoint_prefix`` is a complete checkpoint (its marker and every chunk file there)."""
     try:
         _open_checkpoint(checkpoint_prefix)
-    except NotFoundError:
+    except (NotFoundError, DataLossError):
         return False
     return True
 
@@ -291,7 +514,7 @@ def _write_state(directory: str, paths: list[str], latest_filename: str | None =
         "all_model_checkpoint_paths": [_relative(p, directory) for p in paths],
     }
     target = os.path.join(directory, latest_filename or _STATE_FILE)
-    temp = f"{target}{_TEMP_MARK}{secrets.token_hex(4)}"
+    temp = _temp_path(target)
     try:
         with open(temp, "w") as f:
             json.dump(state, f, indent=1)
@@ -331,11 +554,23 @@ def get_checkpoint_state(checkpoint_dir: str, latest_filename: str | None = None
 
 
 def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -> str | None:
-    """The path of the newest complete checkpoint in ``checkpoint_dir``, or None.
+    """The path of the newest complete, verified checkpoint in ``checkpoint_dir``, or None.
+
+    The ``checkpoint`` file's latest, else (with a warning for each damaged one) the newest of the
+    others it keeps: every chunk of the one returned reads back as it was written.
 
     >>> saver.restore(sess, tf.train.latest_checkpoint("ckpt"))  # doctest: +SKIP
     """
     state = get_checkpoint_state(checkpoint_dir, latest_filename)
-    if state is not None and checkpoint_exists(state.model_checkpoint_path):
-        return state.model_checkpoint_path
+    if state is None:
+        return None
+    latest = state.model_checkpoint_path
+    older = [p for p in reversed(state.all_model_checkpoint_paths) if p != latest]
+    for path in [latest, *older]:
+        try:
+            _verify(path)
+        except (NotFoundError, DataLossError) as error:
+            log.warning("checkpoint %s passed over: %s", path, error)
+            continue
+        return path
     return None
