@@ -85,6 +85,9 @@ def _add_harness_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--data_format", choices=DATA_FORMATS, help="convolution layout (default NHWC)")
     run.add_argument("--repeats", type=int, help=f"runs averaged (default {d['repeats']})")
     run.add_argument("--cluster", help=f"{' | '.join(CLUSTERS)} | a scheduler ADDRESS (default local)")
+    from ..cli_cluster import add_tls_arguments
+
+    add_tls_arguments(run)  # --cluster tls://HOST:PORT
     run.add_argument("--network", choices=NETWORKS,
                      help="shape each role's link on this machine (root; default none)")
     run.add_argument("--ps_strategy", choices=PS_STRATEGIES,
@@ -167,10 +170,12 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..cli_cluster import tls_from_arguments
     from ..errors import OpError
     from .harness import SettingsError, append_record, resolve_settings, run_benchmark
     from .network import NetworkError
 
+    tls_from_arguments(args, parser)  # Dask's configuration: the client of --cluster tls://... uses it
     settings = {key: getattr(args, key) for key in DEFAULT_SETTINGS if getattr(args, key) is not None}
     try:
         resolved = resolve_settings(settings)

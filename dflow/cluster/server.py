@@ -218,6 +218,7 @@ class Server:
             if "worker" in self.server_def.jobs else 1
         argv, env = worker_command(scheduler, self.job_name, self.task_index, extra=[
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
+            "--dashboard-address", f"{host}:0",  # its HTTP server (/health) where the task listens
             "--death-timeout", str(int(self._timeout))])
         env.update({**_blas_env(self.job_name, max(1, workers_here), None), **import_path_env()})
         for name, value in QUIET_DASK.items():  # unless the user asked for Dask's logs
