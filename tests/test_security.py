@@ -71,8 +71,22 @@ print(json.dumps(outcome))
 """
 
 
+def _halve(xp, images, rng):
+    return images // 2
+
+
+def _transform_registered(name: str) -> bool:
+    from dflow.data import TRANSFORMS
+
+    return name in TRANSFORMS
+
+
 def test_an_embedded_cluster_and_its_dashboard_listen_on_loopback_only():
+    from dflow.data import register_transform
+
     with tf.cluster.local(ps=1, workers=1) as cluster:
+        register_transform("halve", _halve, cluster=cluster)  # (a transform reaches workers by name only)
+        assert set(cluster.client.run(_transform_registered, "halve").values()) == {True}
         assert cluster.target.startswith("tcp://127.0.0.1:")
         assert cluster.dashboard_link.startswith("http://127.0.0.1:")
         workers = cluster.client.run(os.getpid)
@@ -170,3 +184,38 @@ def test_the_readmes_hand_started_tls_cluster_trains(tmp_path):
         for process in reversed(processes):
             process.terminate()
             process.wait(timeout=30)
+
+
+# ---- graph files -----------------------------------------------------------------------------------
+def test_a_graph_file_cannot_make_this_process_import_a_module(tmp_path):
+    from dflow.data import Dataset, prepare, register_transform
+
+    store = prepare("synthetic", out=str(tmp_path / "s.zarr"), echo=None, image_shape=(4, 4, 1),
+                    train_count=8, test_count=0)
+    with tf.Graph().as_default() as graph:
+        Dataset(store, "train", batch_size=4, transform=None).get_next()
+    graph_def = json.loads(json.dumps(graph.as_graph_def()))
+    (entry,) = [e for e in graph_def["ops"] if e["type"] == "DatasetNext"]
+    entry["attrs"]["spec"]["transform"] = "tests_evil_module:run"  # once imported any module
+    sys.modules.pop("tests_evil_module", None)
+    (tmp_path / "tests_evil_module.py").write_text("raise SystemExit('imported')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        named = r"'DatasetNext' \(DatasetNext\): unknown transform 'tests_evil_module:run'"
+        with pytest.raises(ValueError, match=named + r".*register_transform\('run', function\)"):
+            tf.import_graph_def(graph_def, tf.Graph())
+        assert "tests_evil_module" not in sys.modules
+        with pytest.raises(ValueError, match="never a module to import"):
+            Dataset(store, "train", batch_size=4, transform="tests_evil_module:run")
+    finally:
+        sys.path.remove(str(tmp_path))
+
+    def run(xp, images, rng):
+        return images * 0 + 7
+
+    register_transform("run", run)
+    entry["attrs"]["spec"]["transform"] = "run"
+    imported = tf.import_graph_def(graph_def, tf.Graph())
+    with tf.Session(graph=imported) as sess:
+        images = sess.run(imported.get_tensor_by_name("DatasetNext:0"))
+    assert images.shape == (4, 4, 4, 1) and (images == 7).all()

@@ -24,7 +24,7 @@ from .ops import dataset_next
 from .prepare import CONVERTERS, prepare
 from .sources import SourceError
 from .store import describe, open_store
-from .transforms import TRANSFORMS
+from .transforms import TRANSFORMS, register_transform
 
 __all__ = ["Dataset", "dataset_next", "prepare", "describe", "open_store", "CONVERTERS", "TRANSFORMS",
-           "SourceError", "DigitsSplit", "load_digits", "iterate_batches"]
+           "SourceError", "DigitsSplit", "load_digits", "iterate_batches", "register_transform"]
