@@ -31,7 +31,7 @@ from .train.variable_update import VARIABLE_UPDATES
 SYNCHRONOUS_UPDATES = ("replicated", "allreduce")  # every replica applies the same summed update
 
 __all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker",
-           "add_tls_arguments", "tls_from_arguments"]
+           "add_tls_arguments", "tls_from_arguments", "tls_configured"]
 
 _PROGRESS_POLL_S = 0.5
 
@@ -68,27 +68,32 @@ def add_tls_arguments(group) -> None:
 
 
 def tls_from_arguments(args, parser):
-    """The ``distributed.security.Security`` the TLS options ask for (None without them), also
-    made Dask's configuration in this process so that every client it opens uses it."""
+    """The ``distributed.security.Security`` the TLS options ask for, or None without them."""
     given = [getattr(args, name, None) for name in ("tls_ca_file", "tls_cert", "tls_key")]
     if not any(given):
         return None
     if not (args.tls_ca_file and args.tls_cert):
         parser.error("TLS needs --tls-ca-file and --tls-cert (and --tls-key unless the key is in the "
                      "certificate file)")
-    import dask
-
     from .cluster import tls_security
 
     try:
-        security = tls_security(args.tls_ca_file, args.tls_cert, args.tls_key)
+        return tls_security(args.tls_ca_file, args.tls_cert, args.tls_key)
     except FileNotFoundError as error:
         parser.error(str(error))
-    dask.config.set({"distributed.comm.require-encryption": True,
-                     "distributed.comm.tls.ca-file": args.tls_ca_file,
-                     "distributed.comm.tls.client.cert": args.tls_cert,
-                     "distributed.comm.tls.client.key": args.tls_key})
-    return security
+
+
+def tls_configured(args, parser):
+    """A context in which Dask's configuration carries the TLS options, so that every client
+    opened inside it (a ``--cluster tls://...`` one) uses them; no-op without them."""
+    if tls_from_arguments(args, parser) is None:
+        return contextlib.nullcontext()
+    import dask
+
+    return dask.config.set({"distributed.comm.require-encryption": True,
+                            "distributed.comm.tls.ca-file": args.tls_ca_file,
+                            "distributed.comm.tls.client.cert": args.tls_cert,
+                            "distributed.comm.tls.client.key": args.tls_key})
 
 
 def check_cluster_arguments(args, parser) -> None:

@@ -177,6 +177,12 @@ def test_the_readmes_hand_started_tls_cluster_trains(tmp_path):
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
         assert "cluster: 1 PS + 1 workers" in result.stdout and "test accuracy" in result.stdout
+        bench_args = ["--model", "mnist_dnn", "--num_workers", "1", "--num_ps", "1", "--variable_update",
+                      "parameter_server", "--num_warmup_batches", "1", "--num_batches", "3", "--repeats", "1"]
+        bench = subprocess.run([sys.executable, "-m", "dflow", "bench", *bench_args, "--cluster", address,
+                                *tls], capture_output=True, text=True, timeout=300)
+        assert bench.returncode == 0, bench.stderr
+        assert "images/sec" in bench.stdout
         without = subprocess.run([sys.executable, "-m", "dflow", "train", "--model", "mnist_dnn", "--steps",
                                   "10", "--cluster", address], capture_output=True, text=True, timeout=120)
         assert without.returncode != 0 and "speaks TLS: pass" in without.stderr
@@ -219,3 +225,10 @@ def test_a_graph_file_cannot_make_this_process_import_a_module(tmp_path):
     with tf.Session(graph=imported) as sess:
         images = sess.run(imported.get_tensor_by_name("DatasetNext:0"))
     assert images.shape == (4, 4, 4, 1) and (images == 7).all()
+
+
+def test_dflow_train_secure_trains_its_replicas_over_tls(capsys):
+    """The replicas run inside the workers and open their own client there: over TLS too."""
+    assert main(["train", "--model", "mnist_dnn", "--steps", "10", "--log_every", "5", "--secure"]) == 0
+    out = capsys.readouterr().out
+    assert "cluster: 1 PS + 2 workers" in out and "test accuracy" in out

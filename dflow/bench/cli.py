@@ -170,12 +170,12 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..cli_cluster import tls_from_arguments
+    from ..cli_cluster import tls_configured
     from ..errors import OpError
     from .harness import SettingsError, append_record, resolve_settings, run_benchmark
     from .network import NetworkError
 
-    tls_from_arguments(args, parser)  # Dask's configuration: the client of --cluster tls://... uses it
+    tls = tls_configured(args, parser)  # the client of --cluster tls://... uses the --tls-* options
     settings = {key: getattr(args, key) for key in DEFAULT_SETTINGS if getattr(args, key) is not None}
     try:
         resolved = resolve_settings(settings)
@@ -184,7 +184,8 @@ def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     print(f"dflow bench: {resolved['model']}, {resolved['variable_update']}, {_update_mode(args)}",
           flush=True)
     try:
-        record = run_benchmark(settings, echo=lambda line: print(line, flush=True), trace=args.trace)
+        with tls:
+            record = run_benchmark(settings, echo=lambda line: print(line, flush=True), trace=args.trace)
     except (SettingsError, NetworkError) as error:  # the cluster it got cannot run the settings
         print(f"dflow bench: error: {error}", file=sys.stderr)
         return 1
