@@ -132,3 +132,20 @@ def test_a_worker_refuses_a_plan_that_is_not_plain_data(cluster):
     unknown = json.dumps([{"task": "t", "level": 0, "nodes": [{"name": "evil", "type": "os.system"}]}])
     with pytest.raises(ValueError, match="op 'evil' has type 'os.system', which dflow does not know"):
         cluster.client.sync(register, unknown)
+
+
+def test_string_values_cross_tasks_as_plain_data_not_pickles(target):
+    from dflow.distributed.worker import deserialized, serialized
+
+    words = np.array([[b"a", b"bc"]], dtype=object)
+    sent = serialized({"t:0": words, "^op": None})
+    assert sent == {"t:0": {"objects": [b"a", b"bc"], "shape": [1, 2]}, "^op": None}  # msgpack, no pickle
+    np.testing.assert_array_equal(deserialized(sent)["t:0"], words)
+    with tf.device("/job:ps/task:0"):
+        on_ps = tf.identity(tf.constant([b"ps", b"zero"]))  # (a lone constant would move to its user)
+    with tf.device("/job:worker/task:0"):
+        fed = tf.placeholder(tf.string, [None])
+        both = tf.concat([on_ps, fed], 0)  # the PS's strings go to the worker, the fed ones too
+    with tf.Session(target) as sess:
+        assert list(sess.run(both, {fed: ["fed", b"bytes"]})) == [b"ps", b"zero", b"fed", b"bytes"]
+        assert ("/job:ps/task:0", "/job:worker/task:0") in sess.last_run_stats.bytes_sent

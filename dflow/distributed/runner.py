@@ -30,7 +30,15 @@ from ..cluster.spec import ClusterSpec, task_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
 from .partition import MissingTaskError, Partition, describe, partition, place, stages_to_json
-from .worker import CONNECT_TIMEOUT_S, PLUGIN_NAME, DflowWorker, error_from_plain, nbytes, serialized
+from .worker import (
+    CONNECT_TIMEOUT_S,
+    PLUGIN_NAME,
+    DflowWorker,
+    deserialized,
+    error_from_plain,
+    nbytes,
+    serialized,
+)
 
 __all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
 
@@ -162,7 +170,7 @@ class ClusterRunner:
                     await self._abort(run_id, pending, calls, task)
                     raise self._explain(task, future.exception())
                 reply = future.result()
-                values.update(reply["fetches"])
+                values.update(deserialized(reply["fetches"]))
                 stats.compute_s[task] = reply["compute_s"]
                 stats.waited_s[task] = reply["waited_s"]
                 stats.collective_s[task] = reply["collective_s"]

@@ -52,8 +52,8 @@ from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
 
-__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "nbytes", "keep_freed_memory_for_reuse",
-           "error_to_plain", "error_from_plain"]
+__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "deserialized", "nbytes",
+           "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
@@ -182,8 +182,8 @@ class DflowWorker(WorkerPlugin):
                        timeout=(timeout, (int, float)))
         loop = asyncio.get_running_loop()
         try:
-            reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds,
-                                               timeout, loop)
+            reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id,
+                                               deserialized(feeds), timeout, loop)
         except OpError as error:
             # the step's own failure (a value that never came, a cancelled barrier): the client
             # raises it; raised here, distributed would also log it as a crashed handler
@@ -191,7 +191,8 @@ class DflowWorker(WorkerPlugin):
         return {**reply, "fetches": serialized(reply["fetches"])}
 
     def deliver(self, run_id: str, values: dict) -> str:
-        self.mailbox.put(run_id, values)
+        _require_plain("dflow_deliver", run_id=(run_id, str), values=(values, dict))
+        self.mailbox.put(run_id, deserialized(values))
         return "OK"
 
     def abort(self, run_id: str, reason: str) -> str:
@@ -338,8 +339,32 @@ def keep_freed_memory_for_reuse() -> bool:
 
 
 def serialized(values: dict) -> dict:
-    """``values`` ready for a ``distributed`` message: arrays travel as frames, not msgpack."""
-    return {k: None if v is None else to_serialize(v) for k, v in values.items()}
+    """``values`` ready for a ``distributed`` message: arrays travel as frames, not msgpack;
+    arrays of Python objects (``tf.string`` values: bytes) as a list, which Dask would pickle."""
+    return {k: None if v is None else _as_strings(v) if _is_object_array(v) else to_serialize(v)
+            for k, v in values.items()}
+
+
+def deserialized(values: dict) -> dict:
+    """The values :func:`serialized` sent, as arrays again (arrays pass through unchanged)."""
+    return {k: _from_strings(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def _is_object_array(value) -> bool:
+    return getattr(getattr(value, "dtype", None), "kind", None) == "O"
+
+
+def _as_strings(array) -> dict:
+    return {"objects": array.ravel().tolist(), "shape": list(array.shape)}
+
+
+def _from_strings(plain: dict):
+    import numpy
+
+    items = plain["objects"]
+    array = numpy.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(plain["shape"])
 
 
 def nbytes(value) -> int:
