@@ -330,19 +330,18 @@ def _on_this_machine(host: str) -> bool:
 
 
 def _listen_arguments(args, parser) -> list[str]:
-    """``dask worker``'s options for where to listen: loopback unless told (--host, --interface),
-    and its dashboard beside it. A worker runs code that any peer reaching it sends."""
+    """``dask worker``'s options for where to listen: loopback unless told (--host, --interface);
+    its dashboard on loopback always. A worker runs code that any peer reaching it sends."""
+    dashboard = ["--dashboard-address", "127.0.0.1:0"]
     if args.interface:
-        return ["--interface", args.interface, "--dashboard-address", ":0"]
-    host = args.host
-    if host is None:
+        return ["--interface", args.interface, *dashboard]
+    if args.host is None:
         scheduler_host = args.scheduler.rpartition("://")[2].rpartition(":")[0] or args.scheduler
         if not _on_this_machine(scheduler_host):
             parser.error(f"the scheduler {args.scheduler} is on another machine, and a worker listens on "
                          "loopback unless told: pass --host with this machine's address on the cluster's "
                          "network (or --interface NAME), and use TLS (--tls-ca-file, --tls-cert, --tls-key)")
-        host = "127.0.0.1"
-    return ["--host", host, "--dashboard-address", f"{host}:0"]
+    return ["--host", args.host or "127.0.0.1", *dashboard]
 
 
 def _role_problem(scheduler: str, role: str, security=None) -> str | None:

@@ -196,6 +196,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def abort(self, run_id: str, reason: str) -> str:
+        _require_plain("dflow_abort", run_id=(run_id, str), reason=(reason, str))
         self.mailbox.abort(run_id, reason)
         return "OK"
 
@@ -205,6 +206,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def collective(self, kind: str, key, reason: str = "", **message) -> str:
+        _require_plain("dflow_collective", kind=(kind, str), reason=(reason, str))
         if kind == "fail":
             self.state.communicator.fail(key, reason)
         else:
