@@ -232,3 +232,8 @@ def test_dflow_train_secure_trains_its_replicas_over_tls(capsys):
     assert main(["train", "--model", "mnist_dnn", "--steps", "10", "--log_every", "5", "--secure"]) == 0
     out = capsys.readouterr().out
     assert "cluster: 1 PS + 2 workers" in out and "test accuracy" in out
+
+
+def test_a_session_to_a_tls_scheduler_without_a_certificate_says_what_to_do():
+    with pytest.raises(ValueError, match=r"speaks TLS: open it first with tf.cluster.connect\('tls://127"):
+        tf.Session("tls://127.0.0.1:1")
