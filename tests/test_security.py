@@ -23,8 +23,9 @@ from dflow.cli import main
 
 def _listening(pid: int) -> set[str]:
     """The addresses the process ``pid`` accepts connections on."""
-    return {c.laddr.ip for c in psutil.Process(pid).net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN}
+    process = psutil.Process(pid)
+    connections = getattr(process, "net_connections", process.connections)  # (psutil < 6: connections)
+    return {c.laddr.ip for c in connections(kind="inet") if c.status == psutil.CONN_LISTEN}
 
 
 def _train_one_step(target: str) -> float:
