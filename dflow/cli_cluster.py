@@ -30,7 +30,8 @@ from .train.variable_update import VARIABLE_UPDATES
 
 SYNCHRONOUS_UPDATES = ("replicated", "allreduce")  # every replica applies the same summed update
 
-__all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker"]
+__all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker",
+           "add_tls_arguments", "tls_from_arguments", "tls_configured"]
 
 _PROGRESS_POLL_S = 0.5
 
@@ -52,11 +53,59 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--cluster", metavar="ADDRESS",
                        help="a running Dask scheduler whose workers `dflow worker` started "
                             "(--ps/--workers then come from its roles)")
+    where.add_argument("--secure", action="store_true",
+                       help="the embedded cluster speaks TLS with a certificate made for it alone")
+    add_tls_arguments(where)
+
+
+def add_tls_arguments(group) -> None:
+    """``--tls-ca-file --tls-cert --tls-key``: join a TLS cluster (``dask scheduler --protocol tls``)."""
+    group.add_argument("--tls-ca-file", dest="tls_ca_file", metavar="PEM",
+                       help="TLS: the CA certificate that signed the cluster's certificates")
+    group.add_argument("--tls-cert", dest="tls_cert", metavar="PEM", help="TLS: this process's certificate")
+    group.add_argument("--tls-key", dest="tls_key", metavar="PEM",
+                       help="TLS: its private key (if not appended to --tls-cert)")
+
+
+def tls_from_arguments(args, parser):
+    """The ``distributed.security.Security`` the TLS options ask for, or None without them."""
+    given = [getattr(args, name, None) for name in ("tls_ca_file", "tls_cert", "tls_key")]
+    if not any(given):
+        return None
+    if not (args.tls_ca_file and args.tls_cert):
+        parser.error("TLS needs --tls-ca-file and --tls-cert (and --tls-key unless the key is in the "
+                     "certificate file)")
+    from .cluster import tls_security
+
+    try:
+        return tls_security(args.tls_ca_file, args.tls_cert, args.tls_key)
+    except FileNotFoundError as error:
+        parser.error(str(error))
+
+
+def tls_configured(args, parser):
+    """A context in which Dask's configuration carries the TLS options, so that every client
+    opened inside it (a ``--cluster tls://...`` one) uses them; no-op without them."""
+    if tls_from_arguments(args, parser) is None:
+        return contextlib.nullcontext()
+    import dask
+
+    return dask.config.set({"distributed.comm.require-encryption": True,
+                            "distributed.comm.tls.ca-file": args.tls_ca_file,
+                            "distributed.comm.tls.client.cert": args.tls_cert,
+                            "distributed.comm.tls.client.key": args.tls_key})
 
 
 def check_cluster_arguments(args, parser) -> None:
     if args.local and (args.sync or args.cluster or args.variable_update != "parameter_server"):
         parser.error("--local trains in this process: it takes no --sync, --cluster or --variable_update")
+    args.security = tls_from_arguments(args, parser)
+    if args.security is not None and not args.cluster:
+        parser.error("--tls-ca-file/--tls-cert/--tls-key join a running cluster (--cluster tls://HOST:PORT); "
+                     "--secure makes the embedded cluster speak TLS")
+    if args.secure and (args.cluster or args.local):
+        parser.error("--secure starts the embedded cluster with TLS; a running cluster (--cluster) takes "
+                     "--tls-ca-file/--tls-cert/--tls-key")
     if args.ps < 0 or args.workers < 1:
         parser.error(f"--ps must be 0 or more and --workers at least 1, got --ps {args.ps} "
                      f"--workers {args.workers}")
@@ -79,10 +128,10 @@ def _open_cluster(args):
     import dflow as tf
 
     if args.cluster:
-        cluster = tf.cluster.connect(args.cluster)
+        cluster = tf.cluster.connect(args.cluster, security=getattr(args, "security", None))
         args.ps, args.workers = (cluster.spec.num_tasks(job) for job in ("ps", "worker"))
         return cluster
-    return tf.cluster.local(ps=args.ps, workers=args.workers)
+    return tf.cluster.local(ps=args.ps, workers=args.workers, secure=getattr(args, "secure", False))
 
 
 def run_cluster_train(args, settings, steps: int, report) -> int:
@@ -236,35 +285,75 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=0, help="GPUs this worker offers (its /gpu:N devices)")
     p.add_argument("--nthreads", type=int, default=1, help="Dask threads (stages have a pool of their own)")
     p.add_argument("--blas_threads", type=int, help="BLAS threads (default: 1 for ps, all cores for worker)")
+    listen = p.add_mutually_exclusive_group()
+    listen.add_argument("--host", help="the address this worker listens on (default: loopback, for a "
+                                       "scheduler on this machine; give this machine's address, or 0.0.0.0, "
+                                       "to serve other machines)")
+    listen.add_argument("--interface", help="listen on this network interface's address (e.g. eth0)")
+    add_tls_arguments(p.add_argument_group("TLS (a scheduler started with --protocol tls)"))
 
 
 def run_worker(args, parser) -> int:
     """``dflow worker``: become ``dask worker`` with this role's name and resources."""
-    from .cluster import role_name, worker_command
+    from .cluster import role_name, tls_env, worker_command
 
     if args.task < 0:
         parser.error(f"--task must be 0 or more, got {args.task}")
     if not args.job.isidentifier():
         parser.error(f"--job must be a name like ps or worker, got {args.job!r}")
-    problem = _role_problem(args.scheduler, role_name(args.job, args.task))
+    listen = _listen_arguments(args, parser)
+    security = tls_from_arguments(args, parser)
+    problem = _role_problem(args.scheduler, role_name(args.job, args.task), security)
     if problem:
         print(f"dflow worker: error: {problem}", file=sys.stderr)
         return 1
     blas = args.blas_threads or (1 if args.job == "ps" else os.cpu_count() or 1)
     argv, env = worker_command(args.scheduler, args.job, args.task, nthreads=args.nthreads,
-                               gpus=args.gpus, blas_threads=blas)
+                               gpus=args.gpus, blas_threads=blas, extra=listen)
+    env.update(tls_env(security))
     print(f"dflow worker {args.job}/{args.task} joining {args.scheduler}", flush=True)
     os.execve(argv[0], argv, env)  # the worker is this process from here on; Ctrl-C stops it
 
 
-def _role_problem(scheduler: str, role: str) -> str | None:
+def _on_this_machine(host: str) -> bool:
+    """Is ``host`` (a name or address) this machine: loopback or one of its interfaces' addresses?"""
+    import socket
+
+    import psutil  # (a dependency of distributed)
+
+    try:
+        address = socket.gethostbyname(host.strip("[]"))
+    except OSError:
+        return False
+    own = {entry.address for entries in psutil.net_if_addrs().values() for entry in entries}
+    return address.startswith("127.") or address in own
+
+
+def _listen_arguments(args, parser) -> list[str]:
+    """``dask worker``'s options for where to listen: loopback unless told (--host, --interface);
+    its dashboard on loopback always. A worker runs code that any peer reaching it sends."""
+    dashboard = ["--dashboard-address", "127.0.0.1:0"]
+    if args.interface:
+        return ["--interface", args.interface, *dashboard]
+    if args.host is None:
+        scheduler_host = args.scheduler.rpartition("://")[2].rpartition(":")[0] or args.scheduler
+        if not _on_this_machine(scheduler_host):
+            parser.error(f"the scheduler {args.scheduler} is on another machine, and a worker listens on "
+                         "loopback unless told: pass --host with this machine's address on the cluster's "
+                         "network (or --interface NAME), and use TLS (--tls-ca-file, --tls-cert, --tls-key)")
+    return ["--host", args.host or "127.0.0.1", *dashboard]
+
+
+def _role_problem(scheduler: str, role: str, security=None) -> str | None:
     """Why a worker cannot take ``role`` at ``scheduler``, or None (Dask would only say
     'name taken' deep in a traceback)."""
     from .cluster import connect, worker_infos
 
     try:
-        with connect(scheduler, timeout=10) as cluster:
+        with connect(scheduler, timeout=10, security=security) as cluster:
             held = {str(info.get("name")): address for address, info in worker_infos(cluster.client).items()}
+    except ValueError as error:  # a TLS scheduler, no certificate given
+        return str(error)
     except (OSError, TimeoutError) as error:
         return f"cannot reach the scheduler at {scheduler} ({error}); start one with `dask scheduler`"
     if role in held:

@@ -95,6 +95,8 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None) -> Graph:
     graph = graph or Graph()
     with graph.as_default():
         for entry in graph_def["ops"]:
+            if entry["type"] == "DatasetNext":
+                _check_input_op(entry)
             inputs = [graph.get_tensor_by_name(name) for name in entry["inputs"]]
             controls = [graph.get_operation_by_name(name) for name in entry["control_inputs"]]
             with graph.control_dependencies(controls), graph.device(None):
@@ -105,6 +107,19 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None) -> Graph:
             for item in items:
                 graph.add_to_collection(key, _restore_item(graph, key, item))
     return graph
+
+
+def _check_input_op(entry: dict) -> None:
+    """An input op names its transform from the registry: a graph file never makes this
+    process import a module (a ``"package.module:function"`` would)."""
+    from .data import ops as _input_ops  # noqa: F401  (registers DatasetNext)
+    from .data.transforms import check_transform_name
+
+    spec = entry.get("attrs", {}).get("spec")
+    try:
+        check_transform_name(spec.get("transform") if isinstance(spec, dict) else None)
+    except ValueError as error:
+        raise ValueError(f"graph op {entry['name']!r} (DatasetNext): {error}") from None
 
 
 def _restore_item(graph: Graph, key: str, item: dict):

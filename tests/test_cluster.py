@@ -78,4 +78,5 @@ def test_cuda_starts_as_many_gpu_workers_as_asked(monkeypatch):
     monkeypatch.setitem(sys.modules, "dask_cuda", types.SimpleNamespace(LocalCUDACluster=local_cuda_cluster))
     with pytest.raises(RuntimeError, match="dask-cuda could not start GPU workers.*no CUDA devices"):
         tf.cluster.cuda(ps=1, workers=2)
-    assert asked == [{"n_workers": 2, "threads_per_worker": 1}]
+    assert asked == [{"n_workers": 2, "threads_per_worker": 1, "host": "127.0.0.1",  # loopback unless told
+                      "dashboard_address": "127.0.0.1:0"}]

@@ -82,7 +82,10 @@ def test_the_seed_model_computes_on_the_worker_and_updates_on_the_ps():
     assert {op.device for op in graph.get_operations() if op.type in ("MatMul", "Relu")} == {"/job:worker"}
     step = tf.train.get_global_step()
     assert step.device == "/job:ps/task:1" and train.device == step.device
-    with tf.Session() as sess:  # the local session runs a placed graph as it is
+    with tf.Session() as sess:  # as in TF, a local session has no job ps: it refuses the placed graph
+        with pytest.raises(tf.errors.InvalidArgumentError, match="explicitly assigned to /job:ps/task:"):
+            sess.run(tf.global_variables_initializer())
+    with tf.Session(config=tf.ConfigProto(allow_soft_placement=True)) as sess:  # ... unless asked to
         sess.run(tf.global_variables_initializer())
         feed = {x: np.full((4, 784), 0.01, np.float32), labels: np.eye(10, dtype=np.float32)[:4]}
         before = sess.run(loss, feed)

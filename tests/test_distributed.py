@@ -101,7 +101,8 @@ SHARED_CASES = {
 def _run_case(build, target):
     with tf.Graph().as_default():
         runs, feeds = build()
-        with tf.Session(target) as sess:
+        # in this process, the cases' /job:ps devices need soft placement (without it: an error, as in TF)
+        with tf.Session(target, config=tf.ConfigProto(allow_soft_placement=True)) as sess:
             return [sess.run(fetches, feeds) for fetches in runs]
 
 
@@ -227,8 +228,11 @@ def test_gpu_op_without_soft_placement_is_an_error(target):
     with tf.Session(target, config=tf.ConfigProto(allow_soft_placement=False)) as sess:
         with pytest.raises(InvalidArgumentError, match="has 0 GPU"):
             sess.run(y)
-    with tf.Session(target) as sess:
+    with tf.Session(target, config=tf.ConfigProto(allow_soft_placement=True)) as sess:
         assert float(sess.run(y)) == 2.0
+    with tf.Session(target) as sess:  # TF's default: no soft placement
+        with pytest.raises(InvalidArgumentError, match="has 0 GPU"):
+            sess.run(y)
 
 
 def test_errors_on_a_worker_reach_the_client_with_their_type(target):

@@ -149,7 +149,8 @@ def test_device_scopes_merge_like_tensorflow():
 def test_gpu_ops_fall_back_to_cpu_with_a_warning(caplog):
     with tf.device("/gpu:0"):
         y = tf.constant(2.0) * 2.0
-    with tf.Session() as sess, caplog.at_level("WARNING", logger="dflow"):
+    soft = tf.ConfigProto(allow_soft_placement=True)  # (without it, as in TF: an error)
+    with tf.Session(config=soft) as sess, caplog.at_level("WARNING", logger="dflow"):
         assert sess.run(y) == 4.0
     assert "soft placement" in caplog.text
 

@@ -220,7 +220,7 @@ def test_config_soft_placement_off_and_blas_threads():
     from threadpoolctl import threadpool_info
 
     before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
-    with tf.Session(config=tf.ConfigProto(intra_op_parallelism_threads=1)) as sess:
+    with tf.Session(config=tf.ConfigProto(intra_op_parallelism_threads=1, allow_soft_placement=True)) as sess:
         assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
         assert sess.run(y) == 2.0
     assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before

@@ -140,3 +140,20 @@ def test_the_allreduce_runs_between_slurm_jobs(slurm_here, tmp_path, monkeypatch
                             "num_batches": 3, "repeats": 1}, echo=lambda line: None)
     params = record["param_bytes"]  # a ring of 2 sends each worker's whole buffer to the other
     assert record["bytes_per_step"] == {"worker/0->worker/1": params, "worker/1->worker/0": params}
+
+
+@pytest.mark.slurm
+def test_a_secure_slurm_cluster_speaks_tls_only(slurm_here, tmp_path):
+    """secure=True: a certificate made for the cluster, which dask-jobqueue hands the jobs through
+    shared_temp_directory; the scheduler and workers speak TLS only."""
+    import distributed
+
+    with tf.cluster.slurm(ps=1, workers=1, cores=1, memory="1GB", interface="lo", walltime="00:10:00",
+                          secure=True, shared_temp_directory=str(tmp_path), local_directory=str(tmp_path),
+                          log_directory=str(tmp_path / "logs")) as cluster:
+        addresses = [cluster.target, *cluster.client.scheduler_info()["workers"]]
+        assert all(address.startswith("tls://") for address in addresses), addresses
+        losses = train_linear_regression(cluster, steps=10)
+        assert losses[-1] < 0.1 * losses[0], losses
+        with pytest.raises(Exception):  # noqa: B017 - refused: no certificate (Dask's error type varies)
+            distributed.Client(cluster.target.replace("tls://", "tcp://"), timeout=5)

@@ -11,6 +11,8 @@ import dflow as tf
 from dflow.runtime.state import SessionState
 
 FEATURES, BATCH, LR = 3, 4, 0.1
+# the towers' /job:ps and /job:worker devices, all run in this process (without it: an error, as in TF)
+IN_ONE_PROCESS = tf.ConfigProto(allow_soft_placement=True)
 W0 = np.array([[1.0], [-0.5], [0.25]], np.float32)
 
 OPTIMIZERS = {
@@ -45,7 +47,7 @@ class Towers:
                 self.towers.append((x, y, self.opt.minimize(loss, global_step=self.step)))
         self.hook = self.opt.make_session_run_hook(is_chief=True)
         self.hook.begin()
-        self.sess = tf.Session()
+        self.sess = tf.Session(config=IN_ONE_PROCESS)
         self.sess.run(tf.global_variables_initializer())
 
     def start_chief(self):
@@ -150,7 +152,7 @@ def test_between_graph_replicas_share_the_ps_state_by_name():
             train = opt.minimize(tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y)), global_step=step)
             hook = opt.make_session_run_hook(is_chief=task == 0)
             hook.begin()
-            sess = tf.Session(graph=graph)
+            sess = tf.Session(graph=graph, config=IN_ONE_PROCESS)
             sess.state = shared
             if task == 0:
                 sess.run(tf.global_variables_initializer())

@@ -85,6 +85,9 @@ def _add_harness_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--data_format", choices=DATA_FORMATS, help="convolution layout (default NHWC)")
     run.add_argument("--repeats", type=int, help=f"runs averaged (default {d['repeats']})")
     run.add_argument("--cluster", help=f"{' | '.join(CLUSTERS)} | a scheduler ADDRESS (default local)")
+    from ..cli_cluster import add_tls_arguments
+
+    add_tls_arguments(run)  # --cluster tls://HOST:PORT
     run.add_argument("--network", choices=NETWORKS,
                      help="shape each role's link on this machine (root; default none)")
     run.add_argument("--ps_strategy", choices=PS_STRATEGIES,
@@ -167,10 +170,12 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..cli_cluster import tls_configured
     from ..errors import OpError
     from .harness import SettingsError, append_record, resolve_settings, run_benchmark
     from .network import NetworkError
 
+    tls = tls_configured(args, parser)  # the client of --cluster tls://... uses the --tls-* options
     settings = {key: getattr(args, key) for key in DEFAULT_SETTINGS if getattr(args, key) is not None}
     try:
         resolved = resolve_settings(settings)
@@ -179,7 +184,8 @@ def _run_harness(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     print(f"dflow bench: {resolved['model']}, {resolved['variable_update']}, {_update_mode(args)}",
           flush=True)
     try:
-        record = run_benchmark(settings, echo=lambda line: print(line, flush=True), trace=args.trace)
+        with tls:
+            record = run_benchmark(settings, echo=lambda line: print(line, flush=True), trace=args.trace)
     except (SettingsError, NetworkError) as error:  # the cluster it got cannot run the settings
         print(f"dflow bench: error: {error}", file=sys.stderr)
         return 1

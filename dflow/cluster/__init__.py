@@ -15,6 +15,12 @@ Every launcher returns a :class:`Cluster`, whose ``target`` goes to ``tf.Session
 A worker's role is its Dask name and a resource (``{"ps": 1}``, ``{"worker": 1, "GPU": 1}``);
 :class:`ClusterSpec` reads the roles back. ``distributed`` is imported only when a cluster
 is started, so ``import dflow`` stays light.
+
+Security: a Dask worker runs whatever code a peer that reaches it sends (that is how Dask
+works), so an embedded cluster listens on loopback only (``host=`` opens it), its dashboard
+too, and every launcher takes ``secure=True`` (a throw-away certificate made in memory,
+``distributed.security.Security.temporary()``) or ``security=`` (:func:`tls_security` over
+your own files): then every connection is TLS and a peer without the certificate is refused.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import time
 from .spec import ClusterSpec, role_name, task_of, worker_infos
 
 __all__ = ["Cluster", "ClusterSpec", "Server", "local", "cuda", "slurm", "connect", "worker_command",
-           "role_name", "task_of", "worker_infos", "blas_env"]
+           "role_name", "task_of", "worker_infos", "blas_env", "tls_security", "tls_env", "LOOPBACK"]
 
 START_TIMEOUT_S = 120.0  # how long a launcher waits for all its workers
+LOOPBACK = "127.0.0.1"  # where clusters listen unless told otherwise: no other machine reaches it
 
 
 class Cluster:
@@ -127,11 +134,17 @@ def _start(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> Cluste
 
 
 def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threads: int | None = None,
-          dashboard_address: str | None = ":0", timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
+          dashboard_address: str | None = f"{LOOPBACK}:0", timeout: float = START_TIMEOUT_S,
+          host: str = LOOPBACK, secure: bool = False, security=None, **kwargs) -> Cluster:
     """An embedded cluster of worker processes on this machine, one per role.
 
     ``threads_per_worker`` are Dask threads (stages run on a pool of their own);
     ``blas_threads`` per worker default to the cores divided among the workers (PS: 1).
+    The scheduler, the workers and the dashboard listen on loopback: ``host=`` (an address
+    of this machine, or ``"0.0.0.0"``) opens the scheduler and workers to other machines,
+    ``dashboard_address=`` the dashboard (None: no dashboard). ``secure=True`` makes every
+    connection TLS with a certificate made for this cluster alone; ``security=`` takes a
+    ``distributed.security.Security`` (:func:`tls_security`) instead.
     Other keyword arguments go to ``distributed.LocalCluster`` (its scheduler). Each worker
     is a ``dask worker`` subprocess that never imports the calling script, so a plain
     script may call this at its top level, without ``if __name__ == "__main__":``.
@@ -145,24 +158,29 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
     from .worker_process import WorkerProcess
 
     roles = _roles(ps, workers)
+    security = _security(secure, security)
     dask_cluster = distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=dashboard_address,
-                                            threads_per_worker=threads_per_worker, **kwargs)
+                                            threads_per_worker=threads_per_worker, host=host,
+                                            **({"security": security} if security else {}), **kwargs)
     host = dask_cluster.scheduler_address.rpartition("://")[2].rpartition(":")[0]
     for job, i in roles:  # subprocesses, not multiprocessing's spawn: see worker_process.py
         dask_cluster.worker_spec[role_name(job, i)] = {"cls": WorkerProcess, "options": {
             "nthreads": threads_per_worker, "resources": {job: 1}, "host": host,
-            "env": _blas_env(job, workers, blas_threads), "death_timeout": timeout}}
+            "env": {**_blas_env(job, workers, blas_threads), **tls_env(security)}, "death_timeout": timeout}}
     return _start(dask_cluster, roles, timeout)
 
 
 def cuda(ps: int = 1, workers: int | None = None, threads_per_worker: int = 1,
-         timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
+         timeout: float = START_TIMEOUT_S, host: str = LOOPBACK, secure: bool = False, security=None,
+         **kwargs) -> Cluster:
     """One worker per GPU of this machine, or on its first ``workers`` GPUs
     (``dask_cuda.LocalCUDACluster``: its CPU affinity and memory settings), tagged
     ``{"worker": 1, "GPU": 1}`` with its GPU as ``/gpu:0``, plus ``ps`` PS workers on the CPU
     (the seeds found PS on CPU beside GPU workers fastest).
 
     Keyword arguments go to ``LocalCUDACluster`` (``CUDA_VISIBLE_DEVICES="0,1"`` picks GPUs).
+    As :func:`local`, it listens on loopback (dashboard included) unless ``host=`` or
+    ``dashboard_address=`` say otherwise, and ``secure=``/``security=`` make it TLS.
     Needs ``pip install dflow[gpu]`` and an NVIDIA GPU.
     """
     try:
@@ -171,9 +189,14 @@ def cuda(ps: int = 1, workers: int | None = None, threads_per_worker: int = 1,
     except ImportError as error:
         raise ImportError(f"dflow.cluster.cuda needs dask-cuda ({error}); install it with "
                           "`pip install dflow[gpu]` on a machine with an NVIDIA GPU") from error
+    security = _security(secure, security)
+    kwargs.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    if security:
+        kwargs["security"] = security
     try:
         # it starts one worker per visible GPU, named by device id; renamed to roles below
-        dask_cluster = LocalCUDACluster(n_workers=workers, threads_per_worker=threads_per_worker, **kwargs)
+        dask_cluster = LocalCUDACluster(n_workers=workers, threads_per_worker=threads_per_worker, host=host,
+                                        **kwargs)
     except Exception as error:
         raise RuntimeError(f"dask-cuda could not start GPU workers ({type(error).__name__}: {error}); "
                            "is there an NVIDIA GPU and driver? Use dflow.cluster.local() on CPUs") from error
@@ -184,23 +207,92 @@ def cuda(ps: int = 1, workers: int | None = None, threads_per_worker: int = 1,
         dask_cluster.worker_spec[role_name("worker", i)] = spec
     for i in range(ps):
         dask_cluster.worker_spec[role_name("ps", i)] = {"cls": distributed.Nanny, "options": {
-            "nthreads": threads_per_worker, "resources": {"ps": 1},
+            "nthreads": threads_per_worker, "resources": {"ps": 1}, "host": host, "security": security,
             "env": {"CUDA_VISIBLE_DEVICES": "", **_blas_env("ps", len(gpu_specs), None)}}}
     roles = _roles(ps, len(gpu_specs))
     return _start(dask_cluster, roles, timeout)
 
 
-def connect(address: str, roles: list[str] | None = None, timeout: float = START_TIMEOUT_S) -> Cluster:
+def connect(address: str, roles: list[str] | None = None, timeout: float = START_TIMEOUT_S,
+            security=None) -> Cluster:
     """Join the running Dask scheduler at ``address``; closing the result leaves its workers running.
 
-    ``roles`` (``["ps/0", "worker/0", "worker/1"]``) waits until workers hold them.
+    ``roles`` (``["ps/0", "worker/0", "worker/1"]``) waits until workers hold them. A TLS
+    scheduler (``tls://host:port``) needs ``security=tls_security(ca_file, cert, key)`` (or
+    Dask's ``distributed.comm.tls`` configuration).
+
+    >>> cluster = tf.cluster.connect("tls://10.0.0.5:8786", security=tf.cluster.tls_security(
+    ...     "ca.pem", "dflow.pem", "dflow-key.pem"))  # doctest: +SKIP
     """
     import distributed
 
-    cluster = Cluster(distributed.Client(address, set_as_default=False, timeout=timeout))
+    if security is None and address.startswith("tls://"):
+        security = _configured_security(address)
+    cluster = Cluster(distributed.Client(address, set_as_default=False, timeout=timeout,
+                                         **({"security": security} if security else {})))
     if roles:
         cluster.wait_for(roles, timeout)
     return cluster
+
+
+def tls_security(ca_file: str, cert: str, key: str | None = None):
+    """A ``distributed.security.Security`` for mutual TLS over your own files (PEM): ``ca_file``
+    signed ``cert`` (its key in ``key``, or appended to ``cert``). Every role (scheduler,
+    worker, client) shows ``cert`` and accepts only peers whose certificate ``ca_file`` signed.
+
+    One self-signed certificate, made once and copied to the cluster's machines, serves as
+    both the CA and the certificate (see the README's "Security")::
+
+        openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj /CN=dflow \\
+            -keyout dflow-key.pem -out dflow.pem
+    """
+    from distributed.security import Security
+
+    missing = [f"{name} {path!r}" for name, path in (("CA file", ca_file), ("certificate", cert),
+                                                    ("key", key)) if path and not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(f"TLS needs PEM files that exist; not found: {', '.join(missing)}")
+    roles = {f"tls_{role}_{part}": path for role in ("client", "scheduler", "worker")
+             for part, path in (("cert", cert), ("key", key)) if path}
+    return Security(require_encryption=True, tls_ca_file=ca_file, **roles)
+
+
+def tls_env(security) -> dict[str, str]:
+    """The environment that gives a ``dask worker`` process ``security`` (Dask's configuration
+    variables; PEM text or file paths): as a worker, and as the client its replicas open.
+    In the environment, not on the command line, which every user of the machine can read."""
+    if not security:
+        return {}
+    worker = security.get_tls_config_for_role("worker")
+    env = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+    for name, value in (("CA_FILE", worker["ca_file"]), ("WORKER__CERT", worker["cert"]),
+                        ("WORKER__KEY", worker["key"]), ("CLIENT__CERT", worker["cert"]),
+                        ("CLIENT__KEY", worker["key"])):
+        if value:
+            env[f"DASK_DISTRIBUTED__COMM__TLS__{name}"] = value
+    return env
+
+
+def _security(secure: bool, security):
+    """The Security a launcher uses: the one given, a throw-away one for ``secure=True``, or None."""
+    if security is not None:
+        return security
+    if not secure:
+        return None
+    from distributed.security import Security
+
+    return Security.temporary()  # a self-signed certificate in memory: only this cluster knows it
+
+
+def _configured_security(address: str):
+    """Dask's configured TLS (``distributed.comm.tls``) for ``address``, or a clear error."""
+    from distributed.security import Security
+
+    security = Security()
+    if not (security.tls_ca_file and security.tls_client_cert):
+        raise ValueError(f"the scheduler at {address} speaks TLS: pass security=tf.cluster.tls_security("
+                         "ca_file, cert, key) (on the command line: --tls-ca-file, --tls-cert, --tls-key)")
+    return security
 
 
 def worker_command(scheduler: str, job: str, task: int, nthreads: int = 1, gpus: int = 0,

@@ -77,6 +77,8 @@ def resolve_target(target: str) -> tuple[str, str | None]:
     ``grpc://host:port`` names a TF task (``mnist_replica.py --existing_servers`` passes its
     worker's): in dflow that task's Dask worker listens there, and knows its scheduler
     (the scheduler's own task: the scheduler itself answers)."""
+    if target.startswith("tls://"):
+        _check_tls_credentials(target)
     if not target.startswith("grpc://"):
         return target, None
     address = "tcp://" + target.removeprefix("grpc://")
@@ -88,6 +90,25 @@ def resolve_target(target: str) -> tuple[str, str | None]:
     if identity.get("type") == "Scheduler":
         return address, None
     return identity["scheduler"], identity.get("id")
+
+
+def _check_tls_credentials(target: str) -> None:
+    """A session to a TLS scheduler uses this process's connection to it (``tf.cluster.connect``)
+    or Dask's TLS configuration; without either, say so (Dask would fail on a missing context)."""
+    import distributed
+
+    from . import _configured_security
+
+    clients = list(distributed.Client._instances)
+    if any(c.status == "running" and c.scheduler.address == target for c in clients):
+        return
+    try:
+        _configured_security(target)
+    except ValueError:
+        raise ValueError(f"the scheduler at {target} speaks TLS: open it first with tf.cluster.connect("
+                         f"{target!r}, security=tf.cluster.tls_security(ca_file, cert, key)) and keep it "
+                         "open (sessions use its connection), or set Dask's distributed.comm.tls "
+                         "configuration") from None
 
 
 def _identity_of(address: str, timeout: float = 10.0) -> dict:
@@ -218,6 +239,7 @@ class Server:
             if "worker" in self.server_def.jobs else 1
         argv, env = worker_command(scheduler, self.job_name, self.task_index, extra=[
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
+            "--dashboard-address", f"{host}:0",  # its HTTP server (/health) where the task listens
             "--death-timeout", str(int(self._timeout))])
         env.update({**_blas_env(self.job_name, max(1, workers_here), None), **import_path_env()})
         for name, value in QUIET_DASK.items():  # unless the user asked for Dask's logs

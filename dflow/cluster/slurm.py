@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import subprocess
 
-from . import START_TIMEOUT_S, Cluster, _roles, blas_env, role_name
+from . import START_TIMEOUT_S, Cluster, _roles, _security, blas_env, role_name
 
 __all__ = ["slurm"]
 
@@ -19,15 +19,20 @@ __all__ = ["slurm"]
 _RESERVED = ("n_workers", "processes")
 
 
-def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, **kwargs) -> Cluster:
+def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, secure: bool = False,
+          security=None, **kwargs) -> Cluster:
     """One Slurm job per role (``dask_jobqueue.SLURMCluster``).
 
     Keyword arguments go to ``SLURMCluster`` (``queue``, ``account``, ``cores``,
     ``memory``, ``walltime``, ``interface``, ``job_extra_directives``, ...); ``cores``
     defaults to 1 and ``memory`` to ``"2GB"`` per job. The Slurm job of a role is named
     ``<job_name>-ps-0`` (``job_name`` defaults to ``"dflow"``), so ``squeue`` shows the
-    roles. A PS runs 1 BLAS thread, a worker ``cores``. Needs ``sbatch`` on PATH (a Slurm
-    login node) and ``pip install dflow[slurm]``.
+    roles. A PS runs 1 BLAS thread, a worker ``cores``. ``secure=True`` makes every connection
+    TLS with a certificate made for this cluster (dask-jobqueue writes it, readable by you
+    alone, to ``shared_temp_directory``, a directory the nodes share); ``security=`` takes
+    your own (:func:`~dflow.cluster.tls_security`). The scheduler listens where
+    dask-jobqueue puts it (``interface=``, ``scheduler_options=``): the jobs run on other
+    nodes. Needs ``sbatch`` on PATH (a Slurm login node) and ``pip install dflow[slurm]``.
 
     >>> cluster = tf.cluster.slurm(ps=1, workers=4, cores=8, memory="32GB",
     ...                            walltime="01:00:00")  # doctest: +SKIP
@@ -41,6 +46,9 @@ def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, **kwa
         if _config("slurm", key) is None:
             kwargs.setdefault(key, default)
     job_name = kwargs.pop("job_name", None) or "dflow"
+    security = _security(secure, security)
+    if security:
+        kwargs["security"] = security
     dask_cluster = SLURMCluster(n_workers=0, processes=1, job_name=job_name, **kwargs)
     try:
         _submit_role_jobs(dask_cluster, roles, job_name)

@@ -50,6 +50,8 @@ class WorkerProcess(ProcessInterface):
         resources = " ".join(f"{key}={value}" for key, value in (resources or {}).items())
         self.argv = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--name", str(name),
                      "--nthreads", str(nthreads), "--no-nanny", "--no-dashboard", "--host", host,
+                     # (its HTTP server, /health and /metrics, is served with or without a dashboard)
+                     "--dashboard-address", f"{host}:0",
                      "--death-timeout", str(int(death_timeout))] + (["--resources", resources] if resources
                                                                    else [])
         # Dask's logs only if the user asks for them

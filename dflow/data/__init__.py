@@ -43,9 +43,10 @@ from .tf_data import (
     make_initializable_iterator,
     make_one_shot_iterator,
 )
-from .transforms import TRANSFORMS
+from .transforms import TRANSFORMS, register_transform
 
 __all__ = ["Dataset", "dataset_next", "prepare", "describe", "open_store", "CONVERTERS", "TRANSFORMS",
            "SourceError", "DigitsSplit", "load_digits", "iterate_batches", "DatasetV1",
            "FixedLengthRecordDataset", "TextLineDataset", "TFRecordDataset", "Iterator", "experimental",
-           "make_one_shot_iterator", "make_initializable_iterator", "get_output_types", "get_output_shapes"]
+           "make_one_shot_iterator", "make_initializable_iterator", "get_output_types", "get_output_shapes",
+           "register_transform"]

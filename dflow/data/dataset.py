@@ -74,7 +74,8 @@ class Dataset(DatasetConstructors):
     prefetch : int
         Batches a background thread keeps ready; 0 reads in the consumer's thread.
     transform : str or callable, optional
-        ``transform(xp, images, rng)``, or a name from :data:`~dflow.data.transforms.TRANSFORMS`.
+        ``transform(xp, images, rng)``, or a name from :data:`~dflow.data.transforms.TRANSFORMS`
+        (:func:`~dflow.data.transforms.register_transform` adds one).
     data_format : {"NHWC", "NCHW"}
     xp : array namespace, optional
         Where batches land (default NumPy; CuPy's puts them on the GPU once).
@@ -285,9 +286,9 @@ class Dataset(DatasetConstructors):
     def shared_name(self) -> str:
         """The reader's key in a session's resources: one reader per distinct spec."""
         if callable(self.spec["transform"]):
-            raise ValueError("an input op needs the transform by name (one of dflow.data.TRANSFORMS or "
-                             "'package.module:function'), so that the worker can build the reader; "
-                             f"got {self.spec['transform']!r}")
+            raise ValueError("an input op needs the transform by name (one of dflow.data.TRANSFORMS; "
+                             "dflow.data.register_transform adds yours), so that the worker can build the "
+                             f"reader; got {self.spec['transform']!r}")
         text = json.dumps(self.spec, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -20,13 +20,12 @@ central 24x24 crop, per-image standardization. Both give float32.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 
 __all__ = ["random_crop", "random_flip_left_right", "random_brightness", "random_contrast",
            "per_image_standardization", "central_crop", "cifar10_train", "cifar10_eval", "to_data_format",
-           "TRANSFORMS", "get_transform"]
+           "TRANSFORMS", "get_transform", "register_transform", "check_transform_name"]
 
 CIFAR10_CROP = 24
 
@@ -125,13 +124,49 @@ def to_data_format(xp, images, data_format: str):
 TRANSFORMS: dict[str, Callable] = {"cifar10_train": cifar10_train, "cifar10_eval": cifar10_eval}
 
 
+def register_transform(name: str, transform: Callable, cluster=None) -> None:
+    """Make ``transform(xp, images, rng)`` known as ``name``, for ``Dataset(transform=name)``.
+
+    A graph (and a graph file) names its input transform; only registered transforms run, so a
+    graph file can never make a process import a module. ``cluster`` (a ``tf.cluster``
+    Cluster or a ``distributed.Client``) registers it on the cluster's workers too, present
+    and future (Dask carries the function over its own, TLS when the cluster is secure,
+    connections).
+
+    >>> def invert(xp, images, rng):
+    ...     return 255 - images
+    >>> register_transform("invert", invert)
+    >>> get_transform("invert") is invert
+    True
+    """
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(f"a transform's name is an identifier like 'random_crop_32', got {name!r}")
+    if not callable(transform):
+        raise TypeError(f"transform {name!r} must be callable as transform(xp, images, rng), "
+                        f"got {transform!r}")
+    TRANSFORMS[name] = transform
+    if cluster is not None:
+        from distributed import WorkerPlugin
+
+        class RegisterTransform(WorkerPlugin):
+            def setup(self, worker) -> None:
+                register_transform(name, transform)
+
+        client = getattr(cluster, "client", cluster)
+        client.register_plugin(RegisterTransform(), name=f"dflow-transform-{name}")
+
+
+def check_transform_name(name) -> None:
+    """Raise, naming the transform and how to register it, unless ``name`` is None or registered."""
+    if name is not None and name not in TRANSFORMS:
+        raise ValueError(
+            f"unknown transform {name!r}: a dataset names one of the registered transforms "
+            f"({', '.join(sorted(TRANSFORMS))}), never a module to import; register yours first with "
+            f"dflow.data.register_transform({str(name).rpartition(':')[2] or 'name'!r}, function) "
+            "(cluster=... registers it on the workers too)")
+
+
 def get_transform(name: str) -> Callable:
-    """A transform by name: one of :data:`TRANSFORMS`, or ``"package.module:function"``."""
-    if name in TRANSFORMS:
-        return TRANSFORMS[name]
-    module, _, attribute = name.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError, ValueError):
-        raise ValueError(f"unknown transform {name!r}: use one of {sorted(TRANSFORMS)} or "
-                         "'package.module:function'") from None
+    """A registered transform by name (:data:`TRANSFORMS`, :func:`register_transform`)."""
+    check_transform_name(name)
+    return TRANSFORMS[name]

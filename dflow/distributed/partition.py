@@ -18,22 +18,29 @@ Steps 2-3 of DESIGN.md's "flow of one step", as pure functions over plain data
 
 A cross-task edge becomes a send in the producing stage and a receive in the
 consuming one; a control edge sends a token (``^op``) instead of a value.
+
+:func:`stages_to_json` and :func:`stages_from_json` carry a task's stages to its worker as
+plain data (JSON text, the graph file's encoding of attributes): a worker never unpickles
+a plan, and an op type it does not know is refused when the plan is registered.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError
 from ..graph import Operation
+from ..graph_io import _decode, _encode
+from ..ops.registry import get_opdef
 from ..placement import DeviceSpec
-from ..runtime.executor import Schedule, schedule
+from ..runtime.executor import OpNode, Schedule, schedule
 from ..runtime.session import to_node
 
 __all__ = ["Stage", "Partition", "MissingTaskError", "place", "partition", "describe", "task_of",
-           "ref_inputs"]
+           "ref_inputs", "stages_to_json", "stages_from_json"]
 
 log = logging.getLogger("dflow")
 
@@ -209,6 +216,54 @@ def partition(ops: list[Operation], placement: dict[str, str], fed: set[str],
         ))
     fetch_tasks = {name: producer[0] for name, producer in fetch_producer.items()}
     return Partition(dict(stages), placement, fetch_tasks)
+
+
+_NODE_FIELDS = ("name", "type", "inputs", "control_inputs", "num_outputs", "device_type")
+_STAGE_FIELDS = ("task", "level", "from_client", "receives", "sends", "keeps", "fetches", "applies_updates")
+
+
+def stages_to_json(stages: list[Stage]) -> str:
+    """A task's stages as JSON text: ops with their attributes encoded as in a graph file."""
+    def node(n: OpNode) -> dict:
+        try:
+            attrs = json.loads(json.dumps(_encode(n.attrs)))
+        except TypeError as error:
+            raise TypeError(f"op '{n.name}' ({n.type}) has an attribute that is not plain data, so it "
+                            f"cannot be sent to a worker: {error}") from None
+        return {**{key: getattr(n, key) for key in _NODE_FIELDS}, "attrs": attrs}
+
+    return json.dumps([{**{key: getattr(stage, key) for key in _STAGE_FIELDS},
+                        "nodes": [node(n) for n in stage.schedule.nodes.values()],
+                        "waiting": stage.schedule.waiting, "dependents": stage.schedule.dependents,
+                        "refcount": stage.schedule.refcount, "outputs": stage.schedule.fetches,
+                        "mixed_devices": stage.schedule.mixed_devices} for stage in stages])
+
+
+def stages_from_json(text: str) -> list[Stage]:
+    """The stages :func:`stages_to_json` wrote; ValueError for anything else (an op type this
+    process does not know, a missing field), naming what is wrong."""
+    if not isinstance(text, str):
+        raise TypeError(f"a plan's stages arrive as JSON text, got {type(text).__name__}")
+    stages = []
+    try:
+        for entry in json.loads(text):
+            nodes = {}
+            for n in entry["nodes"]:
+                try:  # an unknown op type fails here, not mid-step
+                    get_opdef(n["type"])
+                except KeyError:
+                    raise ValueError(f"op {n['name']!r} has type {n['type']!r}, which dflow does not know "
+                                     "here: do the client and the workers run the same dflow?") from None
+                nodes[n["name"]] = OpNode(n["name"], n["type"], _decode(n["attrs"]), tuple(n["inputs"]),
+                                          tuple(n["control_inputs"]), n["num_outputs"], n["device_type"])
+            plan = Schedule(nodes, entry["waiting"], entry["dependents"], entry["refcount"],
+                            tuple(entry["outputs"]), entry["mixed_devices"])
+            stages.append(Stage(entry["task"], entry["level"], plan, tuple(entry["from_client"]),
+                                entry["receives"], {k: tuple(v) for k, v in entry["sends"].items()},
+                                tuple(entry["keeps"]), tuple(entry["fetches"]), entry["applies_updates"]))
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"not a dflow plan's stages ({type(error).__name__}: {error})") from None
+    return stages
 
 
 def describe(part: Partition) -> str:

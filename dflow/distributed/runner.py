@@ -24,14 +24,21 @@ from dataclasses import dataclass
 import distributed
 from distributed.comm.core import CommClosedError
 from distributed.core import send_recv
-from distributed.protocol.serialize import to_serialize
 from distributed.utils import sync
 
 from ..cluster.spec import ClusterSpec, task_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
-from .partition import MissingTaskError, Partition, describe, partition, place
-from .worker import CONNECT_TIMEOUT_S, PLUGIN_NAME, DflowWorker, nbytes, serialized
+from .partition import MissingTaskError, Partition, describe, partition, place, stages_to_json
+from .worker import (
+    CONNECT_TIMEOUT_S,
+    PLUGIN_NAME,
+    DflowWorker,
+    deserialized,
+    error_from_plain,
+    nbytes,
+    serialized,
+)
 
 __all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
 
@@ -126,7 +133,7 @@ class ClusterRunner:
 
     async def _register(self, plan: RemotePlan, addresses: dict) -> None:
         await asyncio.gather(*(
-            self._call(task, "dflow_register", plan_id=plan.plan_id, stages=to_serialize(stages),
+            self._call(task, "dflow_register", plan_id=plan.plan_id, stages=stages_to_json(stages),
                        addresses=addresses)
             for task, stages in plan.partition.stages.items()))
 
@@ -163,7 +170,7 @@ class ClusterRunner:
                     await self._abort(run_id, pending, calls, task)
                     raise self._explain(task, future.exception())
                 reply = future.result()
-                values.update(reply["fetches"])
+                values.update(deserialized(reply["fetches"]))
                 stats.compute_s[task] = reply["compute_s"]
                 stats.waited_s[task] = reply["waited_s"]
                 stats.collective_s[task] = reply["collective_s"]
@@ -203,7 +210,7 @@ class ClusterRunner:
         finally:
             self._rpc.reuse(address, comm)
         if isinstance(reply, dict) and "error" in reply:  # a failed step, returned (worker.run)
-            raise reply["error"]
+            raise error_from_plain(reply["error"])
         return reply
 
     def _here(self) -> str | None:

@@ -15,6 +15,12 @@ a call on loopback) and never through the scheduler (about 11 ms; MEASURED.md):
 - ``dflow_ping()``: "alive", for peers waiting in a collective;
 - ``dflow_reset()`` / ``dflow_variables()``: forget / list the variables held here.
 
+Every message is plain data: names, numbers, dicts and lists, arrays as Dask's array frames,
+and a plan's stages as JSON text (:func:`~dflow.distributed.partition.stages_to_json`);
+a failed step's error comes back as its type, message and op. Nothing dflow sends is a
+pickle. (Dask itself runs the code its clients send a worker: who may connect is decided by
+where the cluster listens and by TLS, see :mod:`dflow.cluster`.)
+
 The variables live in one :class:`~dflow.runtime.state.SessionState` per worker
 process, keyed by shared name, for as long as the worker lives: every client
 and every between-graph replica that places ``weights`` on this task shares
@@ -38,13 +44,16 @@ from distributed.core import send_recv
 from distributed.protocol.serialize import to_serialize
 from threadpoolctl import threadpool_limits
 
+from .. import errors
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
 from ..runtime.state import SessionState
 from .collective import Communicator
+from .partition import stages_from_json
 
-__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "nbytes", "keep_freed_memory_for_reuse"]
+__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "deserialized", "nbytes",
+           "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
@@ -159,27 +168,35 @@ class DflowWorker(WorkerPlugin):
             self.worker.rpc.reuse(address, comm)
 
     # ---- handlers (on the worker's event loop) ---------------------------------------
-    def register(self, plan_id: str, stages, addresses: dict) -> str:
+    def register(self, plan_id: str, stages: str, addresses: dict) -> str:
+        _require_plain("dflow_register", plan_id=(plan_id, str), addresses=(addresses, dict))
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in addresses.items()):
+            raise TypeError("dflow_register: addresses maps task names to worker addresses (text)")
+        stages = stages_from_json(stages)
         self.plans[plan_id] = (stages, addresses)
         self.addresses.update(addresses)  # the communicator's view of the cluster (shared dict)
         return "OK"
 
     async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float) -> dict:
+        _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
+                       timeout=(timeout, (int, float)))
         loop = asyncio.get_running_loop()
         try:
-            reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds,
-                                               timeout, loop)
+            reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id,
+                                               deserialized(feeds), timeout, loop)
         except OpError as error:
             # the step's own failure (a value that never came, a cancelled barrier): the client
             # raises it; raised here, distributed would also log it as a crashed handler
-            return {"error": to_serialize(error)}
+            return {"error": error_to_plain(error)}
         return {**reply, "fetches": serialized(reply["fetches"])}
 
     def deliver(self, run_id: str, values: dict) -> str:
-        self.mailbox.put(run_id, values)
+        _require_plain("dflow_deliver", run_id=(run_id, str), values=(values, dict))
+        self.mailbox.put(run_id, deserialized(values))
         return "OK"
 
     def abort(self, run_id: str, reason: str) -> str:
+        _require_plain("dflow_abort", run_id=(run_id, str), reason=(reason, str))
         self.mailbox.abort(run_id, reason)
         return "OK"
 
@@ -189,6 +206,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def collective(self, kind: str, key, reason: str = "", **message) -> str:
+        _require_plain("dflow_collective", kind=(kind, str), reason=(reason, str))
         if kind == "fail":
             self.state.communicator.fail(key, reason)
         else:
@@ -260,6 +278,30 @@ class DflowWorker(WorkerPlugin):
                 "timeline": timeline}
 
 
+def _require_plain(handler: str, **arguments) -> None:
+    """Refuse a message whose arguments are not of the plain types the handler takes."""
+    for name, (value, types) in arguments.items():
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise TypeError(f"{handler}: {name} must be {getattr(types, '__name__', types)}, "
+                            f"got {type(value).__name__}")
+
+
+def error_to_plain(error: OpError) -> dict:
+    """A step's error as plain data (its TF error class by name, message and op)."""
+    op = error.op
+    if op is not None and not isinstance(op, str):
+        op = getattr(op, "name", str(op))
+    return {"type": type(error).__name__, "message": str(error.message), "op": op}
+
+
+def error_from_plain(plain: dict) -> OpError:
+    """The error :func:`error_to_plain` describes, as its ``tf.errors`` class (else OpError)."""
+    cls = getattr(errors, str(plain.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, OpError)) or cls.__init__ is not OpError.__init__:
+        cls = OpError
+    return cls(str(plain.get("message")), op=plain.get("op"))
+
+
 def _apply_thread_env():
     """Make BLAS use ``OMP_NUM_THREADS`` threads, as the worker's environment asks.
 
@@ -299,8 +341,32 @@ def keep_freed_memory_for_reuse() -> bool:
 
 
 def serialized(values: dict) -> dict:
-    """``values`` ready for a ``distributed`` message: arrays travel as frames, not msgpack."""
-    return {k: None if v is None else to_serialize(v) for k, v in values.items()}
+    """``values`` ready for a ``distributed`` message: arrays travel as frames, not msgpack;
+    arrays of Python objects (``tf.string`` values: bytes) as a list, which Dask would pickle."""
+    return {k: None if v is None else _as_strings(v) if _is_object_array(v) else to_serialize(v)
+            for k, v in values.items()}
+
+
+def deserialized(values: dict) -> dict:
+    """The values :func:`serialized` sent, as arrays again (arrays pass through unchanged)."""
+    return {k: _from_strings(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def _is_object_array(value) -> bool:
+    return getattr(getattr(value, "dtype", None), "kind", None) == "O"
+
+
+def _as_strings(array) -> dict:
+    return {"objects": array.ravel().tolist(), "shape": list(array.shape)}
+
+
+def _from_strings(plain: dict):
+    import numpy
+
+    items = plain["objects"]
+    array = numpy.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(plain["shape"])
 
 
 def nbytes(value) -> int:

@@ -23,10 +23,15 @@ def _op(op_type, inputs, attrs=None, name=None):
     return get_default_graph().create_op(op_type, inputs, attrs, name=name)
 
 
+def _variable_ref(state, xp, shape, dtype, shared_name):
+    state.declare_variable(shared_name, shape, dtype.name)  # a PS shares it by name: same shape?
+    return shared_name
+
+
 # As in TF, the variable op yields a reference (here: the shared name) and reading
 # is a separate op, so an Assign can take the reference without reading it first.
-defop("VariableV2", lambda inputs, shape, dtype, shared_name: [Spec(shape, dtype)],
-      lambda xp, shape, dtype, shared_name: shared_name)
+defop("VariableV2", lambda inputs, shape, dtype, shared_name: [Spec(shape, dtype)], _variable_ref,
+      stateful=True)
 # takes the reference, so it runs where the variable lives (on a cluster: its PS task)
 defop("IsVariableInitialized", lambda inputs: [Spec((), dtypes.bool)],
       lambda state, xp, ref: xp.asarray(state.is_initialized(ref)), stateful=True)

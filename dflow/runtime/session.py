@@ -35,6 +35,7 @@ __all__ = ["Session", "InteractiveSession", "ConfigProto", "GPUOptions", "GraphO
            "get_default_session"]
 
 log = logging.getLogger("dflow")
+LOCAL_TASK = "/job:localhost/replica:0/task:0"  # the one task of a session that runs in this process
 
 
 @dataclass
@@ -86,7 +87,9 @@ class ConfigProto:
     # beside 2 BLAS threads ran 15% slower than ops one at a time.
     inter_op_parallelism_threads: int = 0
     intra_op_parallelism_threads: int = 0  # BLAS threads (process-wide); 0 leaves BLAS alone
-    allow_soft_placement: bool = True
+    # TF's default: an op on a device this process lacks (/gpu:0 without a GPU, /job:ps) is an
+    # error; True runs it on this process's CPU (TF would still refuse another job)
+    allow_soft_placement: bool = False
     log_device_placement: bool = False
     # on a cluster: how long a step waits for another task's value (0: ten minutes)
     operation_timeout_in_ms: int = 0
@@ -313,20 +316,36 @@ class Session:
         return schedule(nodes, set(feeds), fetch_names)
 
     def _device_type(self, op: Operation) -> str:
-        """GPU for ops placed on a GPU when CuPy sees one; otherwise CPU (soft placement, logged)."""
-        if DeviceSpec.from_string(op.device).device_type != "GPU":
-            return "CPU"
-        if "GPU" in self._namespaces:
+        """Where a local session runs ``op``: a GPU op on the GPU when CuPy sees one. An op on a
+        device this process (``/job:localhost/replica:0/task:0``) lacks is an error naming the op
+        and device, as in TF, unless ``allow_soft_placement``: then it runs on the CPU (logged
+        once). TF refuses another job's device (``/job:ps/task:7``) even then; dflow runs it, so a
+        cluster's graph can be rehearsed in one process when asked."""
+        spec = DeviceSpec.from_string(op.device)
+        other_task = (spec.job not in (None, "localhost") or spec.replica not in (None, 0)
+                      or spec.task not in (None, 0))
+        if spec.device_type == "GPU" and "GPU" in self._namespaces and not other_task:
             return "GPU"
+        if spec.device_type in (None, "CPU") and not spec.device_index and not other_task:
+            return "CPU"
         if not self.config.allow_soft_placement:
-            raise InvalidArgumentError(
-                f"op '{op.name}' is placed on {op.device}, but this process has no GPU (or no "
-                "CuPy); allow_soft_placement=True runs it on the CPU", op=op.name)
+            where = ("This session runs the graph in this process (job localhost): give tf.Session the "
+                     "cluster's target (tf.Session(cluster.target)) to run it on that job's tasks"
+                     if other_task else "This process has no such device (no GPU, or no CuPy, for /gpu:N)")
+            raise InvalidArgumentError(f"{self._unavailable(op)} {where}; ConfigProto("
+                                       "allow_soft_placement=True) runs the op on this process's CPU instead",
+                                       op=op.name)
         if op.device not in self._warned_devices:
             self._warned_devices.add(op.device)
-            log.warning("soft placement: no GPU (or no CuPy) here, so ops on %s run on the CPU",
+            log.warning("soft placement: %s is not a device of this process, so its ops run on the CPU",
                         op.device)
-        return "CPU"
+        return "GPU" if spec.device_type == "GPU" and "GPU" in self._namespaces else "CPU"
+
+    def _unavailable(self, op: Operation) -> str:
+        """TF's words for an op placed on a device this process lacks."""
+        devices = [f"{LOCAL_TASK}/device:{kind}:0" for kind in sorted(self._namespaces)]
+        return (f"Cannot assign a device for operation {op.name}: Operation was explicitly assigned to "
+                f"{op.device} but available devices are [ {', '.join(devices)} ].")
 
     def _convert_feeds(self, feed_dict: dict) -> dict:
         feeds = {}

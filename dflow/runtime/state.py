@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy
 
-from ..errors import FailedPreconditionError
+from ..errors import FailedPreconditionError, InvalidArgumentError
 
 __all__ = ["SessionState"]
 
@@ -27,6 +27,8 @@ class SessionState:
 
     def __init__(self, seed: int | None = None):
         self.variables: dict[str, object] = {}
+        # variable -> (shape, dtype name) as the graph that first used it here declared it
+        self.declarations: dict[str, tuple] = {}
         self._generators: dict[object, numpy.random.Generator] = {}
         self._default_generator = numpy.random.default_rng(seed)
         self.resources: dict[str, object] = {}
@@ -44,6 +46,29 @@ class SessionState:
                 f"Attempting to use uninitialized value {name}: run "
                 "tf.global_variables_initializer() (or restore a checkpoint) first"
             ) from None
+
+    def declare_variable(self, name: str, shape, dtype: str) -> None:
+        """Check that a graph declares variable ``name`` as the first graph that used it here
+        did (the same shape, None dimensions aside, and dtype); remember the first declaration.
+        On a parameter server every client shares variables by name: without this check, a
+        client declaring ``w`` of another shape would read and update another model's ``w``."""
+        declared = (None if shape is None else tuple(shape), dtype)
+        known = self.declarations.get(name)
+        if known == declared:
+            return
+        if known is None:
+            with self._resources_lock:
+                known = self.declarations.setdefault(name, declared)
+            if name in self.variables and known is declared:  # a value written before any declaration
+                value = self.variables[name]
+                known = (tuple(getattr(value, "shape", ())), str(getattr(value, "dtype", dtype)))
+        if not _shapes_agree(known[0], declared[0]) or known[1] != declared[1]:
+            raise InvalidArgumentError(
+                f"variable {name} is declared here with shape {_shape_text(declared[0])} and dtype "
+                f"{declared[1]}, but the variable {name} that this task already holds has shape "
+                f"{_shape_text(known[0])} and dtype {known[1]} (another graph, or another client of the "
+                "cluster, created it): give one of them another name, or forget the old one with "
+                "tf.Session.reset(target)", op=name)
 
     def write_variable(self, name: str, value) -> None:
         self.variables[name] = value
@@ -76,3 +101,14 @@ class SessionState:
             if name not in self.resources:
                 self.resources[name] = create()
             return self.resources[name]
+
+
+def _shapes_agree(a, b) -> bool:
+    """Same rank and the same size in every dimension both know (None: unknown)."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x is None or y is None or int(x) == int(y) for x, y in zip(a, b))
+
+
+def _shape_text(shape) -> str:
+    return "unknown" if shape is None else "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"

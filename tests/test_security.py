@@ -1,0 +1,240 @@
+"""Who can reach a dflow cluster: loopback by default, TLS with a certificate, plain data only.
+
+A Dask worker runs the code that any peer reaching it sends, so these tests check from
+real processes that an embedded cluster listens on loopback only, and that a secure one
+refuses every connection without its certificate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import dflow as tf
+from dflow.cli import main
+
+
+def _listening(pid: int) -> set[str]:
+    """The addresses the process ``pid`` accepts connections on."""
+    process = psutil.Process(pid)
+    connections = getattr(process, "net_connections", process.connections)  # (psutil < 6: connections)
+    return {c.laddr.ip for c in connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
+def _train_one_step(target: str) -> float:
+    with tf.Graph().as_default():
+        with tf.device("/job:ps/task:0"):
+            w = tf.Variable(np.ones(3, np.float32), name="w")
+        with tf.device("/job:worker/task:0"):
+            loss = tf.reduce_sum(tf.square(w))
+            train = tf.train.GradientDescentOptimizer(0.25).minimize(loss)
+        with tf.Session(target) as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train)
+            return float(sess.run(loss))
+
+
+# run in a process of its own: a stranger on this machine, without the cluster's certificate
+STRANGER = r"""
+import json, socket, ssl, sys
+import distributed
+from distributed.security import Security
+
+outcome = {}
+for address in sys.argv[1:]:
+    host, port = address.rpartition("://")[2].rsplit(":", 1)
+    context = ssl.create_default_context()  # TLS, but no client certificate to show
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with context.wrap_socket(socket.create_connection((host, int(port)), timeout=10)) as tls:
+            tls.sendall(b"x")
+            outcome[address] = f"answered {tls.recv(1)!r}"
+    except (OSError, ssl.SSLError) as error:
+        outcome[address] = f"refused: {type(error).__name__}: {error}"
+try:  # a Dask client with a certificate of its own, which the cluster's CA did not sign
+    distributed.Client(sys.argv[1], security=Security.temporary(), timeout=10)
+    outcome["other certificate"] = "connected"
+except Exception as error:
+    outcome["other certificate"] = f"refused: {type(error).__name__}"
+try:  # plain TCP to the TLS port
+    distributed.Client(sys.argv[1].replace("tls://", "tcp://"), timeout=10)
+    outcome["plain tcp"] = "connected"
+except Exception as error:
+    outcome["plain tcp"] = f"refused: {type(error).__name__}"
+print(json.dumps(outcome))
+"""
+
+
+def _halve(xp, images, rng):
+    return images // 2
+
+
+def _transform_registered(name: str) -> bool:
+    from dflow.data import TRANSFORMS
+
+    return name in TRANSFORMS
+
+
+def test_an_embedded_cluster_and_its_dashboard_listen_on_loopback_only():
+    from dflow.data import register_transform
+
+    with tf.cluster.local(ps=1, workers=1) as cluster:
+        register_transform("halve", _halve, cluster=cluster)  # (a transform reaches workers by name only)
+        assert set(cluster.client.run(_transform_registered, "halve").values()) == {True}
+        assert cluster.target.startswith("tcp://127.0.0.1:")
+        assert cluster.dashboard_link.startswith("http://127.0.0.1:")
+        workers = cluster.client.run(os.getpid)
+        for pid in [os.getpid(), *workers.values()]:  # the scheduler and dashboard run in this process
+            assert _listening(pid) and _listening(pid) <= {"127.0.0.1"}, (pid, _listening(pid))
+
+
+def test_a_secure_cluster_trains_and_refuses_whoever_lacks_its_certificate():
+    with tf.cluster.local(ps=1, workers=1, secure=True) as cluster:
+        assert cluster.target.startswith("tls://127.0.0.1:")
+        assert _train_one_step(cluster.target) == pytest.approx(0.75)  # w = 0.5: a real step, over TLS
+        workers = sorted(cluster.client.scheduler_info()["workers"])
+        assert all(address.startswith("tls://") for address in workers)
+        stranger = subprocess.run([sys.executable, "-c", STRANGER, cluster.target, *workers],
+                                  capture_output=True, text=True, timeout=120)
+        outcome = json.loads(stranger.stdout.splitlines()[-1])
+        for address in [cluster.target, *workers]:  # the scheduler and each worker's dflow handlers
+            assert outcome[address].startswith("refused: SSL") or "reset" in outcome[address], outcome
+        assert outcome["other certificate"].startswith("refused"), outcome
+        assert outcome["plain tcp"].startswith("refused"), outcome
+        assert _train_one_step(cluster.target) == pytest.approx(0.75)  # and it still serves its clients
+
+
+def test_tls_security_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="certificate 'nowhere.pem'"):
+        tf.cluster.tls_security(__file__, "nowhere.pem")
+
+
+def test_joining_a_tls_scheduler_without_a_certificate_says_what_to_pass():
+    with pytest.raises(ValueError, match="speaks TLS: pass security=tf.cluster.tls_security"):
+        tf.cluster.connect("tls://127.0.0.1:1")
+
+
+def test_a_worker_for_another_machines_scheduler_must_be_told_where_to_listen(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["worker", "--scheduler", "tcp://192.0.2.1:8786", "--job", "ps", "--task", "0"])
+    assert exit_.value.code == 2
+    assert "listens on loopback unless told: pass --host" in capsys.readouterr().err
+
+
+def test_tls_options_need_a_ca_and_a_certificate(capsys):
+    with pytest.raises(SystemExit):
+        main(["worker", "--scheduler", "tls://127.0.0.1:1", "--job", "ps", "--task", "0",
+              "--tls-cert", __file__])
+    assert "TLS needs --tls-ca-file and --tls-cert" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--model", "mnist_dnn", "--tls-ca-file", __file__, "--tls-cert", __file__])
+    assert "join a running cluster (--cluster tls://HOST:PORT)" in capsys.readouterr().err
+
+
+def _self_signed_certificate(directory) -> tuple[str, str]:
+    """The README's one openssl command: a self-signed certificate that is also the CA."""
+    cert, key = str(directory / "dflow.pem"), str(directory / "dflow-key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=dflow", "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(subprocess.run(["which", "openssl"], capture_output=True).returncode != 0,
+                    reason="needs the openssl command (apt-get install openssl)")
+def test_the_readmes_hand_started_tls_cluster_trains(tmp_path):
+    """`dask scheduler --protocol tls`, `dflow worker --tls-...`, `dflow train --cluster tls://...`."""
+    cert, key = _self_signed_certificate(tmp_path)
+    tls = ["--tls-ca-file", cert, "--tls-cert", cert, "--tls-key", key]
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls", "--host",
+                 "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
+                 str(scheduler_file), *tls]
+    processes = [subprocess.Popen(scheduler, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        assert address.startswith("tls://127.0.0.1:")
+        for job in ("ps", "worker"):
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "dflow", "worker", "--scheduler", address, "--job", job, "--task", "0",
+                 *tls], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        security = tf.cluster.tls_security(cert, cert, key)
+        roles = ["ps/0", "worker/0"]
+        with tf.cluster.connect(address, roles=roles, timeout=90, security=security) as cluster:
+            pids = cluster.client.run(os.getpid)
+            assert all(_listening(pid) <= {"127.0.0.1"} for pid in pids.values())
+        result = subprocess.run([sys.executable, "-m", "dflow", "train", "--model", "mnist_dnn", "--steps",
+                                 "10", "--log_every", "5", "--cluster", address, *tls],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert "cluster: 1 PS + 1 workers" in result.stdout and "test accuracy" in result.stdout
+        bench_args = ["--model", "mnist_dnn", "--num_workers", "1", "--num_ps", "1", "--variable_update",
+                      "parameter_server", "--num_warmup_batches", "1", "--num_batches", "3", "--repeats", "1"]
+        bench = subprocess.run([sys.executable, "-m", "dflow", "bench", *bench_args, "--cluster", address,
+                                *tls], capture_output=True, text=True, timeout=300)
+        assert bench.returncode == 0, bench.stderr
+        assert "images/sec" in bench.stdout
+        without = subprocess.run([sys.executable, "-m", "dflow", "train", "--model", "mnist_dnn", "--steps",
+                                  "10", "--cluster", address], capture_output=True, text=True, timeout=120)
+        assert without.returncode != 0 and "speaks TLS: pass" in without.stderr
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+# ---- graph files -----------------------------------------------------------------------------------
+def test_a_graph_file_cannot_make_this_process_import_a_module(tmp_path):
+    from dflow.data import Dataset, prepare, register_transform
+
+    store = prepare("synthetic", out=str(tmp_path / "s.zarr"), echo=None, image_shape=(4, 4, 1),
+                    train_count=8, test_count=0)
+    with tf.Graph().as_default() as graph:
+        Dataset(store, "train", batch_size=4, transform=None).get_next()
+    graph_def = json.loads(json.dumps(graph.as_graph_def()))
+    (entry,) = [e for e in graph_def["ops"] if e["type"] == "DatasetNext"]
+    entry["attrs"]["spec"]["transform"] = "tests_evil_module:run"  # once imported any module
+    sys.modules.pop("tests_evil_module", None)
+    (tmp_path / "tests_evil_module.py").write_text("raise SystemExit('imported')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        named = r"'DatasetNext' \(DatasetNext\): unknown transform 'tests_evil_module:run'"
+        with pytest.raises(ValueError, match=named + r".*register_transform\('run', function\)"):
+            tf.import_graph_def(graph_def, tf.Graph())
+        assert "tests_evil_module" not in sys.modules
+        with pytest.raises(ValueError, match="never a module to import"):
+            Dataset(store, "train", batch_size=4, transform="tests_evil_module:run")
+    finally:
+        sys.path.remove(str(tmp_path))
+
+    def run(xp, images, rng):
+        return images * 0 + 7
+
+    register_transform("run", run)
+    entry["attrs"]["spec"]["transform"] = "run"
+    imported = tf.import_graph_def(graph_def, tf.Graph())
+    with tf.Session(graph=imported) as sess:
+        images = sess.run(imported.get_tensor_by_name("DatasetNext:0"))
+    assert images.shape == (4, 4, 4, 1) and (images == 7).all()
+
+
+def test_dflow_train_secure_trains_its_replicas_over_tls(capsys):
+    """The replicas run inside the workers and open their own client there: over TLS too."""
+    assert main(["train", "--model", "mnist_dnn", "--steps", "10", "--log_every", "5", "--secure"]) == 0
+    out = capsys.readouterr().out
+    assert "cluster: 1 PS + 2 workers" in out and "test accuracy" in out
+
+
+def test_a_session_to_a_tls_scheduler_without_a_certificate_says_what_to_do():
+    with pytest.raises(ValueError, match=r"speaks TLS: open it first with tf.cluster.connect\('tls://127"):
+        tf.Session("tls://127.0.0.1:1")
