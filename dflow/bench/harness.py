@@ -495,7 +495,7 @@ def _follow(queue, futures, view: _Progress, interrupted) -> None:
                 view.update(queue.get())
             return
         interrupted.wait(_POLL_S)
-    raise KeyboardInterrupt
+    raise interrupted.exception()  # Ctrl-C, or Terminated for SIGTERM
 
 
 class _Bar:
