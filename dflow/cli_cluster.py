@@ -152,19 +152,19 @@ class _Progress:
 class _Recovery:
     """One lost role on its way back: what died and when, the step reached, and what was restored."""
 
-    def __init__(self, lost, died_at: float, step_reached: int, number: int, max_failures: int):
-        self.lost, self.died_at, self.step_reached = lost, died_at, step_reached
+    def __init__(self, lost, died_at: float, number: int, max_failures: int):
+        self.lost, self.died_at, self.step_reached = lost, died_at, 0
         self.detected_at, self.number, self.max_failures = time.time(), number, max_failures
 
     def announce(self) -> None:
         print(f"failure {self.number}/{self.max_failures}: {self.lost} (detected "
-              f"{max(self.detected_at - self.died_at, 0):.1f} s after it died; training had reached "
-              f"step {self.step_reached}); waiting for it to come back", flush=True)
+              f"{max(self.detected_at - self.died_at, 0):.1f} s after it died); stopping the other replicas",
+              flush=True)
 
     def report(self, path: str | None, step: int) -> None:
         print(f"recovered from the loss of {self.lost.role} in {time.time() - self.detected_at:.1f} s: "
-              f"restored {path or 'the initial values (no checkpoint yet)'} (step {step}), "
-              f"{max(self.step_reached - step, 0)} steps lost", flush=True)
+              f"restored {path or 'the initial values (no checkpoint yet)'} (step {step}); training had "
+              f"reached step {self.step_reached}: {max(self.step_reached - step, 0)} steps lost", flush=True)
 
 
 def _train_on(cluster, args, settings, steps: int, report) -> int:
@@ -185,17 +185,18 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                 results = [f.result(timeout=GATHER_TIMEOUT_S) for f in futures]
                 break
             except RoleLostError as lost:
-                reached = max([view.last_step, *_stop(cluster, futures, run, watch.started)])
                 failures += 1
                 if failures > args.max_failures or not args.checkpoint_dir:
                     why = ("pass --checkpoint_dir to recover from it automatically" if not args.checkpoint_dir
                            else f"that is more than --max_failures {args.max_failures}")
-                    print(f"dflow train: error: {lost} (training had reached step {reached}); {why}",
-                          file=sys.stderr)
+                    print(f"dflow train: error: {lost}; {why}", file=sys.stderr, flush=True)
+                    _stop(cluster, futures, run, watch.started)
+                    _say_last_checkpoint(args.checkpoint_dir)
                     return 1
-                view.recovering = _Recovery(lost, _died_at(cluster, lost), reached, failures,
-                                            args.max_failures)
+                view.recovering = _Recovery(lost, _died_at(cluster, lost), failures, args.max_failures)
                 view.recovering.announce()
+                view.recovering.step_reached = max([view.last_step, *_stop(cluster, futures, run,
+                                                                             watch.started)])
                 problem = _bring_back(cluster, watch.started)
                 if problem:
                     print(f"dflow train: error: {problem}", file=sys.stderr)

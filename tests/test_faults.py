@@ -25,10 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, CHECKPOINT_EVERY = 300, 40
 RUN_LIMIT_S = 420  # a whole run on a loaded 2-core machine, recoveries included
 DETECT_LIMIT_S = 20  # the "within seconds", with room for a loaded machine
-RECOVERED = re.compile(r"recovered from the loss of (\S+) in ([\d.]+) s: restored .* \(step (\d+)\), "
-                       r"(\d+) steps lost")
+RECOVERED = re.compile(r"recovered from the loss of (\S+) in ([\d.]+) s: restored .* \(step (\d+)\); "
+                       r"training had reached step (\d+): (\d+) steps lost")
 FAILURE = re.compile(r"failure (\d+)/(\d+): (\S+) \(at (\S+)\) died or left the cluster at .*"
-                     r"detected ([\d.]+) s after it died; training had reached step (\d+)")
+                     r"detected ([\d.]+) s after it died")
 
 
 class Run:
@@ -174,7 +174,7 @@ def test_a_killed_role_comes_back_and_training_finishes(tmp_path, runs, role, mo
     detected, failure = run.wait_for(FAILURE.pattern, timeout=DETECT_LIMIT_S * 3, after=killed)
     assert failure[3] == role, failure[0]
     recovered, line = run.wait_for(RECOVERED.pattern, after=killed)
-    reached, restored, lost = int(failure[6]), int(line[3]), int(line[4])
+    restored, reached, lost = int(line[3]), int(line[4]), int(line[5])
     assert line[1] == role and lost == reached - restored
     assert lost <= CHECKPOINT_EVERY + 20, run.output  # one checkpoint interval (+ a progress line's steps)
     assert run.finish() == 0, run.output

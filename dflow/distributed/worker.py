@@ -5,6 +5,7 @@ the worker, so a step's messages go straight from worker to worker (about 1 ms
 a call on loopback) and never through the scheduler (about 11 ms; MEASURED.md):
 
 - ``dflow_register(plan_id, stages, addresses)``: keep this task's stages of a plan;
+- ``dflow_unregister(plan_ids)``: forget plans (their session closed);
 - ``dflow_run(plan_id, run_id, feeds, timeout)``: run them in level order, each
   after what it receives from other tasks has arrived; send what other tasks
   need; reply with the fetched values and the bytes sent per link;
@@ -44,11 +45,17 @@ from ..runtime.executor import RunStats, execute
 from ..runtime.state import SessionState
 from .collective import Communicator
 
-__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "nbytes", "keep_freed_memory_for_reuse"]
+__all__ = ["DflowWorker", "PLUGIN_NAME", "PlanNotFoundError", "serialized", "nbytes",
+           "keep_freed_memory_for_reuse"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
 CONNECT_TIMEOUT_S = 5.0  # a live peer on any network answers a connect well within this
+
+
+class PlanNotFoundError(FailedPreconditionError):
+    """This worker does not hold the plan a step names (it restarted, or the plan was unregistered):
+    the session registers it again and reruns the step."""
 
 
 class Mailbox:
@@ -123,9 +130,10 @@ class DflowWorker(WorkerPlugin):
         if gpu_namespace() is not None:
             self.namespaces["GPU"] = gpu_namespace()
         worker.handlers.update({
-            "dflow_register": self.register, "dflow_run": self.run, "dflow_deliver": self.deliver,
-            "dflow_abort": self.abort, "dflow_reset": self.reset, "dflow_variables": self.variables,
-            "dflow_collective": self.collective, "dflow_ping": lambda: "alive",
+            "dflow_register": self.register, "dflow_unregister": self.unregister, "dflow_run": self.run,
+            "dflow_deliver": self.deliver, "dflow_abort": self.abort, "dflow_reset": self.reset,
+            "dflow_variables": self.variables, "dflow_collective": self.collective,
+            "dflow_ping": lambda: "alive",
         })
 
     def teardown(self, worker) -> None:
@@ -164,6 +172,10 @@ class DflowWorker(WorkerPlugin):
         self.addresses.update(addresses)  # the communicator's view of the cluster (shared dict)
         return "OK"
 
+    def unregister(self, plan_ids: list) -> int:
+        """Forget ``plan_ids``; how many this worker held."""
+        return sum(self.plans.pop(plan_id, None) is not None for plan_id in plan_ids)
+
     async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float) -> dict:
         loop = asyncio.get_running_loop()
         try:
@@ -184,6 +196,9 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
+        from ..runtime.session import _cancel_waits
+
+        _cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"
@@ -205,9 +220,9 @@ class DflowWorker(WorkerPlugin):
         try:
             stages, addresses = self.plans[plan_id]
         except KeyError:
-            raise FailedPreconditionError(
+            raise PlanNotFoundError(
                 f"worker {self.worker.name} does not know plan {plan_id}: it restarted since the "
-                "session planned this step; run the step again to re-plan") from None
+                "session planned this step, or the plan's session closed") from None
         kept, received, fetched, sent = {}, {}, {}, defaultdict(int)
         deliveries, timeline = [], []
         staleness = None  # updates other steps applied here between this step's reads and its own
