@@ -266,11 +266,21 @@ def _stop(cluster, futures, run: str, started: dict[str, str]) -> list[int]:
     with contextlib.suppress(OSError, TimeoutError), \
             dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_WAIT_S}s"}):
         cluster.client.run(_stop_replicas, run, workers=workers, on_error="ignore")
+        if set(alive.items()) != set(started.items()):  # a role is lost: no one waits for it
+            cluster.client.run(_cancel_waits, workers=list(alive.values()), on_error="ignore")
     live = [f for f, role in zip(futures, _replica_roles(futures)) if alive.get(role) == started.get(role)]
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline and not all(f.done() for f in live):
         time.sleep(_PROGRESS_POLL_S)
     return [f.result()["global_step"] for f in live if f.status == "finished"]
+
+
+def _cancel_waits(dask_worker) -> None:
+    from .distributed.worker import PLUGIN_NAME
+
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if plugin is not None:
+        plugin.cancel_waits()
 
 
 def _replica_roles(futures) -> list[str]:

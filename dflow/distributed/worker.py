@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -129,6 +130,7 @@ class DflowWorker(WorkerPlugin):
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
             self.namespaces["GPU"] = gpu_namespace()
+        logging.getLogger("distributed.worker").addFilter(_quiet_replica_failures)
         worker.handlers.update({
             "dflow_register": self.register, "dflow_unregister": self.unregister, "dflow_run": self.run,
             "dflow_deliver": self.deliver, "dflow_abort": self.abort, "dflow_reset": self.reset,
@@ -171,6 +173,14 @@ class DflowWorker(WorkerPlugin):
         self.plans[plan_id] = (stages, addresses)
         self.addresses.update(addresses)  # the communicator's view of the cluster (shared dict)
         return "OK"
+
+    def cancel_waits(self) -> None:
+        """End every wait of this task's steps (barriers, accumulators, queues): they raise
+        CancelledError. The replicas of a run that lost a role stop at once instead of waiting
+        for the dead one (the chief then saves a checkpoint as it stops)."""
+        from ..runtime.session import _cancel_waits
+
+        _cancel_waits(self.state)
 
     def unregister(self, plan_ids: list) -> int:
         """Forget ``plan_ids``; how many this worker held."""
@@ -273,6 +283,12 @@ class DflowWorker(WorkerPlugin):
         return {"fetches": fetched, "sent": dict(sent), "staleness": staleness, "compute_s": compute_s,
                 "waited_s": waited_s, "collective_s": collective_s,
                 "timeline": timeline}
+
+
+def _quiet_replica_failures(record: logging.LogRecord) -> bool:
+    """A replica's error goes to the client, which says it in one line: Dask's 'Compute Failed'
+    record of it, a traceback on the worker's terminal, would only repeat it."""
+    return not (record.getMessage().startswith("Compute Failed") and "dflow-replica-" in record.getMessage())
 
 
 def _apply_thread_env():
