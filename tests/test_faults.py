@@ -153,6 +153,9 @@ def runs():
         run.close()
 
 
+MODES = {"async": [], "sync": ["--sync"], "allreduce": ["--variable_update", "allreduce", "--ps", "0"]}
+
+
 def train_args(checkpoint_dir, *extra: str) -> list[str]:
     return ["train", "--model", "deep_mnist", "--dataset", "digits", "--workers", "2", "--steps", str(STEPS),
             "--checkpoint_every", str(CHECKPOINT_EVERY), "--log_every", "10",
@@ -166,9 +169,9 @@ def report(scenario: str, **numbers) -> None:
 
 # ---- a dead role: recovered ----------------------------------------------------------------------
 @pytest.mark.parametrize("role,mode", [("worker/1", "async"), ("worker/0", "async"), ("ps/0", "async"),
-                                       ("worker/1", "sync"), ("ps/0", "sync")])
+                                       ("worker/1", "sync"), ("ps/0", "sync"), ("worker/1", "allreduce")])
 def test_a_killed_role_comes_back_and_training_finishes(tmp_path, runs, role, mode):
-    run = runs(*train_args(tmp_path, *(["--sync"] if mode == "sync" else [])))
+    run = runs(*train_args(tmp_path, *MODES[mode]))
     run.wait_for_step(CHECKPOINT_EVERY + 20)  # past the first checkpoint
     killed = run.kill_role(role)
     detected, failure = run.wait_for(FAILURE.pattern, timeout=DETECT_LIMIT_S * 3, after=killed)
@@ -185,9 +188,10 @@ def test_a_killed_role_comes_back_and_training_finishes(tmp_path, runs, role, mo
 
 
 # ---- a dead role without recovery: fails fast, naming it --------------------------------------------
-@pytest.mark.parametrize("role,mode", [("worker/1", "async"), ("worker/1", "sync"), ("ps/0", "sync")])
+@pytest.mark.parametrize("role,mode", [("worker/1", "async"), ("worker/1", "sync"), ("ps/0", "sync"),
+                                       ("worker/0", "allreduce")])
 def test_a_killed_role_fails_the_run_within_seconds_naming_it(tmp_path, runs, role, mode):
-    run = runs(*train_args(tmp_path, "--max_failures", "0", *(["--sync"] if mode == "sync" else [])))
+    run = runs(*train_args(tmp_path, "--max_failures", "0", *MODES[mode]))
     run.wait_for_step(20)
     killed = run.kill_role(role)
     code = run.finish(timeout=DETECT_LIMIT_S * 3)
