@@ -195,8 +195,8 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                     return 1
                 view.recovering = _Recovery(lost, _died_at(cluster, lost), failures, args.max_failures)
                 view.recovering.announce()
-                view.recovering.step_reached = max([view.last_step, *_stop(cluster, futures, run,
-                                                                             watch.started)])
+                stopped = _stop(cluster, futures, run, watch.started, _saver_in_chiefs_place(watch))
+                view.recovering.step_reached = max([view.last_step, *stopped])
                 problem = _bring_back(cluster, watch.started)
                 if problem:
                     print(f"dflow train: error: {problem}", file=sys.stderr)
@@ -221,6 +221,17 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
               f"mean {np.mean(staleness) if staleness else 0:.2f} max {max(staleness, default=0)}")
     report(*results[0]["evaluation"])
     return 0
+
+
+def _saver_in_chiefs_place(watch) -> int | None:
+    """The surviving worker task that saves the PS's variables as it stops, when the chief died
+    and the PS tasks did not (so the survivors' steps since the last checkpoint are kept)."""
+    lost = {error.role for error in watch.lost()}
+    if "worker/0" not in lost or any(role.startswith("ps/") for role in lost):
+        return None
+    survivors = [int(role.partition("/")[2]) for role in watch.started
+                 if role.startswith("worker/") and role not in lost]
+    return min(survivors, default=None)
 
 
 def _died_at(cluster, lost) -> float:
@@ -251,7 +262,7 @@ def _say_last_checkpoint(checkpoint_dir: str | None) -> None:
         print(f"the latest checkpoint is {latest}: rerun the same command to resume from it", flush=True)
 
 
-def _stop(cluster, futures, run: str, started: dict[str, str]) -> list[int]:
+def _stop(cluster, futures, run: str, started: dict[str, str], saver: int | None = None) -> list[int]:
     """Ask the live replicas to end their step and close their sessions (the chief saves a checkpoint
     then); wait up to STOP_WAIT_S for them. The global steps those that ended report.
 
@@ -265,7 +276,7 @@ def _stop(cluster, futures, run: str, started: dict[str, str]) -> list[int]:
     workers = [address for role, address in alive.items() if role.startswith("worker/")]
     with contextlib.suppress(OSError, TimeoutError), \
             dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_WAIT_S}s"}):
-        cluster.client.run(_stop_replicas, run, workers=workers, on_error="ignore")
+        cluster.client.run(_stop_replicas, run, saver, workers=workers, on_error="ignore")
         if set(alive.items()) != set(started.items()):  # a role is lost: no one waits for it
             cluster.client.run(_cancel_waits, workers=list(alive.values()), on_error="ignore")
     live = [f for f, role in zip(futures, _replica_roles(futures)) if alive.get(role) == started.get(role)]
@@ -350,14 +361,16 @@ def _raise_replica_error(future, watch) -> None:
 
 
 _STOP = threading.Event()  # set in a worker process by the client on Ctrl-C: its bench replica stops
-_STOPPED_RUNS: set[str] = set()  # the training runs whose replicas must stop, in a worker process
+# the training runs whose replicas must stop, in a worker process, and which replica of each saves
+# a checkpoint as it stops in the chief's place (the chief died; None: the chief saves, or no one can)
+_STOPPED_RUNS: dict[str, int | None] = {}
 
 
-def _stop_replicas(run: str | None = None) -> None:
+def _stop_replicas(run: str | None = None, saver: int | None = None) -> None:
     if run is None:
         _STOP.set()
     else:
-        _STOPPED_RUNS.add(run)
+        _STOPPED_RUNS[run] = saver
 
 
 def _replica(task_index: int, target: str, spec_of_cluster, args, settings, steps: int, progress_name: str,
@@ -378,6 +391,8 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
                                      sync_timeout=getattr(args, "sync_timeout", 300.0))
     with tf.device(update.device()):
         g = _build(tf, model, settings, args, optimizer_wrapper=update.optimizer)
+    # saves in the chief's place if the chief dies (its own saver is CheckpointSaverHook's)
+    stand_in = tf.train.Saver() if args.checkpoint_dir and not update.saves_checkpoints else None
     hooks = [tf.train.StopAtStepHook(last_step=steps)] + update.hooks()
     batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
                                  shard=(task_index, args.workers))  # each worker reads its own examples
@@ -417,10 +432,21 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
                 queue.put((min(step, steps), float(np.mean(recent)),
                            (step - last_step) * images_per_step / (now - last_time)))
                 reported, last_step, last_time, recent = step // args.log_every, step, now, []
+        if stand_in is not None and _STOPPED_RUNS.get(run) == task_index:
+            _save_in_chiefs_place(tf, stand_in, sess, g, args.checkpoint_dir)
         evaluation = (_evaluate(sess, g, data, model.num_classes is None)
                       if chief and run not in _STOPPED_RUNS else None)
     return {"steps": local_steps, "loss": float(np.mean(losses[-20:])) if losses else float("nan"),
             "staleness": staleness, "evaluation": evaluation, "global_step": global_step}
+
+
+def _save_in_chiefs_place(tf, saver, sess, g, checkpoint_dir: str) -> None:
+    import logging
+
+    try:
+        saver.save(sess._session, os.path.join(checkpoint_dir, "model.ckpt"), global_step=g.global_step)
+    except (OpError, OSError) as error:  # the PS went too: the latest checkpoint is what there is
+        logging.getLogger("dflow").warning("could not save in the chief's place: %s", error)
 
 
 # ---- dflow worker -----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from distributed.core import send_recv
 from distributed.protocol.serialize import to_serialize
 from threadpoolctl import threadpool_limits
 
-from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError
+from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
 from ..runtime.state import SessionState
@@ -161,6 +161,14 @@ class DflowWorker(WorkerPlugin):
         finally:
             self.worker.rpc.reuse(address, comm)
 
+    async def _deliver(self, address: str, run_id: str, values: dict) -> str:
+        # connect with a deadline of our own: distributed retries a refused connection for 30 s
+        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await send_recv(comm=comm, op="dflow_deliver", run_id=run_id, values=values)
+        finally:
+            self.worker.rpc.reuse(address, comm)
+
     async def _alive(self, address: str) -> bool:
         comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
         try:
@@ -266,13 +274,16 @@ class DflowWorker(WorkerPlugin):
                 for dest, names in stage.sends.items():
                     payload = {n: None if n.startswith("^") else values[n] for n in names}
                     sent[dest] += sum(nbytes(v) for v in payload.values())
-                    call = self.worker.rpc(addresses[dest]).dflow_deliver(
-                        run_id=run_id, values=serialized(payload))
-                    deliveries.append(asyncio.run_coroutine_threadsafe(call, loop))
+                    call = self._deliver(addresses[dest], run_id, serialized(payload))
+                    deliveries.append((dest, asyncio.run_coroutine_threadsafe(call, loop)))
                 kept.update({n: values[n] for n in stage.keeps})
                 fetched.update({n: values[n] for n in stage.fetches})
-            for delivery in deliveries:
-                delivery.result(timeout)
+            for dest, delivery in deliveries:
+                try:
+                    delivery.result(timeout)
+                except OSError as error:  # (CommClosedError too) the receiving task died
+                    raise UnavailableError(f"{stages[0].task} could not send a step's values to {dest} "
+                                           f"at {addresses[dest]}: it left or died ({error})") from None
         finally:
             self.mailbox.finish(run_id)
         for peer, count in communicator.bytes_sent.items():  # this step's collectives' messages
