@@ -190,27 +190,27 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                     why = ("pass --checkpoint_dir to recover from it automatically" if not args.checkpoint_dir
                            else f"that is more than --max_failures {args.max_failures}")
                     print(f"dflow train: error: {lost}; {why}", file=sys.stderr, flush=True)
-                    _stop(cluster, futures, run, watch.started)
+                    _stop(cluster, futures, run, watch)
                     _say_last_checkpoint(args.checkpoint_dir)
                     return 1
                 view.recovering = _Recovery(lost, _died_at(cluster, lost), failures, args.max_failures)
                 view.recovering.announce()
-                stopped = _stop(cluster, futures, run, watch.started, _saver_in_chiefs_place(watch))
+                stopped = _stop(cluster, futures, run, watch, _saver_in_chiefs_place(watch))
                 view.recovering.step_reached = max([view.last_step, *stopped])
                 problem = _bring_back(cluster, watch.started)
                 if problem:
                     print(f"dflow train: error: {problem}", file=sys.stderr)
                     return 1
             except FloatingPointError as e:
-                _stop(cluster, futures, run, watch.started)
+                _stop(cluster, futures, run, watch)
                 print(f"dflow train: error: {e}", file=sys.stderr)
                 return 1
             except (OSError, ValueError, RuntimeError, OpError) as e:  # raised in a replica
-                _stop(cluster, futures, run, watch.started)
+                _stop(cluster, futures, run, watch)
                 print(f"dflow train: error on the cluster: {type(e).__name__}: {e}", file=sys.stderr)
                 return 1
             except KeyboardInterrupt:  # (Terminated too) the chief saves a last checkpoint as it stops
-                _stop(cluster, futures, run, watch.started)
+                _stop(cluster, futures, run, watch)
                 _say_last_checkpoint(args.checkpoint_dir)
                 raise
             finally:
@@ -262,24 +262,24 @@ def _say_last_checkpoint(checkpoint_dir: str | None) -> None:
         print(f"the latest checkpoint is {latest}: rerun the same command to resume from it", flush=True)
 
 
-def _stop(cluster, futures, run: str, started: dict[str, str], saver: int | None = None) -> list[int]:
+def _stop(cluster, futures, run: str, watch, saver: int | None = None) -> list[int]:
     """Ask the live replicas to end their step and close their sessions (the chief saves a checkpoint
     then); wait up to STOP_WAIT_S for them. The global steps those that ended report.
 
-    ``started``: role -> address when the replicas started; a replica whose worker is gone
-    (or was replaced) will never finish and is not waited for."""
+    A replica whose role ``watch`` finds lost will never finish and is not waited for; when a role
+    is lost, the live tasks' waits (a barrier expecting the dead replica) end at once."""
     import dask
 
     from .distributed.liveness import roles_alive
 
-    alive = roles_alive(cluster.client)
+    alive, lost = roles_alive(cluster.client), {error.role for error in watch.lost()}
     workers = [address for role, address in alive.items() if role.startswith("worker/")]
     with contextlib.suppress(OSError, TimeoutError), \
             dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_WAIT_S}s"}):
         cluster.client.run(_stop_replicas, run, saver, workers=workers, on_error="ignore")
-        if set(alive.items()) != set(started.items()):  # a role is lost: no one waits for it
+        if lost:
             cluster.client.run(_cancel_waits, workers=list(alive.values()), on_error="ignore")
-    live = [f for f, role in zip(futures, _replica_roles(futures)) if alive.get(role) == started.get(role)]
+    live = [f for f, role in zip(futures, _replica_roles(futures)) if role not in lost]
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline and not all(f.done() for f in live):
         time.sleep(_PROGRESS_POLL_S)

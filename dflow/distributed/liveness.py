@@ -36,25 +36,29 @@ class RoleLostError(UnavailableError):
 
 def roles_alive(client) -> dict[str, str]:
     """Role (``"worker/1"``) -> address of every worker that holds a dflow role now."""
-    roles = {}
-    for address, info in worker_infos(client).items():
-        if task_of(info.get("name")) is not None:
-            roles[str(info["name"])] = address
-    return roles
+    return {role: address for role, (address, _) in _holders(client).items()}
+
+
+def _holders(client) -> dict[str, tuple[str, str]]:
+    """Role -> (address, Dask worker id): a worker restarted at the same address has a new id."""
+    return {str(info["name"]): (address, str(info.get("id")))
+            for address, info in worker_infos(client).items() if task_of(info.get("name")) is not None}
 
 
 class RoleWatch:
     """The roles a run started with, and a cheap check that each still has its worker."""
 
-    def __init__(self, client, roles: dict[str, str] | None = None):
+    def __init__(self, client):
         self.client = client
-        self.started = roles if roles is not None else roles_alive(client)
+        self._holders = _holders(client)
+        self.started = {role: address for role, (address, _) in self._holders.items()}  # role -> address
 
     def lost(self) -> list[RoleLostError]:
-        """The roles whose worker is gone or was replaced (one scheduler call)."""
-        now, alive = time.time(), roles_alive(self.client)
-        return [RoleLostError(role, address, now, alive.get(role))
-                for role, address in sorted(self.started.items()) if alive.get(role) != address]
+        """The roles whose worker is gone or was replaced, also at its address (one scheduler call)."""
+        now, holders = time.time(), _holders(self.client)
+        return [RoleLostError(role, address, now, holders[role][0] if role in holders else None)
+                for role, (address, _) in sorted(self._holders.items())
+                if holders.get(role) != self._holders[role]]
 
     def check(self) -> None:
         """Raise :class:`RoleLostError` for the first role that lost its worker."""

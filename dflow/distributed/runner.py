@@ -169,9 +169,17 @@ class ClusterRunner:
         (from, to) link and the staleness of the step's updates."""
         try:
             return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
-        except (PlanNotFoundError, UnavailableError) as error:
+        except PlanNotFoundError as error:  # the task is there but forgot the plan: transparent
             if not self._register_again(plan, error):
                 raise
+        except UnavailableError as error:
+            # a task that died and came back elsewhere lost its variables, if it held any: say so
+            # (as TF's UnavailableError) but have the plan ready there for the next step
+            if self._register_again(plan, error):
+                raise UnavailableError(f"{error}. It has come back at a new address, with none of its "
+                                       "state: the next step runs there (initialize or restore the "
+                                       "variables it held first)") from None
+            raise
         return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
 
     async def _step(self, plan: RemotePlan, run_id: str, feeds: dict, stats: RunStats) -> dict:
