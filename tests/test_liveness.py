@@ -1,4 +1,4 @@
-"""tf.replicate on a cluster whose worker dies: it raises naming the role, within seconds."""
+"""A worker that dies while others wait for it: they fail within seconds, naming its role."""
 
 import os
 import signal
@@ -42,3 +42,25 @@ def test_replicate_raises_naming_the_role_whose_worker_died(tmp_path):
         finally:
             open(release, "w").close()  # the survivor ends
             killer.join(60)
+
+
+def test_a_sync_replica_waiting_for_a_dead_one_fails_within_seconds_naming_it(monkeypatch):
+    from dflow.cluster import worker_process
+
+    monkeypatch.setattr(worker_process, "MAX_RESTARTS", 0)  # worker/1 stays dead: only liveness can tell
+    with tf.cluster.local(ps=1, workers=2) as cluster:
+        setter = tf.train.replica_device_setter(worker_device="/job:worker/task:0", cluster=cluster.spec)
+        with tf.device(setter):
+            w = tf.Variable(1.0, name="w")
+            step = tf.train.get_or_create_global_step()
+            opt = tf.train.SyncReplicasOptimizer(tf.train.GradientDescentOptimizer(0.1), 2, timeout=120.0)
+            train_op = opt.minimize(tf.square(w), global_step=step)
+        with tf.Session(cluster.target) as sess:
+            sess.run(tf.global_variables_initializer())  # its plan tells ps/0 where worker/1 is
+            sess.run([opt.local_step_init_op, opt.chief_init_op])
+            worker_1 = cluster.spec.task_address("worker", 1)
+            os.kill(cluster.client.run(os.getpid)[worker_1], signal.SIGKILL)
+            start = time.monotonic()
+            with pytest.raises(tf.errors.UnavailableError, match=r"/job:worker/task:1 died"):
+                sess.run(train_op)  # replica 0 at the barrier, replica 1 never comes
+            assert time.monotonic() - start < 30  # not the 120 s timeout
