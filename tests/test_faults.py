@@ -8,6 +8,7 @@ fixed time, and measures what it claims: seconds from the kill to the failure be
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -251,3 +252,71 @@ def test_an_unreachable_scheduler_is_one_line_within_seconds(runs):
     assert "Traceback" not in run.output
     assert took < 30, took
     report("unreachable scheduler", error_s=took)
+
+
+# ---- a hand-started cluster: a nanny restarts the killed worker at a new address ---------------------
+class HandStartedCluster:
+    """`dask scheduler` and `dflow worker` processes (each with its nanny), as the README starts them."""
+
+    def __init__(self, tmp_path, roles: list[tuple[str, int]]):
+        path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+        self.env = {**os.environ, "PYTHONPATH": path, "DASK_LOGGING__DISTRIBUTED": "error"}
+        self.processes: list[subprocess.Popen] = []
+        try:
+            self._start_all(tmp_path / "scheduler.json", roles)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_all(self, scheduler_file, roles) -> None:
+        import json
+
+        import dflow as tf
+
+        self._start(sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                    "0", "--no-dashboard", "--scheduler-file", str(scheduler_file))
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() or not scheduler_file.read_text().strip():
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.1)
+        self.address = json.loads(scheduler_file.read_text())["address"]
+        self.workers = {f"{job}/{task}": self._start(sys.executable, "-m", "dflow", "worker", "--scheduler",
+                                                     self.address, "--job", job, "--task", str(task))
+                        for job, task in roles}
+        tf.cluster.connect(self.address, roles=list(self.workers), timeout=120).close()  # all joined
+
+    def _start(self, *argv: str) -> subprocess.Popen:
+        self.processes.append(subprocess.Popen(argv, env=self.env, start_new_session=True,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return self.processes[-1]
+
+    def worker_process(self, role: str) -> int:
+        """The pid of the process the nanny of ``role`` runs its worker in."""
+        children = psutil.Process(self.workers[role].pid).children()
+        workers = [p.pid for p in children if "spawn_main" in " ".join(p.cmdline())]
+        assert len(workers) == 1, [p.cmdline() for p in children]
+        return workers[0]
+
+    def close(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+
+def test_a_worker_its_nanny_restarts_at_a_new_address_is_recovered(tmp_path, runs):
+    cluster = HandStartedCluster(tmp_path, [("ps", 0), ("worker", 0), ("worker", 1)])
+    try:
+        run = runs(*train_args(tmp_path / "checkpoints", "--cluster", cluster.address))
+        run.wait_for_step(CHECKPOINT_EVERY + 20)
+        os.kill(cluster.worker_process("worker/1"), signal.SIGKILL)
+        killed = time.monotonic()
+        detected, failure = run.wait_for(FAILURE.pattern, timeout=DETECT_LIMIT_S * 3, after=killed)
+        assert failure[3] == "worker/1"
+        recovered, line = run.wait_for(RECOVERED.pattern, after=killed)
+        assert run.finish() == 0, run.output
+        assert "test accuracy" in run.output and "Traceback" not in run.output
+        report("hand-started cluster, nanny restarts worker/1", detect_s=detected - killed,
+               recover_s=recovered - killed, steps_lost=int(line[5]))
+    finally:
+        cluster.close()
