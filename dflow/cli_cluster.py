@@ -351,8 +351,11 @@ def _follow(progress, futures, view: _Progress, interrupted: _Interrupted, watch
 def _raise_replica_error(future, watch) -> None:
     """A replica's error; a role lost meanwhile instead (a survivor's step fails as the PS dies,
     sometimes before the scheduler has noticed the death)."""
+    from .errors import AbortedError, CancelledError, DeadlineExceededError, UnavailableError
+
     error = future.exception(timeout=GATHER_TIMEOUT_S)
-    if watch is not None and isinstance(error, (OpError, OSError)):
+    lost_peer = (UnavailableError, AbortedError, CancelledError, DeadlineExceededError, OSError)
+    if watch is not None and isinstance(error, lost_peer):  # not a model's own error: no wait for those
         deadline = time.monotonic() + ROLE_LOSS_GRACE_S
         while time.monotonic() < deadline:
             watch.check()
