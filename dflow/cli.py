@@ -16,7 +16,9 @@ import argparse
 import datetime
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -25,6 +27,7 @@ import numpy as np
 
 from .cli_cluster import (
     SYNCHRONOUS_UPDATES,
+    Terminated,
     add_cluster_arguments,
     add_worker_arguments,
     check_cluster_arguments,
@@ -51,13 +54,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    previous = _terminate_as_interrupt()
     try:
         return COMMANDS[args.command].run(args, parser) or 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         # checkpoints are renamed into place whole, so an interrupt loses at most the steps
         # since the last one; say so instead of printing a traceback
-        print(f"\ndflow {args.command}: interrupted", file=sys.stderr)
-        return 130
+        terminated = isinstance(interrupt, Terminated)
+        print(f"\ndflow {args.command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_as_interrupt():
+    """SIGTERM (how Slurm preempts) raises :class:`Terminated`, so that it stops the run as Ctrl-C
+    does (clusters closed, a last checkpoint) instead of killing the process outright; the previous
+    handler, or None off the main thread."""
+    def terminate(_signum, _frame):
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 class Command(NamedTuple):

@@ -34,6 +34,12 @@ __all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments",
            "add_tls_arguments", "tls_from_arguments", "tls_configured"]
 
 _PROGRESS_POLL_S = 0.5
+SCHEDULER_CONNECT_S = 10.0  # an unreachable scheduler is said in one line after this (as `dflow worker`)
+GATHER_TIMEOUT_S = 60.0  # the replicas' small results, once they are done
+STOP_WAIT_S = 20.0  # replicas asked to stop end their step and save a checkpoint within this
+CONNECT_WAIT_S = 3.0  # a stop request to a worker that does not answer gives up after this
+ROLE_LOSS_GRACE_S = 8.0  # a failed step waits this long for the scheduler to notice a dead role
+ROLE_RETURN_S = 120.0  # how long a lost role has to come back (a nanny's or dflow's restart)
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +62,15 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--secure", action="store_true",
                        help="the embedded cluster speaks TLS with a certificate made for it alone")
     add_tls_arguments(where)
+
+    faults = p.add_argument_group("failures")
+    faults.add_argument("--max_failures", type=int, default=3,
+                        help="lost workers or PS tasks to recover from (default 3): wait for the role to "
+                             "come back, restore the latest checkpoint on every replica, go on (needs "
+                             "--checkpoint_dir); 0 fails at the first loss")
+    faults.add_argument("--sync_timeout", type=float, default=300.0,
+                        help="seconds a synchronous replica waits for the others before it fails "
+                             "(default 300; a dead one is noticed within seconds through liveness)")
 
 
 def add_tls_arguments(group) -> None:
@@ -109,6 +124,9 @@ def check_cluster_arguments(args, parser) -> None:
     if args.ps < 0 or args.workers < 1:
         parser.error(f"--ps must be 0 or more and --workers at least 1, got --ps {args.ps} "
                      f"--workers {args.workers}")
+    if args.max_failures < 0 or args.sync_timeout <= 0:
+        parser.error(f"--max_failures must be 0 or more and --sync_timeout positive, got --max_failures "
+                     f"{args.max_failures} --sync_timeout {args.sync_timeout:g}")
     if args.variable_update in SYNCHRONOUS_UPDATES:
         args.sync = True
     if not args.local and not args.cluster:  # (a running cluster's roles are known once connected)
@@ -128,41 +146,126 @@ def _open_cluster(args):
     import dflow as tf
 
     if args.cluster:
-        cluster = tf.cluster.connect(args.cluster, security=getattr(args, "security", None))
-        args.ps, args.workers = (cluster.spec.num_tasks(job) for job in ("ps", "worker"))
+        cluster = tf.cluster.connect(args.cluster, security=getattr(args, "security", None),
+                                     timeout=SCHEDULER_CONNECT_S)
+        try:
+            args.ps, args.workers = (cluster.spec.num_tasks(job) for job in ("ps", "worker"))
+        except ValueError:  # a scheduler without dflow roles
+            cluster.close()
+            raise
         return cluster
     return tf.cluster.local(ps=args.ps, workers=args.workers, secure=getattr(args, "secure", False))
 
 
 def run_cluster_train(args, settings, steps: int, report) -> int:
     """Train on the cluster; ``report(total, n, weights)`` prints the chief's evaluation."""
-    import distributed
-
-    from .distributed.replicate import start_replicas
-
-    with _open_cluster(args) as cluster:
+    try:
+        cluster = _open_cluster(args)
+    except (OSError, TimeoutError, ValueError) as error:  # one line, not Dask's traceback
+        where = f"the scheduler at {args.cluster}" if args.cluster else "an embedded cluster"
+        print(f"dflow train: error: cannot use {where}: {error}", file=sys.stderr)
+        return 1
+    with cluster:
         print(f"cluster: {args.ps} PS + {args.workers} workers, {args.variable_update}, "
               f"{'synchronous' if args.sync else 'asynchronous'} updates; roles {cluster.spec.roles()}; "
               f"dashboard {cluster.dashboard_link or '(install bokeh to serve it)'}", flush=True)
-        progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
-        futures = start_replicas(_replica, cluster, cluster.target, cluster.spec, args, settings, steps,
-                                 progress.name)
-        try:
-            with _interrupt_at_safe_points() as interrupted:
-                _follow(progress, futures, steps, interrupted, args.logdir)
-            results = cluster.client.gather(futures)
-        except FloatingPointError as e:
-            print(f"dflow train: error: {e}", file=sys.stderr)
-            return 1
-        except (OSError, ValueError, RuntimeError, OpError) as e:  # raised in a replica
-            print(f"dflow train: error on the cluster: {type(e).__name__}: {e}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            cluster.client.run(_stop_replicas)  # they end their step and close their sessions
-            cluster.client.gather(futures, errors="skip")
-            raise
-        finally:
-            cluster.client.cancel(futures)
+        return _train_on(cluster, args, settings, steps, report)
+
+
+class _Progress:
+    """The chief's progress lines, as the client prints them, and the last global step seen."""
+
+    def __init__(self, steps: int, logdir: str | None):
+        self.steps, self.logdir = steps, logdir
+        self.begin, self.first, self.last_step = time.perf_counter(), 0, 0
+        self.recovering: _Recovery | None = None
+
+    def show(self, item) -> None:
+        from .cli import _log_scalars
+
+        if item[0] == "restored":
+            _, path, step = item
+            if self.recovering is not None:
+                self.recovering.report(path, step)
+                self.recovering = None
+            elif path is not None:
+                print(f"restored {path} (step {step})", flush=True)
+            self.begin, self.first, self.last_step = time.perf_counter(), step, step
+            return
+        step, loss, rate = item
+        self.last_step = max(self.last_step, step)
+        eta = (time.perf_counter() - self.begin) / max(step - self.first, 1) * (self.steps - step)
+        print(f"step {step}/{self.steps}  loss {loss:.4f}  images/sec {rate:.1f}  "
+              f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
+        _log_scalars(self.logdir, step, loss=loss, images_per_sec=rate)
+
+
+class _Recovery:
+    """One lost role on its way back: what died and when, the step reached, and what was restored."""
+
+    def __init__(self, lost, died_at: float, number: int, max_failures: int):
+        self.lost, self.died_at, self.step_reached = lost, died_at, 0
+        self.detected_at, self.number, self.max_failures = time.time(), number, max_failures
+
+    def announce(self) -> None:
+        print(f"failure {self.number}/{self.max_failures}: {self.lost} (detected "
+              f"{max(self.detected_at - self.died_at, 0):.1f} s after it died); stopping the other replicas",
+              flush=True)
+
+    def report(self, path: str | None, step: int) -> None:
+        print(f"recovered from the loss of {self.lost.role} in {time.time() - self.detected_at:.1f} s: "
+              f"restored {path or 'the initial values (no checkpoint yet)'} (step {step}); training had "
+              f"reached step {self.step_reached}: {max(self.step_reached - step, 0)} steps lost", flush=True)
+
+
+def _train_on(cluster, args, settings, steps: int, report) -> int:
+    import distributed
+
+    from .distributed.liveness import RoleLostError, RoleWatch
+    from .distributed.replicate import start_replicas
+
+    progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
+    view, failures = _Progress(steps, args.logdir), 0
+    with _interrupt_at_safe_points() as interrupted:
+        while True:
+            watch, run = RoleWatch(cluster.client), uuid.uuid4().hex[:8]
+            futures = start_replicas(_replica, cluster, cluster.target, cluster.spec, args, settings, steps,
+                                     progress.name, run)
+            try:
+                _follow(progress, futures, view, interrupted, watch)
+                results = [f.result(timeout=GATHER_TIMEOUT_S) for f in futures]
+                break
+            except RoleLostError as lost:
+                failures += 1
+                if failures > args.max_failures or not args.checkpoint_dir:
+                    why = ("pass --checkpoint_dir to recover from it automatically" if not args.checkpoint_dir
+                           else f"that is more than --max_failures {args.max_failures}")
+                    print(f"dflow train: error: {lost}; {why}", file=sys.stderr, flush=True)
+                    _stop(cluster, futures, run, watch)
+                    _say_last_checkpoint(args.checkpoint_dir)
+                    return 1
+                view.recovering = _Recovery(lost, _died_at(cluster, lost), failures, args.max_failures)
+                view.recovering.announce()
+                stopped = _stop(cluster, futures, run, watch, _saver_in_chiefs_place(watch))
+                view.recovering.step_reached = max([view.last_step, *stopped])
+                problem = _bring_back(cluster, watch.started)
+                if problem:
+                    print(f"dflow train: error: {problem}", file=sys.stderr)
+                    return 1
+            except FloatingPointError as e:
+                _stop(cluster, futures, run, watch)
+                print(f"dflow train: error: {e}", file=sys.stderr)
+                return 1
+            except (OSError, ValueError, RuntimeError, OpError) as e:  # raised in a replica
+                _stop(cluster, futures, run, watch)
+                print(f"dflow train: error on the cluster: {type(e).__name__}: {e}", file=sys.stderr)
+                return 1
+            except KeyboardInterrupt:  # (Terminated too) the chief saves a last checkpoint as it stops
+                _stop(cluster, futures, run, watch)
+                _say_last_checkpoint(args.checkpoint_dir)
+                raise
+            finally:
+                cluster.client.cancel(futures)
     for task, result in enumerate(results):
         staleness = result["staleness"]
         print(f"worker {task}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "
@@ -171,52 +274,161 @@ def run_cluster_train(args, settings, steps: int, report) -> int:
     return 0
 
 
+def _saver_in_chiefs_place(watch) -> int | None:
+    """The surviving worker task that saves the PS's variables as it stops, when the chief died
+    and the PS tasks did not (so the survivors' steps since the last checkpoint are kept)."""
+    lost = {error.role for error in watch.lost()}
+    if "worker/0" not in lost or any(role.startswith("ps/") for role in lost):
+        return None
+    survivors = [int(role.partition("/")[2]) for role in watch.started
+                 if role.startswith("worker/") and role not in lost]
+    return min(survivors, default=None)
+
+
+def _died_at(cluster, lost) -> float:
+    """When the lost role's process died, where this process started it (else when it was seen gone)."""
+    process = getattr(cluster.dask_cluster, "workers", {}).get(lost.role)
+    deaths = getattr(process, "deaths", None)
+    return deaths[-1][0] if deaths else lost.at
+
+
+def _bring_back(cluster, roles: dict[str, str]) -> str | None:
+    """Wait for every role to be held again (a nanny's or dflow's restart), then forget every
+    task's variables so that the chief restores them all from the latest checkpoint; or say why not."""
+    import dflow as tf
+
+    try:
+        cluster.wait_for(sorted(roles), timeout=ROLE_RETURN_S)
+        tf.Session.reset(cluster.target)
+    except (TimeoutError, OSError, OpError) as error:
+        return f"the cluster did not come back: {error}"
+    return None
+
+
+def _say_last_checkpoint(checkpoint_dir: str | None) -> None:
+    import dflow as tf
+
+    latest = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if latest:
+        print(f"the latest checkpoint is {latest}: rerun the same command to resume from it", flush=True)
+
+
+def _stop(cluster, futures, run: str, watch, saver: int | None = None) -> list[int]:
+    """Ask the live replicas to end their step and close their sessions (the chief saves a checkpoint
+    then); wait up to STOP_WAIT_S for them. The global steps those that ended report.
+
+    A replica whose role ``watch`` finds lost will never finish and is not waited for; when a role
+    is lost, the live tasks' waits (a barrier expecting the dead replica) end at once."""
+    import dask
+
+    from .distributed.liveness import roles_alive
+
+    alive, lost = roles_alive(cluster.client), {error.role for error in watch.lost()}
+    workers = [address for role, address in alive.items() if role.startswith("worker/")]
+    with contextlib.suppress(OSError, TimeoutError), \
+            dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_WAIT_S}s"}):
+        cluster.client.run(_stop_replicas, run, saver, workers=workers, on_error="ignore")
+        if lost:
+            cluster.client.run(_cancel_waits, workers=list(alive.values()), on_error="ignore")
+    live = [f for f, role in zip(futures, _replica_roles(futures)) if role not in lost]
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline and not all(f.done() for f in live):
+        time.sleep(_PROGRESS_POLL_S)
+    return [f.result()["global_step"] for f in live if f.status == "finished"]
+
+
+def _cancel_waits(dask_worker) -> None:
+    from .distributed.worker import PLUGIN_NAME
+
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if plugin is not None:
+        plugin.cancel_waits()
+
+
+def _replica_roles(futures) -> list[str]:
+    """``dflow-replica-worker-1-<run>`` -> ``worker/1`` (start_replicas' keys)."""
+    return ["/".join(str(f.key).split("-")[2:4]) for f in futures]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (Slurm's preemption, ``kill``): stop as Ctrl-C does, then exit with 143."""
+
+
 @contextlib.contextmanager
 def _interrupt_at_safe_points():
-    """Ctrl-C sets a flag that the progress loop turns into KeyboardInterrupt between calls:
-    raised inside a Dask client call, it would leave that call half done."""
-    interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    """Ctrl-C and SIGTERM set a flag that the follow loop turns into KeyboardInterrupt (or
+    :class:`Terminated`) between calls: raised inside a Dask client call, it would leave that
+    call half done. ``interrupted.exception()`` is the one to raise."""
+    interrupted = _Interrupted()
+    handlers = {signum: signal.signal(signum, interrupted.catch)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield interrupted
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, previous in handlers.items():
+            signal.signal(signum, previous)
 
 
-def _follow(progress, futures, steps: int, interrupted: threading.Event, logdir: str | None = None) -> None:
-    """Print the chief's progress lines until every replica has finished (or one failed)."""
-    from .cli import _log_scalars
-    begin, first = time.perf_counter(), 0
+class _Interrupted(threading.Event):
+    signum = signal.SIGINT
+
+    def catch(self, signum, _frame) -> None:
+        if not self.is_set():
+            self.signum = signum
+        self.set()
+
+    def exception(self) -> KeyboardInterrupt:
+        return Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _follow(progress, futures, view: _Progress, interrupted: _Interrupted, watch=None) -> None:
+    """Print the chief's progress lines until every replica has finished, one failed, or (``watch``)
+    a role lost its worker."""
     while not interrupted.is_set():
         if progress.qsize():  # (a get with a timeout would log an error on the scheduler each time)
-            item = progress.get()
-            if item[0] == "restored":
-                print(f"restored {item[1]} (step {item[2]})", flush=True)
-                begin, first = time.perf_counter(), item[2]
-                continue
-            step, loss, rate = item
-            eta = (time.perf_counter() - begin) / max(step - first, 1) * (steps - step)
-            print(f"step {step}/{steps}  loss {loss:.4f}  images/sec {rate:.1f}  "
-                  f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
-            _log_scalars(logdir, step, loss=loss, images_per_sec=rate)
+            view.show(progress.get(timeout=GATHER_TIMEOUT_S))
             continue
         failed = [f for f in futures if f.status == "error"]
         if failed:
-            failed[0].result()  # raises the replica's error here
+            _raise_replica_error(failed[0], watch)
+        if watch is not None:
+            watch.check()
         if all(f.done() for f in futures):
             return
         interrupted.wait(_PROGRESS_POLL_S)
-    raise KeyboardInterrupt
+    raise interrupted.exception()
 
 
-_STOP = threading.Event()  # set in a worker process by the client on Ctrl-C: its replica stops
+def _raise_replica_error(future, watch) -> None:
+    """A replica's error; a role lost meanwhile instead (a survivor's step fails as the PS dies,
+    sometimes before the scheduler has noticed the death)."""
+    from .errors import AbortedError, CancelledError, DeadlineExceededError, UnavailableError
+
+    error = future.exception(timeout=GATHER_TIMEOUT_S)
+    lost_peer = (UnavailableError, AbortedError, CancelledError, DeadlineExceededError, OSError)
+    if watch is not None and isinstance(error, lost_peer):  # not a model's own error: no wait for those
+        deadline = time.monotonic() + ROLE_LOSS_GRACE_S
+        while time.monotonic() < deadline:
+            watch.check()
+            time.sleep(_PROGRESS_POLL_S)
+    raise error
 
 
-def _stop_replicas() -> None:
-    _STOP.set()
+_STOP = threading.Event()  # set in a worker process by the client on Ctrl-C: its bench replica stops
+# the training runs whose replicas must stop, in a worker process, and which replica of each saves
+# a checkpoint as it stops in the chief's place (the chief died; None: the chief saves, or no one can)
+_STOPPED_RUNS: dict[str, int | None] = {}
 
 
-def _replica(task_index: int, target: str, spec_of_cluster, args, settings, steps: int, progress_name: str):
+def _stop_replicas(run: str | None = None, saver: int | None = None) -> None:
+    if run is None:
+        _STOP.set()
+    else:
+        _STOPPED_RUNS[run] = saver
+
+
+def _replica(task_index: int, target: str, spec_of_cluster, args, settings, steps: int, progress_name: str,
+             run: str = ""):
     """One worker's training program; returns its steps, last loss, staleness and (chief) evaluation."""
     import distributed
 
@@ -229,26 +441,30 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
     chief = task_index == 0
     tf.set_random_seed(args.seed)  # the chief's initializers give the weights local training would
     update = tf.train.VariableUpdate(args.variable_update, spec_of_cluster, task_index, sync=args.sync,
-                                     devices_per_node=args.devices_per_node)
+                                     devices_per_node=args.devices_per_node,
+                                     sync_timeout=getattr(args, "sync_timeout", 300.0))
     with tf.device(update.device()):
         g = _build(tf, model, settings, args, optimizer_wrapper=update.optimizer)
+    # saves in the chief's place if the chief dies (its own saver is CheckpointSaverHook's)
+    stand_in = tf.train.Saver() if args.checkpoint_dir and not update.saves_checkpoints else None
     hooks = [tf.train.StopAtStepHook(last_step=steps)] + update.hooks()
     batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
                                  shard=(task_index, args.workers))  # each worker reads its own examples
     images_per_step = update.images_per_step(settings["batch_size"])
     queue = distributed.Queue(progress_name) if chief else None
     losses, staleness, local_steps = [], [], 0
-    _STOP.clear()
     checkpoint_dir = args.checkpoint_dir if update.saves_checkpoints else None
     with tf.train.MonitoredTrainingSession(
             target, is_chief=update.is_chief, hooks=hooks, checkpoint_dir=checkpoint_dir,
             save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None) as sess:
         last_step, last_time = int(sess.run(g.global_step)), time.perf_counter()
-        if queue is not None and last_step > 0:  # the chief restored a checkpoint
-            queue.put(("restored", tf.train.latest_checkpoint(args.checkpoint_dir), last_step))
+        global_step = last_step
+        if queue is not None:  # where the chief starts: a checkpoint it restored, or step 0
+            queue.put(("restored", tf.train.latest_checkpoint(args.checkpoint_dir) if last_step else None,
+                       last_step))
         reported = last_step // args.log_every
         recent = []
-        while not sess.should_stop() and not _STOP.is_set():
+        while not sess.should_stop() and run not in _STOPPED_RUNS:
             x, y = next(batches)
             feed = {g.inputs: x, g.targets: y}
             if g.keep_prob is not None:
@@ -264,16 +480,27 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
             losses.append(float(loss))
             recent.append(float(loss))
             staleness.append(sess.last_run_stats.staleness or 0)
-            step = int(step) + 1  # the step was read before this run's update
+            step = global_step = int(step) + 1  # the step was read before this run's update
             if queue is not None and (step // args.log_every > reported or step >= steps):
                 now = time.perf_counter()
                 queue.put((min(step, steps), float(np.mean(recent)),
                            (step - last_step) * images_per_step / (now - last_time)))
                 reported, last_step, last_time, recent = step // args.log_every, step, now, []
+        if stand_in is not None and _STOPPED_RUNS.get(run) == task_index:
+            _save_in_chiefs_place(tf, stand_in, sess, g, args.checkpoint_dir)
         evaluation = (_evaluate(sess, g, data, model.num_classes is None)
-                      if chief and not _STOP.is_set() else None)
+                      if chief and run not in _STOPPED_RUNS else None)
     return {"steps": local_steps, "loss": float(np.mean(losses[-20:])) if losses else float("nan"),
-            "staleness": staleness, "evaluation": evaluation}
+            "staleness": staleness, "evaluation": evaluation, "global_step": global_step}
+
+
+def _save_in_chiefs_place(tf, saver, sess, g, checkpoint_dir: str) -> None:
+    import logging
+
+    try:
+        saver.save(sess._session, os.path.join(checkpoint_dir, "model.ckpt"), global_step=g.global_step)
+    except (OpError, OSError) as error:  # the PS went too: the latest checkpoint is what there is
+        logging.getLogger("dflow").warning("could not save in the chief's place: %s", error)
 
 
 # ---- dflow worker -----------------------------------------------------------------------------

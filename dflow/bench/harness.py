@@ -420,7 +420,9 @@ def _start_cluster(settings: dict):
         return tf.cluster.cuda(ps=ps, workers=workers)
     if settings["cluster"] == "slurm":
         return tf.cluster.slurm(ps=ps, workers=workers)
-    return tf.cluster.connect(settings["cluster"])
+    from ..cli_cluster import SCHEDULER_CONNECT_S
+
+    return tf.cluster.connect(settings["cluster"], timeout=SCHEDULER_CONNECT_S)  # unreachable: one line
 
 
 def _match_cluster(settings: dict, spec) -> None:
@@ -495,7 +497,7 @@ def _follow(queue, futures, view: _Progress, interrupted) -> None:
                 view.update(queue.get())
             return
         interrupted.wait(_POLL_S)
-    raise KeyboardInterrupt
+    raise interrupted.exception()  # Ctrl-C, or Terminated for SIGTERM
 
 
 class _Bar:

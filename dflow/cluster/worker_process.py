@@ -5,20 +5,31 @@ re-imports the script's main module in each child: a plain script that calls
 ``tf.cluster.local()`` at its top level (no ``if __name__ == "__main__":``, as TF 1.x
 scripts are written) would start a cluster again in every child and fail with a wall of
 tracebacks. A worker started as a module of its own never imports the script.
+
+Each worker runs in a process group of its own: Ctrl-C in a terminal signals the whole
+foreground group, and workers that caught it too would print KeyboardInterrupt tracebacks
+while the client still needs them to stop the replicas and save a last checkpoint. And a
+worker that dies (SIGKILL, the OOM killer) is started again under its role's name, as a
+nanny would restart it: at a new address, with none of its variables (the replicas restore
+them from the latest checkpoint, see ``dflow train --max_failures``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
+import time
 
 from distributed.deploy.spec import ProcessInterface
 
-__all__ = ["WorkerProcess", "die_with_parent", "import_path_env", "QUIET_DASK"]
+__all__ = ["WorkerProcess", "die_with_parent", "import_path_env", "QUIET_DASK", "MAX_RESTARTS"]
 
+log = logging.getLogger("dflow")
 CLOSE_TIMEOUT_S = 10.0
+MAX_RESTARTS = 10  # a role whose process keeps dying stays down after this many restarts
 QUIET_DASK = {"DASK_LOGGING__DISTRIBUTED": "warning"}  # a worker's INFO chatter drowns the script's output
 
 
@@ -57,13 +68,36 @@ class WorkerProcess(ProcessInterface):
         # Dask's logs only if the user asks for them
         self.env = {**QUIET_DASK, **os.environ, **import_path_env(), **(env or {})}
         self.process: asyncio.subprocess.Process | None = None
+        self.name = str(name)
+        self.deaths: list[tuple[float, int]] = []  # (time.time(), returncode) of each unexpected exit
+        self._closing = False
+        self._watch: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            *self.argv, env=self.env, preexec_fn=die_with_parent if os.name == "posix" else None)
+        await self._spawn()
+        self._watch = asyncio.ensure_future(self._restart_when_killed())
         await super().start()
 
+    async def _spawn(self) -> None:
+        posix = os.name == "posix"
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv, env=self.env, start_new_session=posix, preexec_fn=die_with_parent if posix else None)
+
+    async def _restart_when_killed(self) -> None:
+        """Start the role's process again when it dies by a signal or an error (not when the
+        scheduler retired it: it then exits with 0)."""
+        while True:
+            returncode = await self.process.wait()
+            if self._closing or returncode == 0 or len(self.deaths) >= MAX_RESTARTS:
+                return
+            self.deaths.append((time.time(), returncode))
+            log.info("%s died (exit status %s); starting it again", self.name, returncode)
+            await self._spawn()
+
     async def close(self) -> None:
+        self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
         if self.process is not None and self.process.returncode is None:
             self.process.terminate()
             try:

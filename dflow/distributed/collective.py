@@ -129,6 +129,10 @@ class Communicator:
     def _post(self, peer: str, **message) -> Future:
         return asyncio.run_coroutine_threadsafe(self._send(self.addresses[peer], **message), self._loop)
 
+    def peer_alive(self, peer: str) -> bool:
+        """Whether the task ``peer`` (``/job:worker/task:1``) answers a ping at its known address."""
+        return self._peer_alive(peer)
+
     def _peer_alive(self, peer: str) -> bool:
         try:
             return asyncio.run_coroutine_threadsafe(self._alive(self.addresses[peer]), self._loop).result(

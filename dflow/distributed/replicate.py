@@ -9,20 +9,26 @@ run their own ops in-process and talk to the PS tasks directly.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import distributed
 
+from .liveness import RoleWatch
 from .runner import cluster_tasks, install
 
 __all__ = ["replicate", "start_replicas"]
 
+_WATCH_EVERY_S = 0.5  # how often a replicate() waiting for its replicas checks that their roles live
+
 
 def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker", **kwargs) -> list:
     """Run ``train_fn(task_index, *args, **kwargs)`` on every task of ``job``, concurrently;
-    return the results by task index (the first error raised by a replica is raised here).
+    return the results by task index (the first error raised by a replica is raised here; a
+    task whose worker dies meanwhile raises :class:`~dflow.distributed.liveness.RoleLostError`
+    naming its role within a second, instead of waiting for a replica that will never end).
 
     ``cluster`` is a :func:`dflow.cluster.local` (or any dflow cluster) object, or a
     ``distributed.Client`` connected to one. Inside ``train_fn``, ``cluster.target`` is the
@@ -37,12 +43,28 @@ def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
     ...             sess.run(train_op)
     >>> tf.replicate(train, cluster, cluster.target, cluster.spec)  # doctest: +SKIP
     """
+    client = cluster if isinstance(cluster, distributed.Client) else cluster.client
+    watch = RoleWatch(client)
     futures = start_replicas(train_fn, cluster, *args, job=job, **kwargs)
-    client = futures[0].client
     try:
+        while _pending(futures):
+            try:
+                with client.as_current():  # (wait finds its client as the current one)
+                    distributed.wait([f for f in futures if not f.done()], timeout=_WATCH_EVERY_S,
+                                     return_when="FIRST_COMPLETED")
+            except (TimeoutError, asyncio.TimeoutError):  # (distinct types before Python 3.11)
+                pass
+            failed = [f for f in futures if f.status == "error"]
+            if failed:
+                raise failed[0].exception()
+            watch.check()
         return client.gather(futures)
     finally:
         client.cancel(futures)
+
+
+def _pending(futures) -> bool:
+    return not all(f.done() for f in futures)
 
 
 def start_replicas(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",

@@ -34,6 +34,7 @@ from .worker import (
     CONNECT_TIMEOUT_S,
     PLUGIN_NAME,
     DflowWorker,
+    PlanNotFoundError,
     deserialized,
     error_from_plain,
     nbytes,
@@ -44,6 +45,7 @@ __all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
 
 log = logging.getLogger("dflow")
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
+UNREGISTER_TIMEOUT_S = 5.0  # a closing session tells the tasks to forget its plans, or gives up
 TASK_WAIT_S = 120.0  # as TF's session waits for the cluster's tasks: how long for one not started yet
 
 
@@ -92,6 +94,7 @@ class ClusterRunner:
                 client = self._own_client = distributed.Client(target, set_as_default=False)
             self._rpc, self._loop = client.rpc, client.loop
         self.client = client
+        self._plans: dict[str, RemotePlan] = {}  # registered by this runner, unregistered at close
         install(client)
         self.tasks = cluster_tasks(client)
         own = (role_of(self.worker.name) if self.worker is not None
@@ -100,8 +103,22 @@ class ClusterRunner:
                                     else sorted(self.tasks)[0])
 
     def close(self) -> None:
-        if self._own_client is not None:
-            self._own_client.close()
+        """Forget this session's plans on every task (best effort: a dead task forgot them already)."""
+        try:
+            if self._plans:
+                sync(self._loop, self._unregister, list(self._plans.values()))
+        finally:
+            self._plans.clear()
+            if self._own_client is not None:
+                self._own_client.close()
+
+    async def _unregister(self, plans: list[RemotePlan]) -> None:
+        by_task: dict[str, list[str]] = {}
+        for plan in plans:
+            for task in plan.partition.stages:
+                by_task.setdefault(task, []).append(plan.plan_id)
+        calls = [self._call(task, "dflow_unregister", plan_ids=ids) for task, ids in by_task.items()]
+        await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), UNREGISTER_TIMEOUT_S)
 
     # ---- planning ----------------------------------------------------------------
     def plan(self, ops, fed: set[str], fetches: list[str], allow_soft_placement: bool) -> RemotePlan:
@@ -112,7 +129,24 @@ class ClusterRunner:
             for task, stages in part.stages.items()})
         addresses = {task: info["address"] for task, info in self.tasks.items()}
         sync(self._loop, self._register, plan, addresses)
+        self._plans[plan.plan_id] = plan
         return plan
+
+    def _register_again(self, plan: RemotePlan, error: BaseException) -> bool:
+        """After a step failed because a task lost ``plan`` (it restarted, at the same address or at a
+        new one under the same role): register the plan again with the tasks' current addresses.
+        False when that cannot help (the task is not back)."""
+        before = {task: self.tasks[task]["address"] for task in plan.partition.tasks}
+        self.tasks = cluster_tasks(self.client)
+        if any(task not in self.tasks for task in plan.partition.tasks):
+            return False
+        moved = any(self.tasks[task]["address"] != address for task, address in before.items())
+        if not (isinstance(error, PlanNotFoundError) or moved):
+            return False
+        log.info("re-registering plan %s: a task lost it (%s)", plan.plan_id, error)
+        addresses = {task: info["address"] for task, info in self.tasks.items()}
+        sync(self._loop, self._register, plan, addresses)
+        return True
 
     def _place(self, ops, allow_soft_placement: bool) -> dict[str, str]:
         """Place ``ops``; a task they need that has not joined yet (its process starting in any
@@ -141,6 +175,19 @@ class ClusterRunner:
     def run(self, plan: RemotePlan, feeds: dict, stats: RunStats) -> dict:
         """One step: the fetched values by tensor name; ``stats`` gets the bytes sent per
         (from, to) link and the staleness of the step's updates."""
+        try:
+            return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
+        except PlanNotFoundError as error:  # the task is there but forgot the plan: transparent
+            if not self._register_again(plan, error):
+                raise
+        except UnavailableError as error:
+            # a task that died and came back elsewhere lost its variables, if it held any: say so
+            # (as TF's UnavailableError) but have the plan ready there for the next step
+            if self._register_again(plan, error):
+                raise UnavailableError(f"{error}. It has come back at a new address, with none of its "
+                                       "state: the next step runs there (initialize or restore the "
+                                       "variables it held first)") from None
+            raise
         return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
 
     async def _step(self, plan: RemotePlan, run_id: str, feeds: dict, stats: RunStats) -> dict:

@@ -5,6 +5,7 @@ the worker, so a step's messages go straight from worker to worker (about 1 ms
 a call on loopback) and never through the scheduler (about 11 ms; MEASURED.md):
 
 - ``dflow_register(plan_id, stages, addresses)``: keep this task's stages of a plan;
+- ``dflow_unregister(plan_ids)``: forget plans (their session closed);
 - ``dflow_run(plan_id, run_id, feeds, timeout)``: run them in level order, each
   after what it receives from other tasks has arrived; send what other tasks
   need; reply with the fetched values and the bytes sent per link;
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -45,19 +47,24 @@ from distributed.protocol.serialize import to_serialize
 from threadpoolctl import threadpool_limits
 
 from .. import errors
-from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError
+from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
 from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
 
-__all__ = ["DflowWorker", "PLUGIN_NAME", "serialized", "deserialized", "nbytes",
+__all__ = ["DflowWorker", "PLUGIN_NAME", "PlanNotFoundError", "serialized", "deserialized", "nbytes",
            "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
 CONNECT_TIMEOUT_S = 5.0  # a live peer on any network answers a connect well within this
+
+
+class PlanNotFoundError(FailedPreconditionError):
+    """This worker does not hold the plan a step names (it restarted, or the plan was unregistered):
+    the session registers it again and reruns the step."""
 
 
 class Mailbox:
@@ -131,10 +138,12 @@ class DflowWorker(WorkerPlugin):
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
             self.namespaces["GPU"] = gpu_namespace()
+        logging.getLogger("distributed.worker").addFilter(_quiet_replica_failures)
         worker.handlers.update({
-            "dflow_register": self.register, "dflow_run": self.run, "dflow_deliver": self.deliver,
-            "dflow_abort": self.abort, "dflow_reset": self.reset, "dflow_variables": self.variables,
-            "dflow_collective": self.collective, "dflow_ping": lambda: "alive",
+            "dflow_register": self.register, "dflow_unregister": self.unregister, "dflow_run": self.run,
+            "dflow_deliver": self.deliver, "dflow_abort": self.abort, "dflow_reset": self.reset,
+            "dflow_variables": self.variables, "dflow_collective": self.collective,
+            "dflow_ping": lambda: "alive",
         })
 
     def teardown(self, worker) -> None:
@@ -160,6 +169,14 @@ class DflowWorker(WorkerPlugin):
         finally:
             self.worker.rpc.reuse(address, comm)
 
+    async def _deliver(self, address: str, run_id: str, values: dict) -> str:
+        # connect with a deadline of our own: distributed retries a refused connection for 30 s
+        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await send_recv(comm=comm, op="dflow_deliver", run_id=run_id, values=values)
+        finally:
+            self.worker.rpc.reuse(address, comm)
+
     async def _alive(self, address: str) -> bool:
         comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
         try:
@@ -176,6 +193,18 @@ class DflowWorker(WorkerPlugin):
         self.plans[plan_id] = (stages, addresses)
         self.addresses.update(addresses)  # the communicator's view of the cluster (shared dict)
         return "OK"
+
+    def cancel_waits(self) -> None:
+        """End every wait of this task's steps (barriers, accumulators, queues): they raise
+        CancelledError. The replicas of a run that lost a role stop at once instead of waiting
+        for the dead one (the chief then saves a checkpoint as it stops)."""
+        from ..runtime.session import _cancel_waits
+
+        _cancel_waits(self.state)
+
+    def unregister(self, plan_ids: list) -> int:
+        """Forget ``plan_ids``; how many this worker held."""
+        return sum(self.plans.pop(plan_id, None) is not None for plan_id in plan_ids)
 
     async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float) -> dict:
         _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
@@ -201,6 +230,9 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
+        from ..runtime.session import _cancel_waits
+
+        _cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"
@@ -223,9 +255,9 @@ class DflowWorker(WorkerPlugin):
         try:
             stages, addresses = self.plans[plan_id]
         except KeyError:
-            raise FailedPreconditionError(
+            raise PlanNotFoundError(
                 f"worker {self.worker.name} does not know plan {plan_id}: it restarted since the "
-                "session planned this step; run the step again to re-plan") from None
+                "session planned this step, or the plan's session closed") from None
         kept, received, fetched, sent = {}, {}, {}, defaultdict(int)
         deliveries, timeline = [], []
         staleness = None  # updates other steps applied here between this step's reads and its own
@@ -259,13 +291,16 @@ class DflowWorker(WorkerPlugin):
                 for dest, names in stage.sends.items():
                     payload = {n: None if n.startswith("^") else values[n] for n in names}
                     sent[dest] += sum(nbytes(v) for v in payload.values())
-                    call = self.worker.rpc(addresses[dest]).dflow_deliver(
-                        run_id=run_id, values=serialized(payload))
-                    deliveries.append(asyncio.run_coroutine_threadsafe(call, loop))
+                    call = self._deliver(addresses[dest], run_id, serialized(payload))
+                    deliveries.append((dest, asyncio.run_coroutine_threadsafe(call, loop)))
                 kept.update({n: values[n] for n in stage.keeps})
                 fetched.update({n: values[n] for n in stage.fetches})
-            for delivery in deliveries:
-                delivery.result(timeout)
+            for dest, delivery in deliveries:
+                try:
+                    delivery.result(timeout)
+                except OSError as error:  # (CommClosedError too) the receiving task died
+                    raise UnavailableError(f"{stages[0].task} could not send a step's values to {dest} "
+                                           f"at {addresses[dest]}: it left or died ({error})") from None
         finally:
             self.mailbox.finish(run_id)
         for peer, count in communicator.bytes_sent.items():  # this step's collectives' messages
@@ -296,10 +331,17 @@ def error_to_plain(error: OpError) -> dict:
 
 def error_from_plain(plain: dict) -> OpError:
     """The error :func:`error_to_plain` describes, as its ``tf.errors`` class (else OpError)."""
-    cls = getattr(errors, str(plain.get("type")), None)
+    name = str(plain.get("type"))
+    cls = PlanNotFoundError if name == "PlanNotFoundError" else getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, OpError)) or cls.__init__ is not OpError.__init__:
         cls = OpError
     return cls(str(plain.get("message")), op=plain.get("op"))
+
+
+def _quiet_replica_failures(record: logging.LogRecord) -> bool:
+    """A replica's error goes to the client, which says it in one line: Dask's 'Compute Failed'
+    record of it, a traceback on the worker's terminal, would only repeat it."""
+    return not (record.getMessage().startswith("Compute Failed") and "dflow-replica-" in record.getMessage())
 
 
 def _apply_thread_env():

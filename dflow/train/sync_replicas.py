@@ -20,7 +20,10 @@ global step advances once per aggregated step and the replicas move in lock step
 
 A replica or the chief that waits longer than ``timeout`` seconds gets a
 :class:`~dflow.errors.DeadlineExceededError` naming the replicas (task indices)
-that did not arrive, so a dead worker stops the others instead of hanging them.
+that did not arrive. Long before that, every ``LIVENESS_CHECK_S`` of waiting on a
+cluster, the wait asks the missing replicas' tasks whether they are alive: a dead
+worker fails the others' step within seconds with :class:`~dflow.errors.UnavailableError`
+naming its task, instead of hanging them until the timeout.
 
 Unlike TF, the barrier releases by global step, not with a queue of tokens: no
 replica runs ahead of the step it contributed to, and ``num_tokens`` only
@@ -41,7 +44,7 @@ import logging
 import threading
 import time
 
-from ..errors import CancelledError, DeadlineExceededError
+from ..errors import CancelledError, DeadlineExceededError, UnavailableError
 from ..graph import GraphKeys, Operation, Tensor, convert_to_tensor, get_default_graph
 from ..ops import array_ops, state_ops
 from ..ops.registry import Spec, defop
@@ -53,6 +56,7 @@ from .optimizers import Optimizer
 __all__ = ["SyncReplicasOptimizer", "GradientAccumulator", "StepBarrier", "ChiefQueueRunner"]
 
 log = logging.getLogger("dflow")
+LIVENESS_CHECK_S = 2.0  # a wait this long asks whether the missing replicas' tasks are alive
 
 
 # ---- the shared state (held by the SessionState of the device that owns it) --------------
@@ -63,17 +67,22 @@ class _Waitable:
         self.changed = threading.Condition()
         self.cancelled = False
 
-    def wait_until(self, ready, timeout: float, describe_missing) -> None:
-        """Wait (holding ``changed``) until ``ready()``; raise when cancelled or past ``timeout``."""
+    def wait_until(self, ready, timeout: float, describe_missing, check_alive=None) -> None:
+        """Wait (holding ``changed``) until ``ready()``; raise when cancelled or past ``timeout``.
+        ``check_alive()``, called every LIVENESS_CHECK_S of waiting, raises when who is awaited died."""
         deadline = time.monotonic() + timeout
+        next_check = time.monotonic() + LIVENESS_CHECK_S
         while not ready():
             if self.cancelled:
                 raise CancelledError("synchronous training was stopped (the chief's queue runner "
                                      "ended, or the session closed)")
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 raise DeadlineExceededError(describe_missing())
-            self.changed.wait(left)
+            if check_alive is not None and now >= next_check:
+                check_alive()
+                next_check = time.monotonic() + LIVENESS_CHECK_S
+            self.changed.wait(min(deadline, next_check) - now)
 
     def cancel(self) -> None:
         with self.changed:
@@ -107,10 +116,11 @@ class GradientAccumulator(_Waitable):
                 self.changed.notify_all()
             return fresh
 
-    def take(self, xp, num_required: int, timeout: float, describe_missing):
+    def take(self, xp, num_required: int, timeout: float, describe_missing, check_alive=None):
         with self.changed:
             self.wait_until(lambda: len(self.contributors) >= num_required, timeout,
-                            lambda: describe_missing(self.step, sorted(self.contributors)))
+                            lambda: describe_missing(self.step, sorted(self.contributors)),
+                            check_alive and (lambda: check_alive(sorted(self.contributors))))
             mean = xp.astype(self.total / len(self.contributors), self.total.dtype, copy=False)
             self._start(self.step + 1)
             return mean
@@ -139,11 +149,13 @@ class StepBarrier(_Waitable):
         self.released: int | None = None
         self.arrived: dict[int, set[int]] = {}
 
-    def wait(self, local_step: int, replica_id: int, timeout: float, describe_missing) -> int:
+    def wait(self, local_step: int, replica_id: int, timeout: float, describe_missing,
+             check_alive=None) -> int:
         with self.changed:
             self.arrived.setdefault(local_step, set()).add(replica_id)
             self.wait_until(lambda: self.released is not None and self.released > local_step, timeout,
-                            lambda: describe_missing(local_step, sorted(self.arrived[local_step])))
+                            lambda: describe_missing(local_step, sorted(self.arrived[local_step])),
+                            check_alive and (lambda: check_alive(sorted(self.arrived.get(local_step, ())))))
             return self.released
 
     def release(self, step: int) -> None:
@@ -171,6 +183,27 @@ def _missing(replicas: int, arrived: list[int]) -> list[int]:
     return [r for r in range(replicas) if r not in arrived]
 
 
+def _liveness(state, replica_job: str | None, num_required: int, total_num_replicas: int, waiter: str):
+    """A ``check_alive(arrived)`` for a wait on a cluster task: it raises UnavailableError when
+    replicas that did not arrive are dead and too few are left to make the step; None where no
+    peers can be asked (a local session, towers of one graph without tasks)."""
+    communicator = getattr(state, "communicator", None)
+    if communicator is None or not replica_job:
+        return None
+
+    def check_alive(arrived: list[int]) -> None:
+        missing = [f"/job:{replica_job}/task:{r}" for r in _missing(total_num_replicas, arrived)]
+        dead = [task for task in missing if task in communicator.addresses
+                and not communicator.peer_alive(task)]
+        if dead and len(arrived) + len(missing) - len(dead) < num_required:
+            raise UnavailableError(
+                f"{waiter}: {', '.join(dead)} died (no answer at "
+                f"{', '.join(communicator.addresses[t] for t in dead)}), so the synchronous step cannot "
+                f"get its {num_required} replicas; arrived: replicas {arrived}")
+
+    return check_alive
+
+
 def _apply_kernel(state, xp, grad, local_step, *, accumulator, replica_id, num_required):
     if not _resource(state, "accumulator", accumulator).apply(grad, int(local_step), replica_id,
                                                               num_required):
@@ -179,18 +212,21 @@ def _apply_kernel(state, xp, grad, local_step, *, accumulator, replica_id, num_r
     return ()
 
 
-def _take_kernel(state, xp, *, accumulator, num_required, total_num_replicas, timeout, shape, dtype):
+def _take_kernel(state, xp, *, accumulator, num_required, total_num_replicas, timeout, shape, dtype,
+                 replica_job=None):
     def describe(step, arrived):
         return (f"the chief waited {timeout:g} s for {num_required} fresh gradients of {accumulator} "
                 f"at step {step}; it got {len(arrived)}, from replicas {arrived}; replicas (task "
                 f"indices) that did not send one: {_missing(total_num_replicas, arrived)}. "
                 "A worker may have died or stalled (SyncReplicasOptimizer(timeout=...) sets the wait)")
 
-    return _resource(state, "accumulator", accumulator).take(xp, num_required, timeout, describe)
+    check_alive = _liveness(state, replica_job, num_required, total_num_replicas,
+                            f"the chief, waiting for gradients of {accumulator}")
+    return _resource(state, "accumulator", accumulator).take(xp, num_required, timeout, describe, check_alive)
 
 
 def _barrier_kernel(state, xp, local_step, *, barrier, replica_id, replicas_to_aggregate,
-                    total_num_replicas, timeout):
+                    total_num_replicas, timeout, replica_job=None):
     def describe(step, arrived):
         missing = _missing(total_num_replicas, arrived)
         if len(arrived) >= replicas_to_aggregate:
@@ -202,7 +238,10 @@ def _barrier_kernel(state, xp, local_step, *, barrier, replica_id, replicas_to_a
                 f"replicas of {total_num_replicas}; replicas (task indices) that did not arrive: "
                 f"{missing}, arrived: {arrived}; {why}")
 
-    released = _resource(state, "barrier", barrier).wait(int(local_step), replica_id, timeout, describe)
+    check_alive = _liveness(state, replica_job, replicas_to_aggregate, total_num_replicas,
+                            f"replica {replica_id}, waiting at step {int(local_step)}")
+    released = _resource(state, "barrier", barrier).wait(int(local_step), replica_id, timeout, describe,
+                                                          check_alive)
     return xp.asarray(released, dtype=local_step.dtype)
 
 
@@ -288,6 +327,7 @@ class SyncReplicasOptimizer(Optimizer):
         self._timeout = float(timeout)
         self._graph = None  # the graph the first apply_gradients built into
         self._replica_ids: list[int] = []
+        self._replica_job: str | None = None
         self._local_step_inits: list[Operation] = []
         self._chief_queue_runner: ChiefQueueRunner | None = None
 
@@ -361,7 +401,7 @@ class SyncReplicasOptimizer(Optimizer):
     def _take(self, grad: Tensor, var: Variable) -> Tensor:
         attrs = {"accumulator": self._accumulator(var), "num_required": self._replicas_to_aggregate,
                  "total_num_replicas": self._total_num_replicas, "timeout": self._timeout,
-                 "shape": var.shape.dims, "dtype": grad.dtype}
+                 "shape": var.shape.dims, "dtype": grad.dtype, "replica_job": self._replica_job}
         with get_default_graph().colocate_with(var):
             return _create_op("AccumulatorTakeGradient", [], attrs, "take_grad").outputs[0]
 
@@ -394,15 +434,19 @@ class SyncReplicasOptimizer(Optimizer):
                                              "apply_grad"))
             attrs = {"barrier": self._barrier, "replica_id": replica_id,
                      "replicas_to_aggregate": self._replicas_to_aggregate,
-                     "total_num_replicas": self._total_num_replicas, "timeout": self._timeout}
+                     "total_num_replicas": self._total_num_replicas, "timeout": self._timeout,
+                     "replica_job": self._replica_job}
             with graph.colocate_with(global_step), graph.control_dependencies(offers):
                 released = _create_op("SyncReplicasBarrier", [local_step], attrs, "barrier").outputs[0]
             with graph.colocate_with(local_step):
                 return state_ops.assign(local_step, released).op
 
     def _replica_id(self, local_anchor: Operation, replica_id: int | None) -> int:
+        device = DeviceSpec.from_string(local_anchor.device)
+        # replicas are the tasks of this job when their ids are task indices: liveness asks those
+        self._replica_job = device.job if replica_id is None and device.task is not None else None
         if replica_id is None:
-            replica_id = DeviceSpec.from_string(local_anchor.device).task
+            replica_id = device.task
         if replica_id is None:
             if self._total_num_replicas > 1:
                 raise ValueError(

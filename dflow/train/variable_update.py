@@ -81,12 +81,15 @@ class VariableUpdate:
         ``round_robin`` or ``greedy`` (by variable bytes) placement over the PS tasks.
     fusion_bytes, overlap, compression, algorithm
         The allreduce's (see :class:`~dflow.train.AllReduceOptimizer`).
+    sync_timeout : float
+        Seconds a synchronous replica waits for the others before it fails (a dead one is
+        noticed sooner, through liveness): ``SyncReplicasOptimizer(timeout=)``.
     """
 
     def __init__(self, mode: str, cluster, task_index: int, *, sync: bool = True,
                  devices_per_node: int | None = None, ps_strategy: str = "round_robin",
                  fusion_bytes: int = DEFAULT_FUSION_BYTES, overlap: bool = True,
-                 compression: str | None = None, algorithm: str = "auto"):
+                 compression: str | None = None, algorithm: str = "auto", sync_timeout: float = 300.0):
         from ..cluster import ClusterSpec
 
         if mode not in VARIABLE_UPDATES:
@@ -96,7 +99,7 @@ class VariableUpdate:
         if devices_per_node is not None and devices_per_node < 1:
             raise ValueError(f"devices_per_node must be at least 1, got {devices_per_node}")
         self.mode, self.spec, self.task_index, self.sync = mode, ClusterSpec(cluster), task_index, sync
-        self.ps_strategy = ps_strategy
+        self.ps_strategy, self.sync_timeout = ps_strategy, sync_timeout
         self.collective = dict(fusion_bytes=fusion_bytes, overlap=overlap, compression=compression,
                                algorithm=algorithm)
         self.num_ps = self.spec.num_tasks("ps") if "ps" in self.spec.jobs else 0
@@ -138,7 +141,8 @@ class VariableUpdate:
         """``optimizer`` wrapped as the mode needs; call ``minimize`` on the result."""
         n = len(self.workers)
         if self.mode == "parameter_server":
-            wrapped = SyncReplicasOptimizer(optimizer, n, n) if self.sync else optimizer
+            wrapped = (SyncReplicasOptimizer(optimizer, n, n, timeout=self.sync_timeout) if self.sync
+                       else optimizer)
         elif self.mode in ("replicated", "allreduce"):
             group = self.node if self.mode == "replicated" else self.workers
             wrapped = AllReduceOptimizer(optimizer, group, **self.collective)
@@ -205,7 +209,8 @@ class DistributedReplicatedOptimizer(Optimizer):
         self._node_sum = AllReduceOptimizer(opt, update.node, average=False, name=f"{name}/node",
                                             **collective)
         self._leader = update.worker_device == update.node[0]
-        self._master_opt = (SyncReplicasOptimizer(opt, len(update.nodes), len(update.nodes))
+        self._master_opt = (SyncReplicasOptimizer(opt, len(update.nodes), len(update.nodes),
+                                                  timeout=update.sync_timeout)
                             if update.sync and self._leader else opt)
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
