@@ -22,7 +22,7 @@ _INSTEAD = {
     "metrics": "tf.metrics",
     "losses": "tf.losses",
     "keras": "tf.layers",
-    "data": "dflow.data.Dataset",
+    "data": "tf.data",
     "training": "tf.train (Supervisor, MonitoredTrainingSession, SyncReplicasOptimizer)",
     "opt": "the optimizers of tf.train",
     "optimizer_v2": "the optimizers of tf.train",

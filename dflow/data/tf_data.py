@@ -82,6 +82,23 @@ def _as_tensors(value, name: str) -> tuple[Any, list[Tensor]]:
 
 
 # ---- datasets ---------------------------------------------------------------------------------------
+class _ElementSpec:
+    """What an element of a dataset or iterator is: ``_structure`` (nested) of flat ``_specs``
+    (dtype, shape), as TF's ``output_types``, ``output_shapes`` and ``output_classes``."""
+
+    @property
+    def output_types(self):
+        return _pack(self._structure, [dtype for dtype, _ in self._specs])
+
+    @property
+    def output_shapes(self):
+        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
+
+    @property
+    def output_classes(self):
+        return _pack(self._structure, [Tensor for _ in self._specs])
+
+
 class DatasetConstructors:
     """The static constructors of ``tf.data.Dataset`` (also on dflow's Zarr :class:`~dflow.data.Dataset`,
     which ``tf.data.Dataset`` names)."""
@@ -149,7 +166,7 @@ class DatasetConstructors:
             "shapes": [s for _, s in specs]})
 
 
-class DatasetV1(DatasetConstructors):
+class DatasetV1(DatasetConstructors, _ElementSpec):
     """A TF 1.x dataset: a stage of a pipeline (``kind`` with plain ``params``) over the datasets it
     reads (``inputs``) and the graph tensors it takes (``captured``). Its elements have the
     nested ``structure`` of flat ``specs`` (dtype, shape)."""
@@ -157,19 +174,6 @@ class DatasetV1(DatasetConstructors):
     def __init__(self, kind: str, structure, specs, *, inputs=(), captured=(), params=None):
         self._kind, self._structure, self._specs = kind, structure, list(specs)
         self._inputs, self._captured, self._params = list(inputs), list(captured), dict(params or {})
-
-    # ---- what an element is ----
-    @property
-    def output_types(self):
-        return _pack(self._structure, [dtype for dtype, _ in self._specs])
-
-    @property
-    def output_shapes(self):
-        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
-
-    @property
-    def output_classes(self):
-        return _pack(self._structure, [Tensor for _ in self._specs])
 
     def _then(self, kind: str, structure=None, specs=None, **params) -> DatasetV1:
         return DatasetV1(kind, self._structure if specs is None else structure,
@@ -377,7 +381,7 @@ def _filenames(filenames, what: str) -> list[str]:
 
 
 # ---- iterators -------------------------------------------------------------------------------------
-class Iterator:
+class Iterator(_ElementSpec):
     """``tf.data.Iterator``: ``get_next()`` gives tensors whose every run reads the next element.
 
     ``Iterator.from_structure(types, shapes)`` makes one that several datasets of that
@@ -419,18 +423,6 @@ class Iterator:
             raise ValueError("this iterator has no initializer: a one-shot iterator starts by itself, and "
                              "one from Iterator.from_structure is started by make_initializer(dataset)")
         return self._initializer
-
-    @property
-    def output_types(self):
-        return _pack(self._structure, [dtype for dtype, _ in self._specs])
-
-    @property
-    def output_shapes(self):
-        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
-
-    @property
-    def output_classes(self):
-        return _pack(self._structure, [Tensor for _ in self._specs])
 
     def make_initializer(self, dataset: DatasetV1, name=None):
         """An op that (re)starts this iterator at ``dataset``'s first element."""
