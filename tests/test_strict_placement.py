@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 import pytest
+from conftest import local_cluster_fixture
 
 import dflow as tf
 from dflow.distributed.partition import partition, place, stages_from_json, stages_to_json
 from dflow.runtime.devices import gpu_namespace
 from dflow.runtime.session import prune
 from dflow.runtime.state import SessionState
-from tests.conftest import local_cluster_fixture
 
 SOFT = tf.ConfigProto(allow_soft_placement=True)
 no_gpu = pytest.mark.skipif(gpu_namespace() is not None, reason="this process has a GPU: /gpu:0 exists")
