@@ -26,7 +26,7 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from ..errors import DeadlineExceededError, OutOfRangeError
+from ..errors import AbortedError, DeadlineExceededError, OutOfRangeError, UnavailableError
 from ..graph import GraphKeys, get_default_graph
 from ..runtime.session import ConfigProto, Session
 from ..variables import (
@@ -149,6 +149,28 @@ class CheckpointSaverHook(SessionRunHook):
         self._last_time, self._last_step = time.monotonic(), step
 
 
+class Recovery(NamedTuple):
+    """One recovery of a :class:`MonitoredTrainingSession`: the error, its seconds, the checkpoint
+    restored (None: initialized afresh or, off the chief, waited for) and the global steps."""
+
+    error: str
+    seconds: float
+    checkpoint: str | None
+    step_restored: int | None
+    step_reached: int | None
+
+    @property
+    def steps_lost(self) -> int | None:
+        if self.step_restored is None or self.step_reached is None:
+            return None
+        return max(self.step_reached - self.step_restored, 0)
+
+    def outcome(self) -> str:
+        source = self.checkpoint or "no checkpoint (variables initialized or waited for)"
+        return (f"restored {source} (step {self.step_restored}); training had reached step "
+                f"{self.step_reached}: {self.steps_lost} steps lost")
+
+
 def _global_step_or_fail(hook: str):
     step = get_global_step()
     if step is None:
@@ -159,7 +181,19 @@ def _global_step_or_fail(hook: str):
 
 class MonitoredTrainingSession:
     """A session for training loops: initialization by the chief, waiting for it elsewhere,
-    hooks, and checkpoints.
+    hooks, checkpoints, and recovery from a lost task.
+
+    As TF 1.x's, ``run`` recovers when a task of the cluster is lost: on
+    :class:`~dflow.errors.AbortedError` or :class:`~dflow.errors.UnavailableError` (a PS or
+    worker task died, or came back at a new address with none of its variables) it closes
+    the broken session, creates a new one (the chief restores the latest checkpoint of
+    ``checkpoint_dir``, or runs the initializers when there is none; the others wait for the
+    chief's variables), calls each hook's ``after_create_session`` again, and runs the call
+    again, so ``while not sess.should_stop(): sess.run(train_op)`` goes on. Steps since that
+    checkpoint are lost (at most one checkpoint interval). Unlike TF, which retries forever,
+    it recovers at most ``max_recoveries`` times (default 3) and gives up on a new session
+    after ``recovery_timeout_secs`` (default 300 s); then the error is raised. Each recovery is
+    logged in one line (logger ``"dflow"``) and kept in :attr:`recoveries`.
 
     Parameters
     ----------
@@ -172,21 +206,29 @@ class MonitoredTrainingSession:
         Where the chief restores from and saves to (every ``save_checkpoint_steps`` steps, or
         ``save_checkpoint_secs`` seconds, default 600, and at the end).
     hooks, chief_only_hooks : list of SessionRunHook
+    max_recoveries : int
+        How many lost sessions ``run`` replaces before it raises (0: never recover).
+    recovery_timeout_secs : float
+        How long one recovery may try to create a session while the cluster's tasks come back.
     """
 
     def __init__(self, master: str = "", is_chief: bool = True, checkpoint_dir: str | None = None,
                  scaffold=None, hooks=None, chief_only_hooks=None, save_checkpoint_secs: float | None = 600,
                  save_checkpoint_steps: int | None = None, config: ConfigProto | None = None,
-                 max_wait_secs: float = 7200, stop_grace_period_secs: float = 120, **_ignored):
+                 max_wait_secs: float = 7200, stop_grace_period_secs: float = 120, max_recoveries: int = 3,
+                 recovery_timeout_secs: float = 300, **_ignored):
+        if max_recoveries < 0 or recovery_timeout_secs <= 0:
+            raise ValueError(f"MonitoredTrainingSession needs max_recoveries >= 0 (got {max_recoveries}) "
+                             f"and recovery_timeout_secs > 0 (got {recovery_timeout_secs})")
         graph = get_default_graph()
         self._hooks = list(hooks or []) + (list(chief_only_hooks or []) if is_chief else [])
-        saver = None
+        self._saver = None
         if checkpoint_dir:
-            saver = Saver()
+            self._saver = getattr(scaffold, "saver", None) or Saver()
             if is_chief:
                 every = ({"save_steps": save_checkpoint_steps} if save_checkpoint_steps
                          else {"save_secs": save_checkpoint_secs or 600})
-                self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=saver, **every))
+                self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=self._saver, **every))
         if is_chief:  # TF's default: merge_all written to checkpoint_dir every 100 steps
             from .summary_saver import monitored_session_hooks  # (a module that imports this one)
 
@@ -194,29 +236,44 @@ class MonitoredTrainingSession:
         for hook in self._hooks:
             hook.begin()
         variables = global_variables()
-        init_op, not_ready = global_variables_initializer(), report_uninitialized_variables(variables)
-        local_init = local_variables_initializer()
-        self._session = Session(master, graph, config)
-        if is_chief:
-            restore_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
-            if restore_from:
-                saver.restore(self._session, restore_from)
-                log.info("restored %s", restore_from)
+        self._init_op = global_variables_initializer()
+        self._not_ready = report_uninitialized_variables(variables)
+        self._local_init = [local_variables_initializer(), graph.get_collection(GraphKeys.LOCAL_INIT_OP)]
+        self._master, self._graph, self._config = master, graph, config
+        self._is_chief, self._checkpoint_dir, self._max_wait_s = is_chief, checkpoint_dir, max_wait_secs
+        self._grace_s = stop_grace_period_secs
+        self._max_recoveries, self._recovery_timeout_s = max_recoveries, recovery_timeout_secs
+        self._global_step = get_global_step()
+        self._step_reached: int | None = None
+        self.recoveries: list[Recovery] = []
+        self._create_session()
+        self._stop = False
+        self._last_run_stats = None
+
+    def _create_session(self) -> str | None:
+        """A new session, its variables restored, initialized or waited for, its queue runners
+        started and every hook told; the checkpoint restored (None: none)."""
+        self._session = Session(self._master, self._graph, self._config)
+        restored = None
+        if self._is_chief:
+            restored = latest_checkpoint(self._checkpoint_dir) if self._checkpoint_dir else None
+            if restored:
+                self._saver.restore(self._session, restored)
+                log.info("restored %s", restored)
             else:
-                self._session.run(init_op)
+                self._session.run(self._init_op)
         else:
-            self._wait_until_ready(not_ready, max_wait_secs)
+            self._wait_until_ready(self._not_ready, self._max_wait_s)
         # each replica's own variables, then (a run later: after, not beside, their initializers)
         # the ops that make them copies of the shared ones
-        self._session.run(local_init)
-        self._session.run(graph.get_collection(GraphKeys.LOCAL_INIT_OP))
+        self._session.run(self._local_init[0])
+        self._session.run(self._local_init[1])
         # as TF's: the graph's queue runners start once the variables are ready, stop at close
-        self._coord, self._grace_s = Coordinator(), stop_grace_period_secs
+        self._coord = Coordinator()
         self._threads = start_queue_runners(self._session, self._coord)
         for hook in self._hooks:
             hook.after_create_session(self._session, self._coord)
-        self._stop = False
-        self._last_run_stats = None
+        return restored
 
     def _wait_until_ready(self, not_ready, max_wait_secs: float) -> None:
         deadline, pause = time.monotonic() + max_wait_secs, 0.05
@@ -242,7 +299,20 @@ class MonitoredTrainingSession:
         return self._last_run_stats
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        """``Session.run`` plus every hook's extra fetches; a hook may end the loop."""
+        """``Session.run`` plus every hook's extra fetches; a hook may end the loop. A lost task
+        (AbortedError, UnavailableError) is recovered from, and the call run again."""
+        while True:
+            try:
+                return self._run_hooked(fetches, feed_dict)
+            except (AbortedError, UnavailableError) as error:
+                if len(self.recoveries) >= self._max_recoveries:
+                    if self._max_recoveries:
+                        log.error("MonitoredTrainingSession: not recovering again after %d recoveries "
+                                  "(max_recoveries=%d)", len(self.recoveries), self._max_recoveries)
+                    raise
+                self._recover(error)
+
+    def _run_hooked(self, fetches, feed_dict):
         context = SessionRunContext(SessionRunArgs(fetches, feed_dict), self._session)
         requests = [hook.before_run(context) for hook in self._hooks]
         feeds = dict(feed_dict or {})
@@ -250,18 +320,58 @@ class MonitoredTrainingSession:
             if request is not None and request.feed_dict:
                 feeds.update(request.feed_dict)
         extra = [None if r is None else r.fetches for r in requests]
-        try:
-            results, extra_results = self._session.run(
-                [fetches, [e for e in extra if e is not None]], feeds)
+        step_fetch = [] if self._global_step is None else self._global_step
+        try:  # the global step too: how far training got, should a task be lost
+            results, extra_results, step = self._session.run(
+                [fetches, [e for e in extra if e is not None], step_fetch], feeds)
         except Exception:  # a queue runner's error explains an empty queue better than the queue
             self._coord.raise_requested_exception()
             raise
+        if self._global_step is not None:
+            self._step_reached = max(int(step), self._step_reached or 0)
         self._last_run_stats = self._session.last_run_stats  # before hooks run steps of their own
         extra_iter = iter(extra_results)
         for hook, request in zip(self._hooks, extra):
             hook.after_run(context, SessionRunValues(None if request is None else next(extra_iter)))
         self._stop = self._stop or context.stop_requested
         return results
+
+    def _recover(self, error: Exception) -> None:
+        """Replace the broken session by a new one (restored, initialized or waited for) within
+        ``recovery_timeout_secs``, trying again while the lost task is not back yet."""
+        began, reached = time.monotonic(), self._step_reached
+        what = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        log.warning("MonitoredTrainingSession: the session failed (%s); recovering", what)
+        deadline, pause = began + self._recovery_timeout_s, 0.1
+        while True:
+            self._close_broken_session()
+            try:
+                restored = self._create_session()
+                break
+            except (AbortedError, UnavailableError) as again:
+                if time.monotonic() + pause > deadline:
+                    raise UnavailableError(
+                        f"MonitoredTrainingSession could not replace its session within "
+                        f"recovery_timeout_secs={self._recovery_timeout_s:g} s after {what}; the last "
+                        f"try failed with {type(again).__name__}: {again}. Is the lost task coming "
+                        "back (its nanny, or a new worker under its role's name)?") from again
+                time.sleep(pause)  # (the task is still coming back: a new try soon)
+                pause = min(pause * 2, 2.0)
+        step = None if self._global_step is None else int(self._session.run(self._global_step))
+        recovery = Recovery(what, time.monotonic() - began, restored, step, reached)
+        self.recoveries.append(recovery)
+        log.warning("MonitoredTrainingSession: recovery %d/%d from %s in %.1f s: %s", len(self.recoveries),
+                    self._max_recoveries, what, recovery.seconds, recovery.outcome())
+
+    def _close_broken_session(self) -> None:
+        """Close a session whose task was lost: its queue runners may fail as they stop (logged)."""
+        try:
+            self._coord.request_stop()
+            self._coord.join(self._threads, stop_grace_period_secs=self._grace_s)
+        except Exception as error:  # they failed for the same reason as the step
+            log.info("MonitoredTrainingSession: a queue runner of the lost session failed: %s", error)
+        finally:
+            self._session.close()
 
     def should_stop(self) -> bool:
         return self._stop or self._coord.should_stop()
