@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -148,3 +149,56 @@ def test_a_killed_ps_is_recovered_and_training_reaches_its_step_budget(tmp_path,
     print(f"\nRECOVERY kill ps/0 under MonitoredTrainingSession: recover_s {recovery.seconds:.1f} "
           f"(kill to next step {back_at - killed_at:.1f} s), restored step {recovery.step_restored}, "
           f"steps lost {recovery.steps_lost}")
+
+
+def test_between_graph_replicas_both_recover_a_killed_ps_the_non_chief_waiting_for_the_chief(tmp_path):
+    """Two replicas (threads, a graph each, as two worker processes would be): the chief restores
+    the checkpoint onto the new PS, the other waits until its variables are ready, then both go on."""
+    last_step, every, kill_at = 150, 20, 50
+    with tf.cluster.local(ps=1, workers=2) as cluster:
+        ps_process = cluster.dask_cluster.workers["ps/0"]
+        killed, done = threading.Event(), {}
+
+        def replica(task: int) -> None:
+            with tf.Graph().as_default():
+                device = tf.train.replica_device_setter(worker_device=f"/job:worker/task:{task}",
+                                                        cluster=cluster.spec)
+                with tf.device(device):
+                    step, _, train_op = build_counter()
+                with tf.train.MonitoredTrainingSession(
+                        master=cluster.target, is_chief=task == 0, checkpoint_dir=str(tmp_path),
+                        save_checkpoint_steps=every, hooks=[tf.train.StopAtStepHook(last_step=last_step)],
+                        recovery_timeout_secs=120) as sess:
+                    while not sess.should_stop():
+                        reached = int(sess.run([train_op, step])[1])
+                        if task == 0 and reached >= kill_at and not killed.is_set():
+                            os.kill(ps_process.process.pid, signal.SIGKILL)
+                            killed.set()
+                    done[task] = (int(sess.run(step)), sess.recoveries)
+
+        errors = []
+
+        def guarded(task: int) -> None:
+            try:
+                replica(task)
+            except BaseException as error:  # noqa: BLE001 (reported by the test below)
+                errors.append((task, error))
+
+        threads = [threading.Thread(target=guarded, args=(task,), daemon=True) for task in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=240)
+        assert not any(thread.is_alive() for thread in threads), "a replica still ran after 240 s"
+        assert not errors, errors
+        assert killed.is_set() and len(ps_process.deaths) == 1
+    for task in (0, 1):
+        final_step, recoveries = done[task]
+        assert final_step >= last_step
+        assert len(recoveries) == 1 and "UnavailableError" in recoveries[0].error, (task, recoveries)
+    chief, other = done[0][1][0], done[1][1][0]
+    # at most one interval, plus the steps the other replica ran between two of the chief's runs
+    assert chief.checkpoint is not None and 0 < chief.steps_lost <= every + 5, chief
+    assert other.checkpoint is None and other.step_restored >= chief.step_restored, other  # waited for it
+    print(f"\nRECOVERY kill ps/0 under two replicas: chief {chief.seconds:.1f} s, steps lost "
+          f"{chief.steps_lost}; non-chief {other.seconds:.1f} s")

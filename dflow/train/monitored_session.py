@@ -250,9 +250,10 @@ class MonitoredTrainingSession:
         self._stop = False
         self._last_run_stats = None
 
-    def _create_session(self) -> str | None:
-        """A new session, its variables restored, initialized or waited for, its queue runners
-        started and every hook told; the checkpoint restored (None: none)."""
+    def _create_session(self, wait_s: float | None = None) -> str | None:
+        """A new session, its variables restored, initialized or waited for (up to ``wait_s``,
+        default ``max_wait_secs``), its queue runners started and every hook told; the
+        checkpoint restored (None: none)."""
         self._session = Session(self._master, self._graph, self._config)
         restored = None
         if self._is_chief:
@@ -263,7 +264,7 @@ class MonitoredTrainingSession:
             else:
                 self._session.run(self._init_op)
         else:
-            self._wait_until_ready(self._not_ready, self._max_wait_s)
+            self._wait_until_ready(self._not_ready, self._max_wait_s if wait_s is None else wait_s)
         # each replica's own variables, then (a run later: after, not beside, their initializers)
         # the ops that make them copies of the shared ones
         self._session.run(self._local_init[0])
@@ -346,7 +347,7 @@ class MonitoredTrainingSession:
         while True:
             self._close_broken_session()
             try:
-                restored = self._create_session()
+                restored = self._create_session(wait_s=max(deadline - time.monotonic(), 1.0))
                 break
             except (AbortedError, UnavailableError) as again:
                 if time.monotonic() + pause > deadline:
@@ -370,8 +371,10 @@ class MonitoredTrainingSession:
             self._coord.join(self._threads, stop_grace_period_secs=self._grace_s)
         except Exception as error:  # they failed for the same reason as the step
             log.info("MonitoredTrainingSession: a queue runner of the lost session failed: %s", error)
-        finally:
+        try:
             self._session.close()
+        except Exception as error:  # its cluster connection may be broken too: a new one is made
+            log.info("MonitoredTrainingSession: closing the lost session failed: %s", error)
 
     def should_stop(self) -> bool:
         return self._stop or self._coord.should_stop()
