@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -109,6 +110,33 @@ def test_max_recoveries_zero_raises_the_first_error_and_other_errors_are_not_rec
         tf.train.MonitoredTrainingSession(max_recoveries=-1)
 
 
+class LostForGood(AbortOnceAtStep):
+    """Fails step 2, and then every new session, as a task that never comes back would."""
+
+    def __init__(self):
+        super().__init__(2, tf.errors.UnavailableError)
+        self.sessions = 0
+
+    def after_create_session(self, session, coord):
+        self.sessions += 1
+        if self.sessions > 1:
+            raise tf.errors.UnavailableError("ps/0 is not back yet")
+
+
+def test_a_task_that_never_comes_back_fails_after_recovery_timeout_secs():
+    _, _, train_op = build_counter()
+    hook = LostForGood()
+    with tf.train.MonitoredTrainingSession(hooks=[hook], recovery_timeout_secs=0.5) as sess:
+        began = time.monotonic()
+        expected = (r"could not replace its session within recovery_timeout_secs=0.5 s after "
+                    r"UnavailableError: step 2 aborted.*not back yet")
+        with pytest.raises(tf.errors.UnavailableError, match=expected):
+            while not sess.should_stop():
+                sess.run(train_op)
+        took = time.monotonic() - began
+    assert hook.sessions >= 3 and took < 5, (hook.sessions, took)  # tried again, with a deadline
+
+
 # ---- a real cluster: the PS process SIGKILLed mid-training -------------------------------------------
 def test_a_killed_ps_is_recovered_and_training_reaches_its_step_budget(tmp_path, caplog):
     last_step, every, kill_at = 120, 20, 50
@@ -185,8 +213,8 @@ def test_between_graph_replicas_both_recover_a_killed_ps_the_non_chief_waiting_f
         def guarded(task: int) -> None:
             try:
                 replica(task)
-            except BaseException as error:  # noqa: BLE001 (reported by the test below)
-                errors.append((task, error))
+            except BaseException:  # noqa: BLE001 (reported by the test below)
+                errors.append((task, traceback.format_exc()))
 
         threads = [threading.Thread(target=guarded, args=(task,), daemon=True) for task in (0, 1)]
         for thread in threads:
@@ -194,7 +222,7 @@ def test_between_graph_replicas_both_recover_a_killed_ps_the_non_chief_waiting_f
         for thread in threads:
             thread.join(timeout=240)
         assert not any(thread.is_alive() for thread in threads), "a replica still ran after 240 s"
-        assert not errors, errors
+        assert not errors, '\n'.join(f'replica {task}: {trace}' for task, trace in errors)
         assert killed.is_set() and len(ps_process.deaths) == 1
     for task in (0, 1):
         final_step, recoveries = done[task]
@@ -202,7 +230,8 @@ def test_between_graph_replicas_both_recover_a_killed_ps_the_non_chief_waiting_f
         assert len(recoveries) == 1 and "UnavailableError" in recoveries[0].error, (task, recoveries)
     chief, other = done[0][1][0], done[1][1][0]
     # at most one interval, plus the steps the other replica ran between two of the chief's runs
-    assert chief.checkpoint is not None and 0 < chief.steps_lost <= every + 5, chief
+    # (0 when the chief saved just before the kill, at a step the other replica had advanced)
+    assert chief.checkpoint is not None and 0 <= chief.steps_lost <= every + 5, chief
     assert other.checkpoint is None and other.step_restored >= chief.step_restored, other  # waited for it
     print(f"\nRECOVERY kill ps/0 under two replicas: kill to next step: chief {back[0] - killed_at[0]:.1f} s "
           f"(recovery {chief.seconds:.1f} s), steps lost {chief.steps_lost}; non-chief "

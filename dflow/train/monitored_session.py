@@ -21,6 +21,7 @@ trains. Hooks see each ``run`` and can stop the loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -348,8 +349,10 @@ class MonitoredTrainingSession:
             self._close_broken_session()
             try:
                 restored = self._create_session(wait_s=max(deadline - time.monotonic(), 1.0))
+                step = None if self._global_step is None else int(self._session.run(self._global_step))
                 break
-            except (AbortedError, UnavailableError) as again:
+            except (AbortedError, UnavailableError, OSError, asyncio.TimeoutError) as again:
+                # (a task still coming back may also refuse or time out a connection)
                 if time.monotonic() + pause > deadline:
                     raise UnavailableError(
                         f"MonitoredTrainingSession could not replace its session within "
@@ -358,7 +361,6 @@ class MonitoredTrainingSession:
                         "back (its nanny, or a new worker under its role's name)?") from again
                 time.sleep(pause)  # (the task is still coming back: a new try soon)
                 pause = min(pause * 2, 2.0)
-        step = None if self._global_step is None else int(self._session.run(self._global_step))
         recovery = Recovery(what, time.monotonic() - began, restored, step, reached)
         self.recoveries.append(recovery)
         log.warning("MonitoredTrainingSession: recovery %d/%d from %s in %.1f s: %s", len(self.recoveries),
