@@ -209,7 +209,7 @@ class ClusterRunner:
                 call = self._call(task, "dflow_run", plan_id=plan.plan_id, run_id=run_id,
                                   feeds=serialized(task_feeds), timeout=self.timeout)
                 if task_feeds:
-                    traffic[(here or "client", task)] = sum(nbytes(v) for v in task_feeds.values())
+                    _count(traffic, here or "client", task, sum(nbytes(v) for v in task_feeds.values()))
             calls[asyncio.ensure_future(call)] = task
         values: dict = {}
         pending = set(calls)
@@ -229,9 +229,11 @@ class ClusterRunner:
                 if reply["staleness"] is not None:
                     stats.staleness = max(stats.staleness or 0, reply["staleness"])
                 for dest, count in reply["sent"].items():
-                    traffic[(task, dest)] = count
+                    _count(traffic, task, dest, count)
                 if task != here and reply["fetches"]:
-                    traffic[(task, here or "client")] = sum(nbytes(v) for v in reply["fetches"].values())
+                    # (added up: a client inside a worker's process, as a between-graph replica
+                    # is, receives its fetches on the link that carried its variable reads)
+                    _count(traffic, task, here or "client", sum(nbytes(v) for v in reply["fetches"].values()))
         return values
 
     async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
@@ -279,6 +281,10 @@ class ClusterRunner:
             return dict(zip(self.tasks, replies))
 
         return sync(self._loop, ask)
+
+
+def _count(traffic: dict, source: str, dest: str, nbytes_sent: int) -> None:
+    traffic[(source, dest)] = traffic.get((source, dest), 0) + nbytes_sent
 
 
 def _server_role(target: str) -> str | None:
