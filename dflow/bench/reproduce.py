@@ -20,8 +20,12 @@ from collections.abc import Callable, Sequence
 
 from . import report
 from .hardware import get_hardware
-from .paper_tables import (BUGLIARELLO2017, BUGLIARELLO2017_EFFICIENCIES, BUGLIARELLO2017_SETUP,
-                           WANG2017_SATURATION)
+from .paper_tables import (
+    BUGLIARELLO2017,
+    BUGLIARELLO2017_EFFICIENCIES,
+    BUGLIARELLO2017_SETUP,
+    WANG2017_SATURATION,
+)
 from .simulate import best_setup, calibrate_step_time, model_plan, simulate
 
 __all__ = ["reproduce", "efficiencies", "saturation", "format_reproduction", "PAPERS"]
@@ -44,7 +48,8 @@ def reproduce(systems: Sequence[str] | None = None, max_gpus: int | None = None,
             step_times[row.system] = calibrate_step_time(plan, hardware, row.images_per_sec, batch)
         step = step_times[row.system]
         best, tried = best_setup(plan, hardware, step, batch, row.gpus, PS_UPDATES)
-        paper_setup = [r for r in tried if r.variable_update == row.variable_update and r.num_ps == row.num_ps]
+        paper_setup = [r for r in tried
+                       if (r.variable_update, r.num_ps) == (row.variable_update, row.num_ps)]
         ring = simulate(plan, hardware, step, batch, best.workers, 0, "allreduce",
                         devices_per_node=best.devices_per_node)
         rows.append({"system": row.system, "gpus": row.gpus, "num_ps": best.num_ps,
@@ -99,7 +104,8 @@ def saturation(workers: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8)) -> list[dict]:
         grows = [n for i, n in enumerate(workers[1:], 1) if rates[i] > 1.05 * max(rates[:i])]
         simulated = max(grows, default=workers[0])
         rows.append({"system": system, "batch_size": batch,
-                     "paper_saturates_at": paper, "saturates_at": None if simulated == workers[-1] else simulated,
+                     "paper_saturates_at": paper,
+                     "saturates_at": None if simulated == workers[-1] else simulated,
                      "images_per_sec": [round(r, 1) for r in rates]})
     return rows
 
@@ -130,7 +136,8 @@ def plot_scaling(rows: Sequence[dict], paths: Sequence[str], title: str = "") ->
         one = points[0]["images_per_sec"] / points[0]["gpus"]
         speed.plot(gpus, [r["images_per_sec"] for r in points], color=color, marker="o",
                    label=f"{system}: dflow simulate")
-        efficiency.plot(gpus, [r["images_per_sec"] / (r["gpus"] * one) for r in points], color=color, marker="o")
+        efficiency.plot(gpus, [r["images_per_sec"] / (r["gpus"] * one) for r in points], color=color,
+                        marker="o")
         if all(r.get("allreduce_images_per_sec") for r in points):
             speed.plot(gpus, [r["allreduce_images_per_sec"] for r in points], color=color, linestyle=":",
                        label=f"{system}: allreduce (simulated)")

@@ -47,7 +47,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .hardware import LOOPBACK, Hardware
+from .hardware import Hardware
 
 __all__ = ["Layer", "ModelPlan", "SimResult", "model_plan", "place_variables", "simulate", "best_setup",
            "ps_candidates", "calibrate_step_time", "SIM_UPDATES", "FORWARD_SHARE"]
@@ -259,12 +259,17 @@ def _layer_times(plan: ModelPlan, compute_s: float) -> tuple[list[float], list[f
 def simulate(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size: int, num_workers: int,
              num_ps: int = 1, variable_update: str = "parameter_server", ps_strategy: str = "greedy",
              devices_per_node: int | None = None, sync: bool = True, fusion_bytes: int = HOROVOD_FUSION_BYTES,
-             steps: int = STEPS) -> SimResult:
+             colocate_ps: bool = True, overlap: bool = True, steps: int = STEPS) -> SimResult:
     """Play ``steps`` training steps of ``num_workers`` nodes and ``num_ps`` PS tasks.
 
     ``step_time_s`` is one device's compute for one batch of ``batch_size``;
-    ``devices_per_node`` defaults to the hardware's. Returns the mean step time of all but
-    the first step, and what bounded it.
+    ``devices_per_node`` defaults to the hardware's. ``colocate_ps``: PS tasks on the worker
+    nodes (seed 001), else each on a node of its own (``tf.cluster.local``'s roles).
+    ``overlap``: TensorFlow's per-variable sends, overlapping reads with the forward pass and
+    gradients with the backward pass; False: dflow's runtime, whose PS step is three stages
+    (read, compute, apply: ``dflow.distributed.partition``), each task's values to another in
+    one message at a stage's end. Returns the mean step time of all but the first step, and
+    what bounded it.
     """
     if variable_update not in SIM_UPDATES:
         raise ValueError(f"variable_update must be one of {', '.join(SIM_UPDATES)}, got {variable_update!r}")
@@ -278,17 +283,22 @@ def simulate(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size
         return _simulate_ring(plan, hardware, step_time_s, batch_size, num_workers, per_node, variable_update,
                               fusion_bytes, steps)
     return _simulate_ps(plan, hardware, step_time_s, batch_size, num_workers, per_node, num_ps,
-                        variable_update, ps_strategy, sync, steps)
+                        variable_update, ps_strategy, sync, colocate_ps, overlap, steps)
 
 
 def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_ps, update, ps_strategy,
-                 sync, steps) -> SimResult:
+                 sync, colocate_ps, overlap, steps) -> SimResult:
     placement = place_variables(plan, num_ps, ps_strategy)
-    net = _Network(nodes, hardware)
-    cpu = [_Channel(f"ps {j} CPU (on node {j % nodes})") for j in range(num_ps)]
-    ps_node = [j % nodes for j in range(num_ps)]
+    ps_node = [j % nodes if colocate_ps else nodes + j for j in range(num_ps)]
+    net = _Network(nodes if colocate_ps else nodes + num_ps, hardware)
+    cpu = [_Channel(f"ps {j} CPU (on node {ps_node[j]})") for j in range(num_ps)]
     forward, backward = _layer_times(plan, step_time_s)
     layers = [[(v, plan.sizes[v], placement[v]) for v in layer.variables] for layer in plan.layers]
+    if not overlap:  # one layer of the whole model, one message per PS task each way
+        per_ps: dict[int, list] = {}
+        for v, size, ps in (item for layer in layers for item in layer):
+            per_ps.setdefault(ps, [v, 0, ps])[1] += size
+        layers, forward, backward = [[tuple(m) for m in per_ps.values()]], [sum(forward)], [sum(backward)]
     trainable = [v for layer in layers for v in layer]
     # a replica is a device (parameter_server) or a node's leader for its devices (distributed_replicated)
     aggregated = update == "distributed_replicated"
@@ -429,18 +439,19 @@ def _simulate_ring(plan, hardware, step_time_s, batch_size, nodes, per_node, upd
     n = nodes * per_node
     forward, backward = _layer_times(plan, step_time_s)
     collective = _Channel("ring allreduce (NIC)" if nodes > 1 else "ring allreduce (bus)")
-    link = min(hardware.nic_bytes_per_sec, hardware.bus_bytes_per_sec) if nodes > 1 else hardware.bus_bytes_per_sec
+    link = hardware.bus_bytes_per_sec if nodes == 1 else min(hardware.nic_bytes_per_sec,
+                                                             hardware.bus_bytes_per_sec)
     t = 0.0
     ends = []
     for _ in range(steps):
         start = t
         t = start + sum(forward)
-        bucket, bucket_ready = 0.0, t
+        bucket = 0.0
         for i in reversed(range(len(plan.layers))):
             t += backward[i]
             bucket += sum(plan.sizes[v] for v in plan.layers[i].variables)
             if bucket >= fusion_bytes or i == 0:
-                duration = (2 * (n - 1) / n * bucket / link + 2 * (n - 1) * hardware.latency_s) if n > 1 else 0
+                duration = 2 * (n - 1) / n * bucket / link + 2 * (n - 1) * hardware.latency_s
                 begin = max(t, collective.free)
                 collective.free = begin + duration
                 collective.busy += duration
