@@ -44,7 +44,7 @@ def test_allreduce_is_the_ring_formula_after_the_backward_pass():
     result = simulate(plan, NODE, compute, 32, n, 0, "allreduce", fusion_bytes=size)
     ring = 2 * (n - 1) / n * size / NODE.nic_bytes_per_sec + 2 * (n - 1) * NODE.latency_s
     assert result.step_s == pytest.approx(compute + ring, rel=1e-9)
-    assert result.num_ps == 0 and result.bottleneck == "compute"
+    assert result.num_ps == 0 and result.bottleneck == "ring allreduce (NIC)"
 
 
 def test_gradients_overlap_the_backward_pass_of_earlier_layers():

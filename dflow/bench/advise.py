@@ -52,7 +52,8 @@ from .network import RATES
 
 __all__ = ["Prediction", "Advice", "predict", "simulate_prediction", "core_sharing", "advise", "compare",
            "ps_loads",
-           "parse_bandwidth", "model_variable_bytes", "format_advice", "format_compare", "add_arguments",
+           "parse_bandwidth", "model_variable_bytes", "advise_cluster", "format_advice", "format_compare",
+           "add_arguments",
            "main", "VARIABLE_UPDATES", "NETWORK_BYTES_PER_SEC"]
 
 VARIABLE_UPDATES = ("parameter_server", "distributed_replicated", "allreduce")
@@ -453,13 +454,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--param_bytes", type=int, help="the variables' total bytes (instead of --model)")
     parser.add_argument("--bandwidth", help="link bytes/sec or 1gbit, 10gbit, 2GB/s (default for advice: "
                                             "1gbit; for --sweep: each record's network or its measurement)")
-    parser.add_argument("--batch_size", type=int, default=100, help="per device (default 100)")
+    parser.add_argument("--batch_size", type=int, help="per device (default 100; --hardware: 64)")
     parser.add_argument("--workers", default="1,2,4,8", type=lambda s: [int(n) for n in s.split(",")],
                         help="comma-separated worker counts (default 1,2,4,8)")
     parser.add_argument("--devices_per_node", type=int, default=1)
     parser.add_argument("--latency_ms", type=float, default=LATENCY_S * 1e3,
                         help="per message (default: 1 ms, loopback)")
     parser.add_argument("--sweep", help="a sweep's PRESET.jsonl: show predicted vs measured per point")
+    parser.add_argument("--hardware", help="a cluster preset of dflow.bench.hardware (piz_daint, p2.xlarge, "
+                                           "p2.8xlarge, dgx1, h100_ib400, ...): advise from the simulator "
+                                           "for the --workers GPU counts (--model, default inception3)")
     parser.add_argument("--own_compute", action="store_true",
                         help="--sweep: feed each point its own measured compute per step (predict only "
                              "the communication) instead of the baseline's shared by the cores")
@@ -467,9 +471,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the closed-form model instead of the simulator (dflow bench simulate)")
 
 
+# ---- advice on a cluster preset ------------------------------------------------------------------
+def _remedy(result: dict) -> str:
+    """What would lift a simulated run's bound, from what bounds it."""
+    bound = result["bottleneck"]
+    if bound == "compute":
+        return "compute-bound: more GPUs scale it"
+    if "CPU" in bound:
+        return "a PS's CPU: more PS tasks, greedy placement, or allreduce (no PS)"
+    if "connection" in bound:
+        return "one gRPC connection per worker-PS pair: more PS tasks, or allreduce over MPI/NCCL"
+    if "bus" in bound:
+        return "the node's bus: NVLink, or fewer devices per node"
+    if result["variable_update"] == "parameter_server" and result["devices_per_node"] > 1:
+        return f"{bound}: sum the node's gradients first (distributed_replicated), or a faster NIC"
+    return f"{bound}: a faster NIC, allreduce (2(n-1)/n bytes a link), or local aggregation"
+
+
+def advise_cluster(model: str, hardware: str, gpus: Sequence[int], step_time_s: float | None = None,
+                   batch_size: int = 64) -> list[dict]:
+    """Per GPU count, the simulator's best setup on a cluster preset (every update, PS counts
+    1..workers, greedy placement), the best of each update, what bounds it and what would help."""
+    from .hardware import get_hardware
+    from .simulate import simulate_counts
+
+    node = get_hardware(hardware)
+    rows = []
+    for update in ("parameter_server", "distributed_replicated", "allreduce"):
+        rows += simulate_counts(model, node, gpus, step_time_s, batch_size, update)
+    best = {}
+    for row in rows:
+        if row["images_per_sec"] > best.get(row["gpus"], {}).get("images_per_sec", 0):
+            best[row["gpus"]] = row
+    for row in rows:
+        row["best"] = "<- best" if best[row["gpus"]] is row else ""
+        row["what_would_help"] = _remedy(row)
+    return sorted(rows, key=lambda r: (r["gpus"], -r["images_per_sec"]))
+
+
 def main(args: argparse.Namespace, echo=print) -> int:
     """Run ``dflow bench advise``: the advice table, the comparison with a sweep, or both."""
     latency = args.latency_ms / 1e3
+    if args.hardware:
+        try:
+            rows = advise_cluster(args.model or "inception3", args.hardware, args.workers, args.step_time,
+                                  args.batch_size or 64)
+        except ValueError as error:
+            echo(f"dflow bench advise: {error}")
+            return 2
+        echo(report.markdown_table(rows, ["gpus", "variable_update", "num_ps", "devices_per_node",
+                                          "images_per_sec", "scaling_efficiency", "bottleneck", "utilization",
+                                          "what_would_help", "best"]))
+        return 0
+    args.batch_size = args.batch_size or 100
     if args.step_time is None and args.sweep is None:
         echo("dflow bench advise: give --step_time (with --model or --param_bytes) or --sweep FILE.jsonl")
         return 2

@@ -100,7 +100,8 @@ def saturation(workers: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8)) -> list[dict]:
     for system, batch, paper in WANG2017_SATURATION:
         hardware = get_hardware(system)
         step = batch / hardware.one_device_images_per_sec
-        rates = [simulate(plan, hardware, step, batch, n, 1, sync=False).images_per_sec for n in workers]
+        rates = [simulate(plan, hardware, step, batch, n, 1, sync=False, colocate_ps=False).images_per_sec
+                 for n in workers]
         grows = [n for i, n in enumerate(workers[1:], 1) if rates[i] > 1.05 * max(rates[:i])]
         simulated = max(grows, default=workers[0])
         rows.append({"system": system, "batch_size": batch,

@@ -59,6 +59,9 @@ SIM_UPDATES = ("parameter_server", "distributed_replicated", "allreduce", "repli
 FORWARD_SHARE = 1 / 3
 #: Horovod's default tensor fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB)
 HOROVOD_FUSION_BYTES = 64 * 2**20
+ASYNC_STEPS = 4
+#: a step within 5% of its compute is compute-bound; slower, the busiest resource is named
+COMPUTE_BOUND = 0.95
 STEPS = 3  # the first starts from idle links; the step time is the mean of the others
 
 
@@ -276,6 +279,7 @@ def simulate(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size
     if num_workers < 1 or step_time_s <= 0 or batch_size < 1:
         raise ValueError("num_workers and batch_size must be >= 1 and step_time_s > 0")
     per_node = devices_per_node or hardware.devices_per_node
+    steps = steps if sync else max(steps, 3 * ASYNC_STEPS)  # replicas drift apart: a longer window
     if variable_update == "replicated" and num_workers > 1:
         raise ValueError("replicated reduces inside one node: use num_workers=1, or allreduce / "
                          "distributed_replicated across nodes")
@@ -409,8 +413,10 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
         ends = [max(step_ends[r][k] for r in range(replicas)) for k in range(steps)]
         step = (ends[-1] - ends[0]) / (steps - 1)
         rate = replicas * images / step
-    else:
-        rate = sum(images * (steps - 1) / (e[-1] - e[0]) for e in step_ends)
+    else:  # the steps every replica finished after the last one's first, over that window
+        begin, end = max(e[0] for e in step_ends), max(e[-1] for e in step_ends)
+        finished = sum(sum(1 for t in e if t > begin) for e in step_ends)
+        rate = finished * images / (end - begin)
         step = replicas * images / rate
     window = step * (steps - 1)
     channels = [*net.out, *net.into, *cpu, *(net.bus if aggregated and per_node > 1 else [])]
@@ -426,7 +432,7 @@ def _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step
     busiest = max(channels, key=lambda c: c.busy, default=None)
     utilization = busiest.busy / elapsed if busiest else 0.0
     bottleneck = busiest.name if busiest else "compute"
-    if compute_s / step >= utilization:
+    if compute_s / step >= COMPUTE_BOUND or not busiest:  # else the busiest resource, though it may idle
         bottleneck, utilization = "compute", compute_s / step
     return SimResult(nodes, per_node, nodes * per_node, num_ps, update, ps_strategy, sync, batch_size, step,
                      rate, bottleneck, min(1.0, utilization), compute_s, nic_bytes, ps_bytes)
