@@ -11,7 +11,7 @@ Where a number is not published (what TensorFlow's gRPC gets out of a link, a PS
 rate), the comment says which published figure it comes from and by how much it is
 derated, and why; ``docs/simulate.md`` has the sources in full.
 
->>> PRESETS["p2.8xlarge"].devices_per_node, PRESETS["p2.8xlarge"].nic_bytes_per_sec / 1e9
+>>> PRESETS["p2.8xlarge"].devices_per_node, round(PRESETS["p2.8xlarge"].nic_bytes_per_sec / 1e9, 3)
 (8, 1.175)
 """
 

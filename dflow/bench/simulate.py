@@ -32,10 +32,12 @@ variables before the forward pass; ``allreduce`` is Horovod's ring: each bucket 
 ``fusion_bytes`` gradients, in backward order, costs ``2 (n-1)/n`` bytes per link and
 ``2 (n-1)`` latencies, over the NICs between nodes and the bus inside one.
 
+>>> from dflow.bench.hardware import LOOPBACK  # 2 GB/s links and PS CPU, 1 ms a message
 >>> plan = ModelPlan.uniform("toy", [4_000_000], flops=[1.0])
->>> r = simulate(plan, LOOPBACK, step_time_s=0.1, batch_size=100, num_workers=2, num_ps=1)
->>> round(r.step_s, 3)  # worker 1 reads 4 MB and sends 4 MB back at 2 GB/s: 4 ms, + latencies
-0.106
+>>> r = simulate(plan, LOOPBACK, step_time_s=0.1, batch_size=100, num_workers=2, num_ps=1,
+...              colocate_ps=False, overlap=False)
+>>> round(r.step_s, 3)  # 2 ms serialize, 2 x 2 ms reads, 100 compute, 2 grad, 2 apply, 3 x 1 latency
+0.113
 """
 
 from __future__ import annotations
