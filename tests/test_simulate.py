@@ -110,3 +110,18 @@ def test_a_committed_sweep_point_is_predicted_within_15_percent():
     assert abs(point["error_percent"]) <= 15
     assert "mean absolute error" in advise.format_compare(rows)
     assert report.markdown_table(rows, ["predicted"])
+
+
+def test_simulate_command_prints_json_rows_with_the_setup(capsys):
+    from dflow.cli import main
+
+    assert main(["bench", "simulate", "--hardware", "p2.8xlarge", "--model", "mnist_dnn",
+                 "--step_time", "0.01", "--gpus", "1,16", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["gpus"] for r in rows] == [1, 16]
+    for row in rows:
+        assert {"workers", "num_ps", "variable_update", "devices_per_node", "images_per_sec",
+                "bottleneck"} <= set(row)
+    assert rows[1]["workers"] == 2 and rows[1]["devices_per_node"] == 8
+    assert main(["bench", "simulate", "--hardware", "p2.xlarge", "--gpus", "2", "--batch_size", "32"]) == 2
+    assert "give --step_time" in capsys.readouterr().out

@@ -469,7 +469,8 @@ def _simulate_ring(plan, hardware, step_time_s, batch_size, nodes, per_node, upd
         ends.append(t)
     step = (ends[-1] - ends[0]) / (steps - 1)
     return _result(nodes, per_node, 0, update, None, True, batch_size, step, n * batch_size / step,
-                   step_time_s, [collective], step * (steps - 1), steps, collective.bytes / steps, 0.0)
+                   step_time_s, [collective], step * (steps - 1), steps,
+                   collective.bytes / steps if nodes > 1 else 0.0, 0.0)  # inside one node: the bus
 
 
 # ---- searching setups ---------------------------------------------------------------------------
