@@ -12,9 +12,8 @@ from conftest import local_cluster_fixture
 from distributed.comm.core import CommClosedError
 
 import dflow as tf
-from dflow.distributed.partition import describe, partition, place
 from dflow.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
-from dflow.runtime.session import prune
+from dflow.runtime.passes import Devices, make_plan, place, prune
 
 PS0, PS1, W0, W1 = "/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0", "/job:worker/task:1"
 
@@ -138,7 +137,7 @@ def test_parameter_server_step_has_three_stages_and_variables_live_on_the_ps(clu
     with tf.Session(target) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(train, {x: np.ones((3, 2), np.float32)})
-        stages = sess._plans[((train.name,), (x.name,))].partition.stages
+        stages = sess.runner.plan([train], {x.name}).stages
         assert [s.level for s in stages[PS1]] == [0, 2]
         assert {s.level for s in stages[W0]} >= {1}
         traffic = sess.last_run_stats.bytes_sent
@@ -174,7 +173,8 @@ def test_ops_without_a_job_run_on_worker_0_and_updates_follow_their_variable():
         update = tf.assign(v, 2.0)
     y = v * 3.0
     tasks = {PS0: {}, PS1: {}, W0: {}, W1: {}}
-    placement = place(prune(tf.get_default_graph(), [y, update], set()), W0, tasks)
+    placed = place(prune(tf.get_default_graph().nx, [y.name, update.name], set()), Devices(W0, tasks))
+    placement = dict(placed.nodes(data="device"))
     assert placement["v"] == placement[update.op.name] == placement["v/read"] == f"{PS1}/device:CPU:0"
     assert placement[y.op.name] == f"{W0}/device:CPU:0"
 
@@ -187,8 +187,7 @@ def test_stages_form_a_dag_with_sends_matching_receives():
         b = a * 2.0
     with tf.device(PS0):
         c = b + a
-    ops = prune(tf.get_default_graph(), [c], {x.name})
-    part = partition(ops, place(ops, W0, {PS0: {}, W0: {}}), {x.name}, [c.name])
+    part = make_plan(tf.get_default_graph(), [c], {x.name}, Devices(W0, {PS0: {}, W0: {}}))
     # W0's constant 2.0 needs nothing from PS0: it runs in a stage of its own at level 0
     assert [(s.task, s.level) for t in part.tasks for s in part.stages[t]] == [
         (PS0, 0), (PS0, 2), (W0, 0), (W0, 1)]
@@ -204,13 +203,13 @@ def test_described_placement_lists_whole_op_names_and_counts_the_rest():
         total = x
         for i in range(60):
             total = tf.add(total, 1.0, name=f"step_{i:02d}")
-    ops = prune(tf.get_default_graph(), [total], {x.name})
-    text = describe(partition(ops, place(ops, W0, {W0: {}}), {x.name}, [total.name]))
+    plan = make_plan(tf.get_default_graph(), [total], {x.name}, Devices(W0, {W0: {}}))
+    text = plan.describe()
     listed = text[text.index("(") + 1:text.rindex(")")]
     shown, rest = listed.split(", ... and ")
     assert text.startswith(f"{W0} stage 0: 120 ops (") and len(shown) <= 200
     assert rest == f"{120 - len(shown.split(', '))} more"
-    assert all(name in {op.name for op in ops} for name in shown.split(", "))  # none cut in the middle
+    assert all(name in plan.graph for name in shown.split(", "))  # none cut in the middle
 
 
 # ---- what goes wrong ------------------------------------------------------------------------

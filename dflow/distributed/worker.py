@@ -50,6 +50,7 @@ from .. import errors
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
+from ..runtime.runners import cancel_waits
 from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
@@ -198,9 +199,7 @@ class DflowWorker(WorkerPlugin):
         """End every wait of this task's steps (barriers, accumulators, queues): they raise
         CancelledError. The replicas of a run that lost a role stop at once instead of waiting
         for the dead one (the chief then saves a checkpoint as it stops)."""
-        from ..runtime.session import _cancel_waits
-
-        _cancel_waits(self.state)
+        cancel_waits(self.state)
 
     def unregister(self, plan_ids: list) -> int:
         """Forget ``plan_ids``; how many this worker held."""
@@ -230,9 +229,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
-        from ..runtime.session import _cancel_waits
-
-        _cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
+        cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"
