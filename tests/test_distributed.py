@@ -97,19 +97,23 @@ SHARED_CASES = {
 }
 
 
-def _run_case(build, target):
+def _run_case(build, target, runner=""):
     with tf.Graph().as_default():
         runs, feeds = build()
         # in this process, the cases' /job:ps devices need soft placement (without it: an error, as in TF)
-        with tf.Session(target, config=tf.ConfigProto(allow_soft_placement=True)) as sess:
+        config = tf.ConfigProto(allow_soft_placement=True, runner=runner)
+        with tf.Session(target, config=config) as sess:
             return [sess.run(fetches, feeds) for fetches in runs]
 
 
 @pytest.mark.parametrize("case", sorted(SHARED_CASES))
-def test_shared_suite_local_and_cluster_agree(case, target):
-    local = _run_case(SHARED_CASES[case], "")
-    remote = _run_case(SHARED_CASES[case], target)
-    _assert_close(local, remote)
+def test_shared_suite_local_and_cluster_agree(case, cluster):
+    """Every case through the three runners: in this process, straight to the workers, as Dask tasks."""
+    local = _run_case(SHARED_CASES[case], "", "local")
+    for runner in ("direct", "dask"):
+        remote = _run_case(SHARED_CASES[case], cluster.target, runner)
+        tf.Session.reset(cluster.target)
+        _assert_close(local, remote)
 
 
 def _assert_close(a, b):

@@ -180,7 +180,7 @@ class DirectRunner:
         (from, to) link and the staleness of the step's updates."""
         stats = stats if stats is not None else RunStats()
         try:
-            return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
+            return self._run_once(plan, feeds, stats)
         except PlanNotFoundError as error:  # the task is there but forgot the plan: transparent
             if not self._register_again(plan, error):
                 raise
@@ -192,6 +192,9 @@ class DirectRunner:
                                        "state: the next step runs there (initialize or restore the "
                                        "variables it held first)") from None
             raise
+        return self._run_once(plan, feeds, stats)
+
+    def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
         return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
 
     async def _step(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats) -> dict:

@@ -241,17 +241,19 @@ class Stage:
 
     @property
     def name(self) -> str:
-        """What the stage does, for people reading a task stream: ``read``, ``forward-backward``,
-        ``apply``, ``compute``."""
+        """What the stage does, for people reading a task stream: ``read-variables``,
+        ``forward-backward``, ``apply-updates`` or ``compute-values``. (Two words, so that
+        Dask's dashboard, which groups tasks by the key up to its first dash-separated word,
+        groups one role's stages of one kind across steps.)"""
         if self.applies_updates:
-            return "apply"
+            return "apply-updates"
         names = self.schedule.nodes
         if any(n.startswith("gradients") or "/gradients" in n for n in names):
             return "forward-backward"
         reads = ("VariableV2", "ReadVariable", "Identity", "Const")
         if names and all(n.type in reads for n in names.values()):
-            return "read"
-        return "compute"
+            return "read-variables"
+        return "compute-values"
 
     @property
     def outputs(self) -> tuple[str, ...]:
