@@ -6,6 +6,7 @@ import contextlib
 import os
 import time
 
+import distributed
 import numpy as np
 import pytest
 from conftest import local_cluster_fixture
@@ -154,6 +155,26 @@ def test_parameter_server_step_has_three_stages_and_variables_live_on_the_ps(clu
     by_task = {cluster.spec.task_address("ps", 1): ["weights"]}
     for address, names in held.items():
         assert names == by_task.get(address, []), (address, names)
+
+
+def test_dask_runner_stages_show_in_the_task_stream_each_on_its_roles_worker(cluster, target):
+    x = tf.placeholder(tf.float32, [None, 2])
+    with tf.device(PS1):
+        w = tf.Variable(tf.ones([2, 1]), name="weights")
+    with tf.device(W1):
+        loss = tf.reduce_sum(tf.matmul(x, w))
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.Session(target, config=tf.ConfigProto(runner="dask")) as sess:
+        sess.run(w.initializer)
+        with distributed.get_task_stream(cluster.client) as stream:
+            assert sess.run([train, loss], {x: np.ones((3, 2), np.float32)})[1] == 6.0
+        assert float(sess.run(w)[0, 0]) == pytest.approx(1.0 - 0.1 * 3)
+    role_at = {address: info["name"] for address, info in tf.cluster.worker_infos(cluster.client).items()}
+    ran = {" ".join(str(t["key"]).split(":")[:2]): role_at[t["worker"]] for t in stream.data}
+    # the step's stages, named by role and kind, each on the worker its role's resource names
+    assert {"ps/1 read-variables", "worker/1 forward-backward", "ps/1 apply-updates"} <= set(ran)
+    assert all(label.split()[0] == role for label, role in ran.items()), ran
+    assert any("step 2" in str(t["key"]) for t in stream.data)
 
 
 def test_variables_persist_across_sessions_and_are_shared_by_name(target):

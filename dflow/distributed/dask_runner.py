@@ -96,7 +96,7 @@ class DaskRunner(DirectRunner):
         run_id = f"{self._session}-{step}"
         layout = self._layouts[plan.plan_id]
         keys = {(s.task, s.index): f"{s.label}:step {step} [{self._session} #{s.index}]" for s in layout}
-        layers, dependencies, wanted = {}, {}, []
+        layers, dependencies, fetching, finishing = {}, {}, [], []
         has_dependents = {up for s in layout for up in s.upstream}
         for s in layout:
             key = keys[s.task, s.index]
@@ -111,14 +111,22 @@ class DaskRunner(DirectRunner):
                 layers[fetch_key] = MaterializedLayer({fetch_key: (select, key, list(s.fetches))},
                                                       annotations={"resources": {s.resource: 1}})
                 dependencies[fetch_key] = {key}
-                wanted.append(fetch_key)
-            elif s.fetches or (s.task, s.index) not in has_dependents:
-                wanted.append(key)  # the step is done when every last stage is
+                fetching.append(fetch_key)
+            elif s.fetches:
+                fetching.append(key)
+            if (s.task, s.index) not in has_dependents:
+                finishing.append(key)  # the step is done when every last stage is
+        wanted = fetching + [key for key in finishing if key not in fetching]
         futures = self.client.get(HighLevelGraph(layers, dependencies), wanted, sync=False)
         try:
             with self.client.as_current():  # (wait finds its client as the current one)
                 distributed.wait(futures, timeout=self.timeout)
-            results = self.client.gather(futures, direct=self.worker is None)
+            # only the fetched values travel back: a last stage that fetches nothing is waited
+            # for (the scheduler says when it is done) but not gathered, a round trip saved
+            errors = [f for f in futures if f.status == "error"]
+            if errors:
+                errors[0].result()  # raises the stage's error, as its task raised it
+            results = self.client.gather(futures[:len(fetching)], direct=self.worker is None)
         except (TimeoutError, distributed.TimeoutError):
             late = [f.key for f in futures if not f.done()]
             raise DeadlineExceededError(f"step {step} waited {self.timeout:g} s for {', '.join(late)}: are "
