@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import distributed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from distributed.worker import thread_state
 
 from ..cluster.spec import role_name, worker_infos
 from ..errors import DeadlineExceededError, FailedPreconditionError
@@ -118,6 +119,9 @@ class DaskRunner(DirectRunner):
                 finishing.append(key)  # the step is done when every last stage is
         wanted = fetching + [key for key in finishing if key not in fetching]
         futures = self.client.get(HighLevelGraph(layers, dependencies), wanted, sync=False)
+        in_task = getattr(thread_state, "key", None) is not None  # a between-graph replica's program
+        if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
+            distributed.secede()
         try:
             with self.client.as_current():  # (wait finds its client as the current one)
                 distributed.wait(futures, timeout=self.timeout)
@@ -135,6 +139,8 @@ class DaskRunner(DirectRunner):
         finally:
             for future in futures:
                 future.release()
+            if in_task:
+                distributed.rejoin()
         values: dict = {}
         for result in results:
             values.update(result)
