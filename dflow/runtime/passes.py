@@ -31,9 +31,12 @@ straight to the workers) plans with it, and a :class:`PlanCache` keeps the resul
 ...     z = tf.add(y, 1.0, name="z")
 ...     devices = Devices("/job:worker/task:0", {"/job:ps/task:0": {}, "/job:worker/task:0": {}})
 ...     plan = make_plan(g, [z], {"x:0"}, devices)
->>> print(plan.describe())
-/job:ps/task:0 stage 0: 2 ops (y/y, y)
-/job:worker/task:0 stage 1: 2 ops (z/y, z)
+>>> print(plan.describe())  # the constant 1.0 needs nothing from the PS: a stage of its own
+/job:ps/task:0 stage 0: 2 ops (Const, y)
+/job:worker/task:0 stage 0: 1 ops (Const_1)
+/job:worker/task:0 stage 1: 1 ops (z)
+>>> sorted(plan.graph.nodes["y"])
+['device', 'op', 'stage']
 """
 
 from __future__ import annotations
@@ -350,12 +353,6 @@ class Plan:
         (stages,) = self.stages.values() or [[Stage(LOCAL_TASK, 0, schedule([], set(), []))]]
         (stage,) = stages
         return stage.schedule
-
-    def producer(self, value: str, consumer: Stage) -> Stage:
-        """The stage whose output ``consumer`` receives (or keeps) as ``value``."""
-        op = value[1:] if value.startswith("^") else value.rpartition(":")[0]
-        task, level = self.graph.nodes[op]["stage"]
-        return next(s for s in self.stages[task] if s.level == level)
 
     def describe(self) -> str:
         return describe_stages(self.stages)
