@@ -27,7 +27,7 @@ from ..graph import Graph, Operation, Tensor, get_default_graph
 from .devices import numpy_namespace, to_namespace
 from .executor import RunStats
 from .run_options import fill_run_metadata
-from .runners import Runner, make_runner
+from .runners import LocalRunner, Runner, make_runner
 from .state import SessionState
 
 __all__ = ["Session", "InteractiveSession", "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions",
@@ -201,6 +201,14 @@ class Session:
         """The variables and resources of a session that runs in this process (None on a cluster,
         whose tasks hold them)."""
         return getattr(self.runner, "state", None)
+
+    @state.setter
+    def state(self, state: SessionState) -> None:
+        """Share another local session's variables (tests run between-graph replicas in one process)."""
+        if not isinstance(self.runner, LocalRunner):
+            raise ValueError("only a session that runs in this process holds its state; a cluster's tasks "
+                             "hold theirs")
+        self.runner.state = state
 
     @staticmethod
     def reset(target: str, containers=None, config: ConfigProto | None = None) -> None:
