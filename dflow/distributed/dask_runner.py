@@ -94,42 +94,19 @@ class DaskRunner(DirectRunner):
 
     def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
         step = next(self._steps)
-        run_id = f"{self._session}-{step}"
-        layout = self._layouts[plan.plan_id]
-        keys = {(s.task, s.index): f"{s.label}:step {step} [{self._session} #{s.index}]" for s in layout}
-        layers, dependencies, fetching, finishing = {}, {}, [], []
-        has_dependents = {up for s in layout for up in s.upstream}
-        for s in layout:
-            key = keys[s.task, s.index]
-            task_feeds = {name: feeds[name] for name in s.feeds}
-            upstream = [keys[u] for u in s.upstream]
-            layers[key] = MaterializedLayer({key: (run_stage, plan.plan_id, s.index, run_id, task_feeds,
-                                                   *upstream)},
-                                            annotations={"resources": {s.resource: 1}})
-            dependencies[key] = set(upstream)
-            if s.fetches and s.sends:
-                fetch_key = f"{s.label}:fetch:step {step} [{self._session} #{s.index}]"
-                layers[fetch_key] = MaterializedLayer({fetch_key: (select, key, list(s.fetches))},
-                                                      annotations={"resources": {s.resource: 1}})
-                dependencies[fetch_key] = {key}
-                fetching.append(fetch_key)
-            elif s.fetches:
-                fetching.append(key)
-            if (s.task, s.index) not in has_dependents:
-                finishing.append(key)  # the step is done when every last stage is
-        wanted = fetching + [key for key in finishing if key not in fetching]
-        futures = self.client.get(HighLevelGraph(layers, dependencies), wanted, sync=False)
+        graph, fetching, finishing = self._step_graph(plan, feeds, step)
+        futures = self.client.get(graph, fetching + finishing, sync=False)
         in_task = getattr(thread_state, "key", None) is not None  # a between-graph replica's program
         if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
             distributed.secede()
         try:
             with self.client.as_current():  # (wait finds its client as the current one)
                 distributed.wait(futures, timeout=self.timeout)
-            # only the fetched values travel back: a last stage that fetches nothing is waited
-            # for (the scheduler says when it is done) but not gathered, a round trip saved
             errors = [f for f in futures if f.status == "error"]
             if errors:
                 errors[0].result()  # raises the stage's error, as its task raised it
+            # only the fetched values travel back: a last stage that fetches nothing is waited
+            # for (the scheduler says when it is done) but not gathered, a round trip saved
             results = self.client.gather(futures[:len(fetching)], direct=self.worker is None)
         except (TimeoutError, distributed.TimeoutError):
             late = [f.key for f in futures if not f.done()]
@@ -141,10 +118,34 @@ class DaskRunner(DirectRunner):
                 future.release()
             if in_task:
                 distributed.rejoin()
-        values: dict = {}
-        for result in results:
-            values.update(result)
+        values = {name: value for result in results for name, value in result.items()}
         return {name: values[name] for name in plan.fetches if name in values}
+
+    def _step_graph(self, plan: Plan, feeds: dict, step: int) -> tuple[HighLevelGraph, list, list]:
+        """Step ``step`` of ``plan`` as one task graph, with the keys holding the fetched values and
+        the keys of the last stages (the step is done when they are)."""
+        layout = self._layouts[plan.plan_id]
+        run_id = f"{self._session}-{step}"
+        keys = {(s.task, s.index): f"{s.label}:step {step} [{self._session} #{s.index}]" for s in layout}
+        layers, dependencies, fetching, finishing = {}, {}, [], []
+        has_dependents = {up for s in layout for up in s.upstream}
+        for s in layout:
+            key, upstream = keys[s.task, s.index], [keys[u] for u in s.upstream]
+            stage_feeds = {name: feeds[name] for name in s.feeds}
+            task = (run_stage, plan.plan_id, s.index, run_id, stage_feeds, *upstream)
+            layers[key] = MaterializedLayer({key: task}, annotations={"resources": {s.resource: 1}})
+            dependencies[key] = set(upstream)
+            if s.fetches and s.sends:  # a select task, so that what it sends does not reach the client
+                fetch_key = f"{s.label}:fetch:step {step} [{self._session} #{s.index}]"
+                layers[fetch_key] = MaterializedLayer({fetch_key: (select, key, list(s.fetches))},
+                                                      annotations={"resources": {s.resource: 1}})
+                dependencies[fetch_key] = {key}
+                fetching.append(fetch_key)
+            elif s.fetches:
+                fetching.append(key)
+            elif (s.task, s.index) not in has_dependents:
+                finishing.append(key)
+        return HighLevelGraph(layers, dependencies), fetching, finishing
 
 
 def _layout(plan: Plan) -> list[_StageTask]:
