@@ -271,12 +271,14 @@ def test_errors_on_a_worker_reach_the_client_with_their_type(target):
 
 
 @pytest.mark.slow
-def test_a_killed_worker_gives_a_clear_error_and_no_hang():
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+def test_a_killed_worker_gives_a_clear_error_and_no_hang(runner):
     with tf.cluster.local(ps=1, workers=1) as c:
         with tf.device(PS0):
             v = tf.Variable(1.0, name="v")
         y = v * 2.0
-        with tf.Session(c.target, config=tf.ConfigProto(operation_timeout_in_ms=20_000)) as sess:
+        config = tf.ConfigProto(operation_timeout_in_ms=20_000, runner=runner)
+        with tf.Session(c.target, config=config) as sess:
             sess.run(tf.global_variables_initializer())
             assert float(sess.run(y)) == 2.0
             with contextlib.suppress(CommClosedError):  # it dies before it can answer

@@ -26,6 +26,7 @@ The README's "How a step runs" compares this path with the direct one.
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -35,14 +36,16 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed.worker import thread_state
 
 from ..cluster.spec import role_name, worker_infos
-from ..errors import DeadlineExceededError, FailedPreconditionError
+from ..errors import DeadlineExceededError, FailedPreconditionError, UnavailableError
 from ..placement import DeviceSpec
 from ..runtime.executor import RunStats
 from ..runtime.passes import Plan
-from .runner import DirectRunner
+from .runner import DirectRunner, cluster_tasks
 from .worker import run_stage, select
 
 __all__ = ["DaskRunner", "role_resource"]
+
+WATCH_EVERY_S = 0.5  # how often a step waiting for its tasks checks that their workers are there
 
 
 def role_resource(task: str) -> str:
@@ -100,19 +103,13 @@ class DaskRunner(DirectRunner):
         if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
             distributed.secede()
         try:
-            with self.client.as_current():  # (wait finds its client as the current one)
-                distributed.wait(futures, timeout=self.timeout)
+            self._wait(plan, futures, step)
             errors = [f for f in futures if f.status == "error"]
             if errors:
                 errors[0].result()  # raises the stage's error, as its task raised it
             # only the fetched values travel back: a last stage that fetches nothing is waited
             # for (the scheduler says when it is done) but not gathered, a round trip saved
             results = self.client.gather(futures[:len(fetching)], direct=self.worker is None)
-        except (TimeoutError, distributed.TimeoutError):
-            late = [f.key for f in futures if not f.done()]
-            raise DeadlineExceededError(f"step {step} waited {self.timeout:g} s for {', '.join(late)}: are "
-                                        "those workers alive? (ConfigProto.operation_timeout_in_ms sets "
-                                        "this limit)") from None
         finally:
             for future in futures:
                 future.release()
@@ -120,6 +117,28 @@ class DaskRunner(DirectRunner):
                 distributed.rejoin()
         values = {name: value for result in results for name, value in result.items()}
         return {name: values[name] for name in plan.fetches if name in values}
+
+    def _wait(self, plan: Plan, futures: list, step: int) -> None:
+        """Until the step's tasks are done; a task whose worker left meanwhile is an
+        UnavailableError at once (as on the direct path), not a wait for the deadline."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = max(0.0, min(WATCH_EVERY_S, deadline - time.monotonic()))
+            try:
+                with self.client.as_current():  # (wait finds its client as the current one)
+                    distributed.wait(futures, timeout=left)
+                return
+            except (TimeoutError, distributed.TimeoutError):
+                pass
+            late = [f.key for f in futures if not f.done()]
+            if time.monotonic() >= deadline:
+                raise DeadlineExceededError(f"step {step} waited {self.timeout:g} s for {', '.join(late)}: "
+                                            "are those workers alive? (ConfigProto.operation_timeout_in_ms "
+                                            "sets this limit)")
+            gone = sorted(set(plan.tasks) - set(cluster_tasks(self.client)))
+            if gone:
+                raise UnavailableError(f"task {', '.join(gone)} left the cluster during step {step} (its "
+                                       f"worker died or was stopped), so {', '.join(late)} cannot run")
 
     def _step_graph(self, plan: Plan, feeds: dict, step: int) -> tuple[HighLevelGraph, list, list]:
         """Step ``step`` of ``plan`` as one task graph, with the keys holding the fetched values and
