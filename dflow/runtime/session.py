@@ -1,6 +1,7 @@
-"""``Session``: prune the graph to what the fetches need, plan once per
-(fetches, feeds) signature, and run the plan with the dependency-counting
-executor in this process.
+"""``Session``: run the steps of a graph through a runner (:mod:`~dflow.runtime.runners`):
+the passes of :mod:`~dflow.runtime.passes` plan each (fetches, feeds) signature once, and
+the dependency-counting executor runs the plan in this process, or the cluster's workers
+run its stages (``ConfigProto(runner=...)`` picks how).
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
