@@ -110,7 +110,7 @@ def blas_env(threads: int) -> dict[str, str]:
 
 def _blas_env(job: str, workers: int, blas_threads: int | None) -> dict[str, str]:
     """BLAS threads per process: a PS only adds gradients (1 thread); the workers share the
-    cores. Oversubscribed BLAS collapses throughput (MEASURED.md)."""
+    cores. Oversubscribed BLAS collapses throughput (docs/measured.md)."""
     return blas_env(1 if job == "ps" else blas_threads or max(1, (os.cpu_count() or 1) // workers))
 
 

@@ -2,7 +2,7 @@
 
 :class:`DflowWorker` is a ``distributed`` WorkerPlugin. It adds RPC handlers to
 the worker, so a step's messages go straight from worker to worker (about 1 ms
-a call on loopback) and never through the scheduler (about 11 ms; MEASURED.md):
+a call on loopback) and never through the scheduler (about 11 ms; docs/measured.md):
 
 - ``dflow_register(plan_id, stages, addresses)``: keep this task's stages of a plan;
 - ``dflow_unregister(plan_ids)``: forget plans (their session closed);
