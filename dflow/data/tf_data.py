@@ -113,6 +113,7 @@ class DatasetConstructors:
     def from_tensor_slices(tensors) -> DatasetV1:
         """One element per row of ``tensors`` (all components share their first dimension).
 
+        >>> import numpy as np, dflow as tf
         >>> data = tf.data.Dataset.from_tensor_slices({"x": np.ones((4, 2)), "y": np.arange(4)})
         >>> data.output_shapes["x"].as_list()
         [2]
@@ -150,6 +151,7 @@ class DatasetConstructors:
         ``output_shapes``). As in TF, the generator runs in the process that built the graph: the
         graph holds only a token for it, so a Dask worker cannot run this dataset.
 
+        >>> import dflow as tf
         >>> data = tf.data.Dataset.from_generator(lambda: iter([[1, 2], [3]]), tf.int64, [None])
         >>> data.output_shapes.as_list()
         [None]
