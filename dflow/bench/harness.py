@@ -37,7 +37,6 @@ It starts a cluster: call it under ``if __name__ == "__main__":`` in a script.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import json
@@ -238,19 +237,19 @@ def _replica(task_index: int, target: str, spec, settings: dict, progress_name: 
     import distributed
 
     import dflow as tf
-    from dflow.cli_cluster import _STOP
     from dflow.models import get_model
+    from dflow.train.program import STOP
 
     model = get_model(settings["model"])
     update = _variable_update(settings, spec, task_index)
     data, batches = _replica_data(settings, model, task_index, len(update.workers))
     tf.set_random_seed(repeat)  # each repeat its own weights, every replica the chief's
     with tf.device(update.device()):
-        g = _build_graph(tf, model, settings, update)
+        g = _build_graph(model, settings, update)
     feed_extra = {g.keep_prob: model.train_defaults["keep_prob"]} if g.keep_prob is not None else {}
     progress = distributed.Queue(progress_name)
     steps = _Steps(update.worker_device, update.num_ps > 0, keep_events)
-    _STOP.clear()
+    STOP.clear()
     with tf.train.MonitoredTrainingSession(target, is_chief=update.is_chief, hooks=update.hooks()) as sess:
         for _ in range(settings["num_warmup_batches"]):
             steps.run(sess, g, batches, feed_extra, timed=False)
@@ -258,7 +257,7 @@ def _replica(task_index: int, target: str, spec, settings: dict, progress_name: 
         images = update.images_per_step(settings["batch_size"])
         begin = time.perf_counter()
         for step in range(1, settings["num_batches"] + 1):
-            if _STOP.is_set() or not steps.run(sess, g, batches, feed_extra, timed=True):
+            if STOP.is_set() or not steps.run(sess, g, batches, feed_extra, timed=True):
                 break
             if step % DISPLAY_EVERY == 0 or step == settings["num_batches"]:
                 progress.put(("timed", task_index, step, steps.times[-(step - steps.reported):],
@@ -270,14 +269,14 @@ def _replica(task_index: int, target: str, spec, settings: dict, progress_name: 
             "param_bytes": _param_bytes(g), "accuracy": accuracy}
 
 
-def _build_graph(tf, model, settings: dict, update):
-    """``dflow train``'s graph (``dflow.cli._build``), its optimizer wrapped by the variable update."""
-    from dflow.cli import _build
+def _build_graph(model, settings: dict, update):
+    """``dflow train``'s graph, its optimizer wrapped by the variable update."""
+    from dflow.train.program import build_training_graph
 
     train_settings = {"optimizer": settings["optimizer"], "learning_rate": OPTIMIZERS[settings["optimizer"]],
                       **({"keep_prob": model.train_defaults["keep_prob"]} if model.dropout else {})}
-    args = argparse.Namespace(data_format=settings["data_format"], momentum=0.9)
-    return _build(tf, model, train_settings, args, optimizer_wrapper=update.optimizer)
+    return build_training_graph(model, train_settings, settings["data_format"],
+                                optimizer_wrapper=update.optimizer)
 
 
 def _replica_data(settings: dict, model, task_index: int, replicas: int):
@@ -289,18 +288,18 @@ def _replica_data(settings: dict, model, task_index: int, replicas: int):
         images = rng.standard_normal((batch, *model.input_shape)).astype(np.float32)
         labels = rng.integers(0, model.num_classes, batch).astype(np.int64)
         return None, itertools.repeat((images, labels))
-    from dflow.cli import _load
+    from dflow.train.program import load_data
 
-    data = _load(settings["data_dir"], model)
+    data = load_data(settings["data_dir"], model)
     return data, data.train_batches(batch, seed=task_index, shard=(task_index, replicas))
 
 
 def _accuracy(sess, g, data) -> float | None:
     if data is None:
         return None  # synthetic images have no test split worth the name
-    from dflow.cli import _evaluate
+    from dflow.train.program import evaluate
 
-    total, count, _ = _evaluate(sess, g, data, regression=False)
+    total, count, _ = evaluate(sess, g, data, regression=False)
     return total / count if count else None
 
 
@@ -447,15 +446,15 @@ def _run_repeat(cluster, settings: dict, repeat: int, keep_events: bool, echo, s
     """One repeat: a replica per worker task, followed until all finish; their results by task."""
     import distributed
 
-    from ..cli_cluster import _interrupt_at_safe_points
     from ..distributed.replicate import start_replicas
+    from ..train.program import interrupt_at_safe_points
 
     queue = distributed.Queue(f"dflow-bench-{uuid.uuid4().hex[:8]}", client=cluster.client)
     view = _Progress(settings, repeat, echo, _Bar(stream))
     futures = start_replicas(_replica, cluster, cluster.target, cluster.spec, settings, queue.name, repeat,
                              keep_events and repeat == settings["repeats"] - 1)
     try:
-        with _interrupt_at_safe_points() as interrupted:
+        with interrupt_at_safe_points() as interrupted:
             _follow(queue, futures, view, interrupted)
         return cluster.client.gather(futures)
     except KeyboardInterrupt:
@@ -472,13 +471,13 @@ def _stop(cluster, futures) -> None:
     quickly instead of retried for Dask's 30 s."""
     import dask
 
-    from ..cli_cluster import _stop_replicas
+    from ..train.program import stop_replicas
 
     spec = cluster.spec
     workers = [spec.task_address("worker", i) for i in spec.task_indices("worker")]
     with contextlib.suppress(OSError, TimeoutError), \
             dask.config.set({"distributed.comm.timeouts.connect": f"{_STOP_WAIT_S}s"}):
-        cluster.client.run(_stop_replicas, workers=workers, on_error="ignore")
+        cluster.client.run(stop_replicas, workers=workers, on_error="ignore")
     deadline = time.monotonic() + _STOP_WAIT_S
     while not all(f.done() for f in futures) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
