@@ -652,7 +652,7 @@ class BatchNormalization(Layer):
     def _add_updates(self, inputs, batch_mean, batch_variance, training):
         rank = inputs.shape.ndims
         if rank == 4 and self.axis in (1, 3):  # TF's fused kernel: Bessel's correction
-            count = math_ops.cast(array_ops.size(inputs), inputs.dtype) / float(inputs.shape[self.axis])
+            count = math_ops.cast(math_ops.size(inputs), inputs.dtype) / float(inputs.shape[self.axis])
             batch_variance = batch_variance * (count / math_ops.maximum(count - 1.0, 1.0))
         decay = 1.0 - self.momentum
         if isinstance(training, (Tensor, Variable)):  # no update where training is fed False

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import dtypes
 from .graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
-from .losses import _safe_divide
+from .losses import safe_divide
 from .ops import array_ops, math_ops, state_ops
 from .variables import Variable, variable_scope
 
@@ -59,7 +59,7 @@ def mean(values, weights=None, metrics_collections=None, updates_collections=Non
         values = _as_float(values)
         total, count = _metric_variable("total"), _metric_variable("count")
         if weights is None:
-            batch_count = math_ops.cast(array_ops.size(values), dtypes.float32)
+            batch_count = math_ops.cast(math_ops.size(values), dtypes.float32)
         else:
             weights = _as_float(weights) * array_ops.ones_like(values)
             values = values * weights
@@ -68,8 +68,8 @@ def mean(values, weights=None, metrics_collections=None, updates_collections=Non
             update_total = state_ops.assign_add(total, math_ops.reduce_sum(values))
         with get_default_graph().colocate_with(count):
             update_count = state_ops.assign_add(count, batch_count)
-        value = _safe_divide(total.value(), count.value(), "value")
-        update_op = _safe_divide(update_total, update_count, "update_op")
+        value = safe_divide(total.value(), count.value(), "value")
+        update_op = safe_divide(update_total, update_count, "update_op")
         return _collect(metrics_collections, updates_collections, value, update_op)
 
 
@@ -168,8 +168,8 @@ def _ratio(hits_fn, misses_fn, default_name, labels, predictions, weights, metri
     with variable_scope(name, default_name, (predictions, labels, weights)):
         hits, hits_update = hits_fn(labels, predictions, weights)
         misses, misses_update = misses_fn(labels, predictions, weights)
-        value = _safe_divide(hits, hits + misses, "value")
-        update = _safe_divide(hits_update, hits_update + misses_update, "update_op")
+        value = safe_divide(hits, hits + misses, "value")
+        update = safe_divide(hits_update, hits_update + misses_update, "update_op")
         return _collect(metrics_collections, updates_collections, value, update)
 
 

@@ -55,8 +55,9 @@ from typing import TextIO
 
 import numpy as np
 
+from ..cluster.spec import device_role
 from ..train.allreduce import DEFAULT_FUSION_BYTES
-from .trace import TraceEvent, role, timeline_events, write_chrome_trace
+from .trace import TraceEvent, timeline_events, write_chrome_trace
 
 __all__ = ["run_benchmark", "resolve_settings", "speed_stats", "images_per_sec_stats", "perf_timing_str",
            "append_record", "machine", "SettingsError", "DEFAULT_SETTINGS", "BENCH_MODELS",
@@ -313,7 +314,7 @@ class _Steps:
     """A replica's steps: run one, and keep what the timed ones cost."""
 
     def __init__(self, worker_device: str, has_ps: bool, keep_events: bool):
-        self.task, self.me = worker_device, role(worker_device)  # "/job:worker/task:0", "worker/0"
+        self.task, self.me = worker_device, device_role(worker_device)  # "/job:worker/task:0", "worker/0"
         self.has_ps, self.keep_events = has_ps, keep_events
         self.times: list[float] = []
         self.data_wait: list[float] = []
@@ -346,7 +347,7 @@ class _Steps:
         # it is communication
         self.compute.append(stats.compute_s.get(self.task, 0.0) - stats.collective_s.get(self.task, 0.0))
         for (source, dest), count in stats.bytes_sent.items():
-            link = f"{role(source)}->{role(dest)}"
+            link = f"{device_role(source)}->{device_role(dest)}"
             self.links[link] = self.links.get(link, 0) + count
         if self.keep_events:
             self.events += self._events(stats, *stamps)

@@ -25,9 +25,9 @@ from ..ops import array_ops, math_ops, nn_ops, state_ops
 from ..train import optimizers as train_optimizers
 from ..train.training_util import get_global_step
 from ..variables import (
-    _fans,
-    _Initializer,
+    Initializer,
     constant_initializer,
+    fans,
     get_variable,
     ones_initializer,
     trainable_variables,
@@ -57,14 +57,14 @@ def variance_scaling_initializer(factor=2.0, mode="FAN_IN", uniform=False, seed=
         raise TypeError("Cannot create initializer for non-floating point type.")
 
     def build(shape, dt):
-        fan_in, fan_out = _fans(shape)
+        fan_in, fan_out = fans(shape)
         n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "FAN_AVG": (fan_in + fan_out) / 2.0}[mode]
         if uniform:
             limit = math.sqrt(3.0 * factor / n)
             return state_ops.random_uniform(shape, -limit, limit, dt, seed)
         return state_ops.truncated_normal(shape, 0.0, math.sqrt(1.3 * factor / n), dt, seed)
 
-    return _Initializer(build, dtypes.as_dtype(dtype))
+    return Initializer(build, dtypes.as_dtype(dtype))
 
 
 def xavier_initializer(uniform=True, seed=None, dtype=dtypes.float32):

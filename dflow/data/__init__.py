@@ -24,11 +24,9 @@
 from . import (
     experimental,
     iterator_ops,  # noqa: F401 - registers the tf.data iterator ops
-    ops,  # noqa: F401 - registers DatasetNext
 )
-from .dataset import Dataset
+from .dataset import Dataset, dataset_next
 from .digits import DigitsSplit, iterate_batches, load_digits
-from .ops import dataset_next
 from .prepare import CONVERTERS, prepare
 from .sources import SourceError
 from .store import describe, open_store

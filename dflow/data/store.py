@@ -58,6 +58,7 @@ from ..checked_arrays import (
     writing_every_chunk,
 )
 from ..errors import DataLossError, FailedPreconditionError, NotFoundError
+from ..version import DFLOW_VERSION
 
 __all__ = ["SplitSource", "DatasetSource", "write_store", "open_store", "describe", "chunk_examples_for",
            "corrupt_chunk_error", "chunk_reader", "verify_store", "FORMAT", "CHUNK_BYTES", "REPREPARE"]
@@ -301,7 +302,7 @@ def _finish(root: zarr.Group, source: DatasetSource, chunk: int, work: str) -> N
                                        "std": np.round(std, 4).tolist()})
     root.attrs.update({"dataset": source.name, "class_names": list(source.class_names),
                        "sources": source.sources, "splits": [s.name for s in source.splits],
-                       "dflow_version": _dflow_release(), "dflow_dataset_format": FORMAT})
+                       "dflow_version": DFLOW_VERSION, "dflow_dataset_format": FORMAT})
 
 
 def _publish(store: str, out: str) -> None:
@@ -367,7 +368,7 @@ def open_store(path: str) -> zarr.Group:
     if attrs["dflow_dataset_format"] != FORMAT:
         raise FailedPreconditionError(
             f"{path} was written by dflow {attrs.get('dflow_version', '?')} in store format "
-            f"{attrs['dflow_dataset_format']}; this dflow ({_dflow_release()}) reads format {FORMAT}: "
+            f"{attrs['dflow_dataset_format']}; this dflow ({DFLOW_VERSION}) reads format {FORMAT}: "
             "prepare it again with this version's `dflow data prepare`")
     for split in attrs.get("splits", []):
         for name in ("images", "labels"):
@@ -446,11 +447,3 @@ def corrupt_chunk_error(path: str, array: str, chunk: int, error: Exception) -> 
     """The error for an unreadable chunk: names the store, the array, the chunk and its key."""
     return DataLossError(f"chunk {chunk} of array {array} in {path} (key {array}/c/{chunk}/...) is "
                          f"corrupt or unreadable ({type(error).__name__}: {error}); {REPREPARE}")
-
-
-def _dflow_release() -> str:
-    """dflow's release (not the TF API level), read when used: ``import dflow`` imports this module
-    before it defines ``DFLOW_VERSION``."""
-    from .. import DFLOW_VERSION
-
-    return DFLOW_VERSION

@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import dtypes
 from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph, name_scope
+from .structure import flatten, pack
 
 __all__ = ["DatasetV1", "DatasetConstructors", "FixedLengthRecordDataset", "TextLineDataset",
            "TFRecordDataset", "Iterator", "ITERATORS", "make_one_shot_iterator",
@@ -49,35 +50,9 @@ ITERATORS = "dflow_dataset_iterators"
 
 
 # ---- nested elements: tuples and dicts of tensors, flattened for the ops ---------------------------
-def _flatten(value) -> tuple[Any, list]:
-    """``(structure, leaves)``: structure is None for a leaf, a list for a tuple, a dict for a dict."""
-    if isinstance(value, dict):
-        parts = {key: _flatten(value[key]) for key in sorted(value)}
-        leaves = [leaf for _, part_leaves in parts.values() for leaf in part_leaves]
-        return {k: s for k, (s, _) in parts.items()}, leaves
-    if isinstance(value, tuple):
-        parts = [_flatten(item) for item in value]
-        return [s for s, _ in parts], [leaf for _, leaves in parts for leaf in leaves]
-    return None, [value]
-
-
-def _pack(structure, leaves, sequence=tuple):
-    """The inverse of :func:`_flatten`; with ``sequence=list``, a structure whose leaves are
-    ``leaves`` (each a structure: what ``zip`` makes of its datasets')."""
-    leaves = iter(leaves)
-
-    def build(s):
-        if s is None:
-            return next(leaves)
-        if isinstance(s, dict):
-            return {key: build(sub) for key, sub in s.items()}
-        return sequence(build(sub) for sub in s)
-    return build(structure)
-
-
 def _as_tensors(value, name: str) -> tuple[Any, list[Tensor]]:
     """A nested element of tensors; a list (like a NumPy array) is one tensor, as in TF."""
-    structure, leaves = _flatten(value)
+    structure, leaves = flatten(value)
     return structure, [convert_to_tensor(v, name=name) for v in leaves]
 
 
@@ -88,15 +63,15 @@ class _ElementSpec:
 
     @property
     def output_types(self):
-        return _pack(self._structure, [dtype for dtype, _ in self._specs])
+        return pack(self._structure, [dtype for dtype, _ in self._specs])
 
     @property
     def output_shapes(self):
-        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
+        return pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
 
     @property
     def output_classes(self):
-        return _pack(self._structure, [Tensor for _ in self._specs])
+        return pack(self._structure, [Tensor for _ in self._specs])
 
 
 class DatasetConstructors:
@@ -138,11 +113,11 @@ class DatasetConstructors:
     def zip(datasets) -> DatasetV1:
         """Elements of ``datasets`` (a tuple or dict of datasets, nested) side by side, until the
         shortest ends."""
-        structure, parts = _flatten(datasets)
+        structure, parts = flatten(datasets)
         for part in parts:
             if not isinstance(part, DatasetV1):
                 raise TypeError(f"Dataset.zip takes a tuple or dict of datasets, got a {type(part).__name__}")
-        element = _pack(structure, [d._structure for d in parts], sequence=list)
+        element = pack(structure, [d._structure for d in parts], sequence=list)
         return DatasetV1("zip", element, [spec for d in parts for spec in d._specs], inputs=parts)
 
     @staticmethod
@@ -160,7 +135,7 @@ class DatasetConstructors:
 
         if not callable(generator):
             raise TypeError(f"from_generator needs a function that returns an iterator, got {generator!r}")
-        structure, types = _flatten(output_types)
+        structure, types = flatten(output_types)
         specs = _specs_of(structure, types, output_shapes)
         token = register_generator(generator, tuple(args or ()))
         return DatasetV1("generator", structure, specs, params={
@@ -310,17 +285,17 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
     """``function`` applied to placeholders of ``dataset``'s element, as ops in the default graph;
     the ops its result needs become the traced function ``{"nodes", "args", "outputs"}``."""
     from ..ops.array_ops import placeholder
-    from ..runtime.session import prune, to_node
+    from ..runtime.lowering import prune, to_node
 
     graph = get_default_graph()
     name = getattr(function, "__name__", "fn").strip("<>")
     with name_scope(f"Dataset_{what}_{name}"):
         args = [placeholder(dtype, shape, name="arg") for dtype, shape in dataset._specs]
-        element = _pack(dataset._structure, args)
+        element = pack(dataset._structure, args)
         result = function(*element) if isinstance(element, tuple) else function(element)
         if isinstance(result, list):
             result = tuple(result)  # TF 1.x reads a returned list as a tuple
-        structure, leaves = _flatten(result)
+        structure, leaves = flatten(result)
         outputs = [convert_to_tensor(v) for v in leaves]
     fed = {a.name for a in args}
     for op in prune(graph, outputs, fed):
@@ -397,7 +372,7 @@ class Iterator(_ElementSpec):
 
     @staticmethod
     def from_structure(output_types, output_shapes=None, shared_name=None, output_classes=None) -> Iterator:
-        structure, types = _flatten(output_types)
+        structure, types = flatten(output_types)
         specs = _specs_of(structure, types, output_shapes)
         graph = get_default_graph()
         name = graph.unique_name("Iterator", mark_as_used=False)
@@ -411,7 +386,7 @@ class Iterator(_ElementSpec):
         handle = convert_to_tensor(string_handle)
         if handle.dtype != dtypes.string:
             raise TypeError(f"from_string_handle needs a tf.string tensor, got {handle.dtype.name}")
-        structure, types = _flatten(output_types)
+        structure, types = flatten(output_types)
         return Iterator(handle, None, structure, _specs_of(structure, types, output_shapes))
 
     def string_handle(self, name=None) -> Tensor:
@@ -442,7 +417,7 @@ class Iterator(_ElementSpec):
         attrs = {"output_types": [d for d, _ in self._specs], "output_shapes": [s for _, s in self._specs]}
         op = get_default_graph().create_op("IteratorGetNext", [self._handle], attrs,
                                            name=name or "IteratorGetNext")
-        return _pack(self._structure, op.outputs)
+        return pack(self._structure, op.outputs)
 
 
 def _specs_of(structure, types, output_shapes) -> list:

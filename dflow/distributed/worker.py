@@ -122,9 +122,6 @@ class DflowWorker(WorkerPlugin):
     idempotent = True  # a second client installing it must not wipe the variables held here
 
     def setup(self, worker) -> None:
-        # ops that `import dflow` does not register, which a client's plan may hold
-        from ..data import ops as _input_ops  # noqa: F401  (DatasetNext)
-
         self.worker = worker
         self.addresses: dict[str, str] = {}  # task -> worker address, from the plans registered here
         self.state = self._fresh_state()
@@ -152,7 +149,7 @@ class DflowWorker(WorkerPlugin):
 
     def _fresh_state(self) -> SessionState:
         """Variables and collectives start over (a new worker, or ``tf.Session.reset``)."""
-        from .runner import role_of
+        from ..cluster.spec import role_of
 
         state = SessionState()
         state.communicator = Communicator(role_of(self.worker.name) or str(self.worker.name),
@@ -198,9 +195,7 @@ class DflowWorker(WorkerPlugin):
         """End every wait of this task's steps (barriers, accumulators, queues): they raise
         CancelledError. The replicas of a run that lost a role stop at once instead of waiting
         for the dead one (the chief then saves a checkpoint as it stops)."""
-        from ..runtime.session import _cancel_waits
-
-        _cancel_waits(self.state)
+        self.state.cancel_waits()
 
     def unregister(self, plan_ids: list) -> int:
         """Forget ``plan_ids``; how many this worker held."""
@@ -230,9 +225,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
-        from ..runtime.session import _cancel_waits
-
-        _cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
+        self.state.cancel_waits()  # a step blocked at a barrier of the old state ends (CancelledError)
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"

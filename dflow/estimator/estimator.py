@@ -357,9 +357,9 @@ class Estimator:
         checkpoint = self.latest_checkpoint()
         if checkpoint is None:
             raise ValueError(f"Could not find trained model in model_dir: {self._model_dir}.")
-        from ..train.saver import _read_values  # the Saver's checked reader (no public one yet)
+        from ..train.saver import read_values  # the Saver's checked reader (no public one yet)
 
-        return _read_values(checkpoint)
+        return read_values(checkpoint)
 
 
 class _HookedSession:

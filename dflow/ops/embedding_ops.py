@@ -284,9 +284,9 @@ defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True
 
 
 def _scatter(op_type, ref, indices, updates, name):
-    from .state_ops import _ref_of
+    from .state_ops import ref_of
 
-    tensor, var = _ref_of(ref)
+    tensor, var = ref_of(ref)
     updates = convert_to_tensor(updates, dtype=None if isinstance(updates, Tensor) else tensor.dtype)
     return _out(op_type, [tensor, convert_to_tensor(indices), updates], {"var": var}, name)
 

@@ -437,9 +437,9 @@ def _decode(contents, channels, kind, dtype, name):
     if dtypes.as_dtype(dtype) != dtypes.uint8:
         raise ValueError(f"tf.image.{kind}(dtype={dtypes.as_dtype(dtype).name}) is not supported by dflow: "
                          "decode as uint8, then tf.image.convert_image_dtype")
-    from .io_ops import _string_tensor
+    from .io_ops import string_tensor
 
-    return _op("DecodeImage", [_string_tensor(contents)], {"channels": channels, "kind": kind}, name)
+    return _op("DecodeImage", [string_tensor(contents)], {"channels": channels, "kind": kind}, name)
 
 
 def decode_jpeg(contents, channels=0, ratio=1, fancy_upscaling=True, try_recover_truncated=False,

@@ -311,9 +311,9 @@ defop("CountUpTo", lambda inputs, limit, var: [Spec((), inputs[0].dtype)], _coun
 def count_up_to(ref, limit, name=None) -> Tensor:
     """Increment the integer variable ``ref`` and return its old value; once it reaches ``limit``,
     raise ``OutOfRangeError`` instead."""
-    from .state_ops import _ref_of
+    from .state_ops import ref_of
 
-    tensor, var = _ref_of(ref)
+    tensor, var = ref_of(ref)
     return get_default_graph().create_op("CountUpTo", [tensor], {"limit": int(limit), "var": var},
                                          name=name).outputs[0]
 
@@ -334,10 +334,11 @@ def read_file(filename, name=None) -> Tensor:
 
     >>> image = tf.image.decode_jpeg(tf.read_file(filename), channels=3)  # doctest: +SKIP
     """
-    return get_default_graph().create_op("ReadFile", [_string_tensor(filename)], name=name).outputs[0]
+    return get_default_graph().create_op("ReadFile", [string_tensor(filename)], name=name).outputs[0]
 
 
-def _string_tensor(value) -> Tensor:
+def string_tensor(value) -> Tensor:
+    """``value`` as a string tensor: a tensor passes through, bytes or text become a constant."""
     if isinstance(value, Tensor):
         return value
     import numpy  # a build-time constant of bytes
@@ -436,5 +437,5 @@ def decode_csv(records, record_defaults, field_delim=",", use_quote_delim=True, 
     columns = None if select_cols is None else [int(c) for c in select_cols]
     attrs = {"defaults": defaults, "field_delim": field_delim, "use_quote_delim": bool(use_quote_delim),
              "na_value": na_value, "select_cols": columns}
-    return list(get_default_graph().create_op("DecodeCSV", [_string_tensor(records)], attrs,
+    return list(get_default_graph().create_op("DecodeCSV", [string_tensor(records)], attrs,
                                               name=name).outputs)

@@ -23,11 +23,13 @@ from typing import Any
 import numpy
 from threadpoolctl import threadpool_limits
 
+from ..context import default_sessions, get_default_session
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
 from ..placement import DeviceSpec
 from .devices import gpu_namespace, numpy_namespace, to_namespace
-from .executor import OpNode, RunStats, Schedule, execute, schedule
+from .executor import RunStats, Schedule, execute, schedule
+from .lowering import prune, to_node
 from .run_options import fill_run_metadata
 from .state import SessionState
 
@@ -116,20 +118,6 @@ class ConfigProto:
                              f"'/job:worker/task:1', got {bad}")
 
 
-class _DefaultSessionStack(threading.local):
-    def __init__(self):
-        self.stack: list[Session] = []
-
-
-_default_sessions = _DefaultSessionStack()
-
-
-def get_default_session() -> Session:
-    if not _default_sessions.stack:
-        raise ValueError("no default session: use `with tf.Session() as sess:` or pass session=")
-    return _default_sessions.stack[-1]
-
-
 class Session:
     """Runs ops and evaluates tensors of one graph, holding the variables' values.
 
@@ -174,8 +162,7 @@ class Session:
     def __enter__(self) -> Session:
         stack = contextlib.ExitStack()
         stack.enter_context(self.graph.as_default())
-        _default_sessions.stack.append(self)
-        stack.callback(_default_sessions.stack.pop)
+        stack.enter_context(default_sessions.pushed(self))
         self._contexts.append(stack)
         return self
 
@@ -190,21 +177,13 @@ class Session:
         return self.graph.as_graph_def()
 
     def as_default(self):
-        @contextlib.contextmanager
-        def scope():
-            _default_sessions.stack.append(self)
-            try:
-                yield self
-            finally:
-                _default_sessions.stack.pop()
-
-        return scope()
+        return default_sessions.pushed(self)
 
     def close(self) -> None:
         if self._blas_limit is not None and not self._closed:
             self._blas_limit.restore_original_limits()
         self._closed = True
-        _cancel_waits(self.state)
+        self.state.cancel_waits()
         self.state = self._new_state()
         self._plans.clear()
         if self._cluster is not None:
@@ -385,41 +364,12 @@ class InteractiveSession(Session):
 
     def __init__(self, target: str = "", graph: Graph | None = None, config: ConfigProto | None = None):
         super().__init__(target, graph, config)
-        _default_sessions.stack.append(self)
+        default_sessions.stack.append(self)
 
     def close(self) -> None:
-        if self in _default_sessions.stack:
-            _default_sessions.stack.remove(self)
+        if self in default_sessions.stack:
+            default_sessions.stack.remove(self)
         super().close()
-
-
-def _cancel_waits(state: SessionState) -> None:
-    """End every wait in a closing session's resources (a queue's blocked dequeue or enqueue, in
-    the training loop or a queue runner's thread): they raise CancelledError instead of hanging."""
-    for resource in list(state.resources.values()):
-        cancel = getattr(resource, "cancel", None)
-        if cancel is not None:
-            cancel()
-
-
-def prune(graph: Graph, fetches: list, fed: set[str]) -> list[Operation]:
-    """The ops the fetches need, in creation (topological) order; fed tensors cut the graph."""
-    needed: set[Operation] = set()
-    stack = [f.op if isinstance(f, Tensor) else f for f in fetches
-             if not (isinstance(f, Tensor) and f.name in fed)]
-    while stack:
-        op = stack.pop()
-        if op in needed:
-            continue
-        needed.add(op)
-        stack.extend(t.op for t in op.inputs if t.name not in fed)
-        stack.extend(op.control_inputs)
-    return sorted(needed, key=lambda op: op._id)
-
-
-def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
-    return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs),
-                  tuple(c.name for c in op.control_inputs), len(op.outputs), device_type)
 
 
 def _to_host(value):

@@ -13,10 +13,10 @@ SIGTERM into exceptions only between its own calls (:func:`interrupt_at_safe_poi
 >>> model = get_model("linear_regression")
 >>> data = load_data("line", model)
 >>> with tf.Graph().as_default():
-...     g = build_training_graph(model, {"optimizer": "sgd", "learning_rate": 0.1})
+...     g = build_training_graph(model, model.train_defaults)  # sgd, learning rate 0.01
 ...     with tf.Session() as sess:
 ...         sess.run(tf.global_variables_initializer())
-...         for x, y in itertools.islice(data.train_batches(100, seed=0), 200):
+...         for x, y in itertools.islice(data.train_batches(64, seed=0), 300):
 ...             _ = sess.run(g.train_op, {g.inputs: x, g.targets: y})
 ...         total, count, (weight, bias) = evaluate(sess, g, data, regression=True)
 >>> round(weight), round(bias), count

@@ -168,7 +168,7 @@ def start_queue_runners(sess=None, coord: Coordinator | None = None, daemon: boo
         coord.join(threads)
     """
     if sess is None:
-        from ..runtime.session import get_default_session
+        from ..context import get_default_session
 
         sess = get_default_session()
     sess = getattr(sess, "_session", sess)  # TF accepts a MonitoredSession here too

@@ -467,7 +467,7 @@ def _chunk_reader(root, path: str, name: str, key: str) -> ChunkReader:
     return ChunkReader(root[key], f"checkpoint {path}", name, _remedy(path), noun="variable")
 
 
-def _read_values(path: str) -> dict:
+def read_values(path: str) -> dict:
     """``{variable name: value}`` of every variable in checkpoint ``path``, every chunk checked."""
     root = _open_checkpoint(path)
     return {name: _chunk_reader(root, path, name, key).read()
@@ -486,7 +486,7 @@ def _verify(path: str) -> None:
         raise NotFoundError(f"Failed to find a checkpoint at {path}") from None
     stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
     if _verified.get(path) != stamp:
-        _read_values(path)
+        read_values(path)
         _verified[path] = stamp
 
 

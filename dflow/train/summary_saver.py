@@ -7,7 +7,7 @@ import logging
 import time
 
 from .. import summary
-from .monitored_session import SessionRunArgs, SessionRunHook
+from .session_run_hook import SessionRunArgs, SessionRunHook
 from .training_util import get_global_step
 
 __all__ = ["SummarySaverHook", "StepCounterHook", "monitored_session_hooks"]

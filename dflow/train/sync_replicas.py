@@ -50,8 +50,8 @@ from ..ops import array_ops, state_ops
 from ..ops.registry import Spec, defop
 from ..placement import DeviceSpec
 from ..variables import Variable, global_variables, group, report_uninitialized_variables
-from .monitored_session import SessionRunHook
 from .optimizers import Optimizer
+from .session_run_hook import SessionRunHook
 
 __all__ = ["SyncReplicasOptimizer", "GradientAccumulator", "StepBarrier", "ChiefQueueRunner"]
 

@@ -93,7 +93,7 @@ def _write_values(embedding, logdir: str) -> None:
     """Evaluate the embedding in the default session and save it as the projector's TSV."""
     import numpy as np
 
-    from ....runtime.session import get_default_session
+    from ....context import get_default_session
 
     session = get_default_session()
     if session is None:
