@@ -81,7 +81,7 @@ from .graph import (
     unknown_shape,
 )
 from .graph_io import import_graph_def
-from .ops import collective_ops, dataset_ops  # noqa: F401  (register op types no name below brings)
+from .ops import collective_ops, dataset_ops, iterator_ops  # noqa: F401  (op types no name below brings)
 from .ops.array_ops import (
     broadcast_to,
     concat,

@@ -3,7 +3,7 @@
 A :class:`DatasetV1` is a description (a source, then transformations such as
 ``map``, ``shuffle``, ``batch``, ``repeat``) that builds nothing until an iterator
 is made from it. ``make_one_shot_iterator()`` and ``make_initializable_iterator()``
-add ops to the graph (:mod:`dflow.data.iterator_ops`) whose every run of
+add ops to the graph (:mod:`dflow.ops.iterator_ops`) whose every run of
 ``get_next()`` yields the next element inside ``Session.run``, and raises
 ``tf.errors.OutOfRangeError`` after the last one. ``map`` and ``filter`` functions
 are traced once into graph ops (as TF does) and run by dflow's executor on
@@ -131,7 +131,7 @@ class DatasetConstructors:
         >>> data.output_shapes.as_list()
         [None]
         """
-        from .iterator_ops import register_generator
+        from ..ops.iterator_ops import register_generator
 
         if not callable(generator):
             raise TypeError(f"from_generator needs a function that returns an iterator, got {generator!r}")

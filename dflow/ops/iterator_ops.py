@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 from .. import dtypes
+from ..data.structure import flatten
 from ..errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
-from ..ops.registry import Spec, defop
-from .structure import flatten
+from .registry import Spec, defop
 
 __all__ = ["Stream", "compile_plan", "register_generator"]
 
