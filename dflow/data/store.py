@@ -234,22 +234,26 @@ def _write_chunk_or_raise(images_array, labels_array, split: SplitSource, start:
 
 
 class _Progress:
-    """Prints ``chunks done/total``, rate and ETA every 5 seconds and at the end."""
+    """Prints ``chunks done/total``, rate and time left (tqdm's meter) every 5 seconds and at the end."""
 
     def __init__(self, todo: int, total: int, echo):
         self.todo, self.done, self.total, self.echo = todo, 0, total, echo
         self.begin = self.last_print = time.perf_counter()
 
     def step(self) -> None:
+        from tqdm import tqdm
+
         self.done += 1
         now = time.perf_counter()
         if self.echo is None or (self.done < self.todo and now - self.last_print < 5):
             return
         self.last_print = now
-        rate = self.done / (now - self.begin)
-        finished = self.total - self.todo + self.done
-        self.echo(f"chunks {finished}/{self.total}  {rate:.1f} chunks/s  "
-                  f"eta {round((self.todo - self.done) / rate)} s")
+        already = self.total - self.todo  # chunks an interrupted run wrote: not in the rate
+        self.echo(tqdm.format_meter(already + self.done, self.total, now - self.begin, initial=already,
+                                    unit=" chunks", bar_format=_PROGRESS_LINE))
+
+
+_PROGRESS_LINE = "chunks {n_fmt}/{total_fmt}  {rate_fmt}  eta {remaining}"
 
 
 def _run_tasks(tasks: list, client, echo, total: int) -> None:
