@@ -53,7 +53,16 @@ def _as_float(x) -> Tensor:
 def mean(values, weights=None, metrics_collections=None, updates_collections=None, name=None):
     """The (weighted) mean of every value seen: ``(mean, update_op)``.
 
-    >>> mean_loss, update = tf.metrics.mean(loss)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     loss = tf.placeholder(tf.float32, [None])
+    ...     mean_loss, update = tf.metrics.mean(loss)
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.local_variables_initializer())
+    ...         for batch in ([1.0, 2.0], [6.0]):
+    ...             _ = sess.run(update, {loss: batch})
+    ...         float(sess.run(mean_loss))
+    3.0
     """
     with variable_scope(name, "mean", (values, weights)):
         values = _as_float(values)
@@ -89,7 +98,14 @@ def accuracy(labels, predictions, weights=None, metrics_collections=None, update
              name=None):
     """The share of ``predictions`` equal to ``labels``: ``(accuracy, update_op)``.
 
-    >>> acc, acc_op = tf.metrics.accuracy(labels=labels, predictions=tf.argmax(logits, 1))  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     logits = tf.constant([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
+    ...     acc, acc_op = tf.metrics.accuracy(labels=[1, 1, 1], predictions=tf.argmax(logits, 1))
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.local_variables_initializer())
+    ...         round(float(sess.run(acc_op)), 4)
+    0.6667
     """
     labels, predictions = _squeezed(convert_to_tensor(labels), convert_to_tensor(predictions))
     if labels.dtype != predictions.dtype:

@@ -68,7 +68,13 @@ class Optimizer:
 
         Example
         -------
-        >>> train_op = tf.train.AdamOptimizer(1e-3).minimize(loss, global_step=step)  # doctest: +SKIP
+        >>> import dflow as tf
+        >>> with tf.Graph().as_default():
+        ...     w = tf.Variable([1.0, -1.0])
+        ...     step = tf.train.get_or_create_global_step()
+        ...     train_op = tf.train.AdamOptimizer(1e-3).minimize(tf.reduce_sum(w * w), global_step=step)
+        ...     train_op.type
+        'AssignAdd'
         """
         grads_and_vars = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss)
         if all(g is None for g, _ in grads_and_vars):
@@ -201,7 +207,9 @@ def _as(tensor: Tensor, var: Variable) -> Tensor:
 class GradientDescentOptimizer(Optimizer):
     """``var -= learning_rate * grad``.
 
-    >>> opt = tf.train.GradientDescentOptimizer(0.1)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> tf.train.GradientDescentOptimizer(0.1).get_name()
+    'GradientDescent'
     """
 
     def __init__(self, learning_rate, use_locking=False, name="GradientDescent"):
@@ -308,7 +316,9 @@ class AdagradOptimizer(Optimizer):
 
     Slot ``accumulator`` (``<var>/Adagrad``), starting at ``initial_accumulator_value``.
 
-    >>> opt = tf.train.AdagradOptimizer(0.1)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> tf.train.AdagradOptimizer(0.1).get_name()
+    'Adagrad'
     """
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False, name="Adagrad"):
@@ -343,7 +353,9 @@ class RMSPropOptimizer(Optimizer):
     Slots, named in TF's order: ``rms`` (starting at 1: ``<var>/RMSProp``), ``mg`` when
     centered, ``momentum`` (``<var>/RMSProp_1``, or ``_2`` when centered).
 
-    >>> opt = tf.train.RMSPropOptimizer(0.001, decay=0.9, momentum=0.9)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> tf.train.RMSPropOptimizer(0.001, decay=0.9, momentum=0.9).get_name()
+    'RMSProp'
     """
 
     def __init__(self, learning_rate, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False,
@@ -459,7 +471,15 @@ def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, stair
     With ``staircase=True`` the exponent is floored, so the rate drops every
     ``decay_steps`` steps.
 
-    >>> lr = tf.train.exponential_decay(0.1, step, 1000, 0.96, staircase=True)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     step = tf.train.get_or_create_global_step()
+    ...     lr = tf.train.exponential_decay(0.1, step, 1000, 0.96, staircase=True)
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.global_variables_initializer())
+    ...         _ = sess.run(tf.assign(step, 2500))
+    ...         round(float(sess.run(lr)), 6)  # 0.1 * 0.96 ** 2
+    0.09216
     """
     if global_step is None:
         raise ValueError("global_step is required for exponential_decay.")

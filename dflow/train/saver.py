@@ -34,14 +34,18 @@ save there, a Saver adopts the complete checkpoints of its prefix (those the
 ``recover_last_checkpoints``), oldest first, so a rerun of a training job keeps
 ``max_to_keep`` in all. Other prefixes' checkpoints are left alone.
 
->>> import dflow as tf
->>> with tf.Graph().as_default():  # doctest: +SKIP
+>>> import os, tempfile, dflow as tf
+>>> run = tempfile.mkdtemp()
+>>> with tf.Graph().as_default():
 ...     w = tf.Variable([1.0, 2.0], name="w")
 ...     saver = tf.train.Saver()
 ...     with tf.Session() as sess:
-...         sess.run(tf.global_variables_initializer())
-...         path = saver.save(sess, "/tmp/run/model.ckpt", global_step=100)
-...         saver.restore(sess, tf.train.latest_checkpoint("/tmp/run"))
+...         _ = sess.run(tf.global_variables_initializer())
+...         path = saver.save(sess, os.path.join(run, "model.ckpt"), global_step=100)
+...         _ = sess.run(tf.assign(w, [0.0, 0.0]))
+...         saver.restore(sess, tf.train.latest_checkpoint(run))
+...         sess.run(w).tolist(), os.path.basename(path)
+([1.0, 2.0], 'model.ckpt-100')
 """
 
 from __future__ import annotations
