@@ -531,7 +531,11 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     """``(t_list rescaled by clip_norm / max(global_norm, clip_norm), global_norm)``, as RNN
     scripts clip their gradients; None entries stay None.
 
-    >>> grads, _ = tf.clip_by_global_norm(tf.gradients(loss, tvars), 5.0)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     clipped, norm = tf.clip_by_global_norm([tf.constant([3.0]), tf.constant([4.0])], 1.0)
+    ...     tf.Session().run([clipped, norm])
+    [[array([0.6], dtype=float32), array([0.8], dtype=float32)], np.float32(5.0)]
     """
     if isinstance(t_list, (Tensor, str)) or not hasattr(t_list, "__iter__"):
         raise TypeError("clip_by_global_norm takes a list of tensors")
