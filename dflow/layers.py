@@ -683,9 +683,15 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
                         renorm_momentum=0.99, fused=None, virtual_batch_size=None, adjustment=None) -> Tensor:
     """Batch normalization (variables ``gamma``, ``beta``, ``moving_mean``, ``moving_variance``).
 
-    >>> y = tf.layers.batch_normalization(x, training=is_training)  # doctest: +SKIP
-    >>> with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):  # doctest: +SKIP
-    ...     train_op = optimizer.minimize(loss)
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     x, is_training = tf.random_normal([8, 4]), tf.placeholder_with_default(True, [])
+    ...     y = tf.layers.batch_normalization(x, training=is_training)
+    ...     loss = tf.reduce_mean(tf.square(y))
+    ...     with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+    ...         train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    ...     len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))  # moving mean and variance
+    2
     """
     layer = BatchNormalization(axis, momentum, epsilon, center, scale, beta_initializer, gamma_initializer,
                                moving_mean_initializer, moving_variance_initializer, beta_regularizer,

@@ -210,7 +210,11 @@ def fully_connected(inputs, num_outputs, activation_fn=nn_ops.relu, normalizer_f
     """``activation_fn(normalizer_fn(inputs @ weights + biases))``; ReLU by default, Xavier weights,
     no biases when there is a ``normalizer_fn``.
 
-    >>> net = tf.contrib.layers.fully_connected(net, 256)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     net = tf.contrib.layers.fully_connected(tf.zeros([2, 64]), 256)
+    ...     net.shape.as_list()
+    [2, 256]
     """
     layer = _FullyConnected(num_outputs, None, normalizer_fn is None and biases_initializer is not None,
                             weights_initializer or xavier_initializer(), biases_initializer,
@@ -428,7 +432,15 @@ def optimize_loss(loss, global_step, learning_rate, optimizer, gradient_noise_sc
     learning rate and clips the gradients by their global norm, and returns the loss computed
     before the update. ``summaries`` are not written (add ``tf.summary.scalar`` yourself).
 
-    >>> train_op = tf.contrib.layers.optimize_loss(loss, step, 0.01, "Adam")  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     w = tf.Variable(1.0)
+    ...     step = tf.train.get_or_create_global_step()
+    ...     train_op = tf.contrib.layers.optimize_loss(tf.square(w), step, 0.01, "Adam")
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.global_variables_initializer())
+    ...         float(sess.run(train_op)), int(sess.run(step))  # the loss before the update
+    (1.0, 1)
     """
     if gradient_noise_scale is not None:
         raise ValueError("optimize_loss(gradient_noise_scale=) is not supported by dflow")

@@ -113,9 +113,15 @@ class Saver:
 
     Example
     -------
-    >>> saver = tf.train.Saver(max_to_keep=3)  # doctest: +SKIP
-    >>> saver.save(sess, "ckpt/model", global_step=step)  # doctest: +SKIP
-    'ckpt/model-1000'
+    >>> import os, tempfile, dflow as tf
+    >>> ckpt = tempfile.mkdtemp()
+    >>> with tf.Graph().as_default(), tf.Session() as sess:
+    ...     step = tf.train.get_or_create_global_step()
+    ...     saver = tf.train.Saver(max_to_keep=3)
+    ...     sess.run(tf.global_variables_initializer())
+    ...     path = saver.save(sess, os.path.join(ckpt, "model"), global_step=sess.run(tf.assign(step, 1000)))
+    >>> os.path.basename(path)
+    'model-1000'
     """
 
     def __init__(self, var_list=None, max_to_keep: int | None = 5, name: str | None = None):
@@ -563,7 +569,9 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -
     The ``checkpoint`` file's latest, else (with a warning for each damaged one) the newest of the
     others it keeps: every chunk of the one returned reads back as it was written.
 
-    >>> saver.restore(sess, tf.train.latest_checkpoint("ckpt"))  # doctest: +SKIP
+    >>> import tempfile, dflow as tf
+    >>> tf.train.latest_checkpoint(tempfile.mkdtemp()) is None  # none saved there yet
+    True
     """
     state = get_checkpoint_state(checkpoint_dir, latest_filename)
     if state is None:
