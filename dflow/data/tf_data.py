@@ -314,7 +314,15 @@ class FixedLengthRecordDataset(DatasetV1):
     """The records of binary files: ``record_bytes`` each, after ``header_bytes`` and before
     ``footer_bytes``, as scalar ``tf.string`` tensors (decode them with ``tf.decode_raw``).
 
-    >>> images = tf.data.FixedLengthRecordDataset(path, 28 * 28, header_bytes=16)  # doctest: +SKIP
+    >>> import os, tempfile, dflow as tf
+    >>> path = os.path.join(tempfile.mkdtemp(), "images.bin")
+    >>> _ = open(path, "wb").write(bytes(16) + bytes(range(8)))  # a header, then two 2x2 images
+    >>> with tf.Graph().as_default():
+    ...     images = tf.data.FixedLengthRecordDataset(path, 2 * 2, header_bytes=16)
+    ...     image = tf.decode_raw(images.make_one_shot_iterator().get_next(), tf.uint8)
+    ...     with tf.Session() as sess:
+    ...         [sess.run(image).tolist() for _ in range(2)]
+    [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
 
     def __init__(self, filenames, record_bytes, header_bytes=None, footer_bytes=None, buffer_size=None):
