@@ -3,6 +3,7 @@ and no module imports another's private name. Every import counts, also one insi
 (those were how circles hid); only ``if TYPE_CHECKING:`` blocks are left out."""
 
 import ast
+import functools
 import pathlib
 
 import networkx as nx
@@ -42,6 +43,7 @@ def _imported(node: ast.AST, package: str) -> list[tuple[str, str | None]]:
     return [(module, alias.name) for alias in node.names]
 
 
+@functools.cache
 def import_graph() -> tuple[nx.DiGraph, list[tuple[str, str, str]]]:
     """The dflow modules' import graph, and every (importer, module, private name) import."""
     modules = module_files()
