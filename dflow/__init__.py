@@ -10,10 +10,6 @@
 [2.0, 4.0]
 """
 
-# the TF API level dflow implements: what the version checks in TF 1.x scripts compare against
-# (``tf.__version__.split('.')``, ``< '1.5'``); dflow's own release is DFLOW_VERSION
-__version__ = "1.15.0"
-
 # the tf.* namespaces (tf.math and tf.random are TF 1.13+ names that late 1.x scripts use)
 from . import (
     app,
@@ -85,7 +81,7 @@ from .graph import (
     unknown_shape,
 )
 from .graph_io import import_graph_def
-from .ops import collective_ops  # noqa: F401  (registers the collectives' op types)
+from .ops import collective_ops, dataset_ops, iterator_ops  # noqa: F401  (op types no name below brings)
 from .ops.array_ops import (
     broadcast_to,
     concat,
@@ -105,7 +101,6 @@ from .ops.array_ops import (
     reshape,
     reverse,
     shape,
-    size,
     split,
     squeeze,
     stack,
@@ -211,6 +206,7 @@ from .ops.math_ops import (
     sigmoid,
     sign,
     sin,
+    size,
     sqrt,
     square,
     squared_difference,
@@ -274,13 +270,13 @@ from .variables import (
     variance_scaling_initializer,
     zeros_initializer,
 )
+from .version import DFLOW_VERSION, __version__
 
 sub, mul, div = subtract, multiply, divide
 newaxis = None
 lin_space = linspace
 neg, select, pack, unpack = negative, where, stack, unstack  # TF 0.x names older scripts still use
 
-DFLOW_VERSION = "0.1.0"  # dflow's own release: setup.cfg's version, `dflow --version`
 VERSION = __version__
 GIT_VERSION = f"dflow-{DFLOW_VERSION}"  # TF's names the build here: this is dflow
 

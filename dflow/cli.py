@@ -27,24 +27,29 @@ import numpy as np
 
 from .cli_cluster import (
     SYNCHRONOUS_UPDATES,
-    Terminated,
     add_cluster_arguments,
     add_worker_arguments,
     check_cluster_arguments,
     run_cluster_train,
     run_worker,
 )
-from .cli_data import ArrayData, StoreData, store_path
+from .cli_data import store_path
 from .data.cli import add_data_arguments, run_data
 from .errors import OpError
+from .train.program import (
+    OPTIMIZERS,
+    Terminated,
+    build_training_graph,
+    evaluate,
+    load_data,
+    log_scalars,
+)
 
 __all__ = ["main", "COMMANDS", "OPTIMIZERS", "DATASETS"]
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
 DATASETS = {"digits": "scikit-learn's 1,797 handwritten 8x8 digits, resized to the model's input",
             "line": "y = 3x + N(0, 1), the data of the seed's Listing 1 (linear_regression only)"}
 _STORE_DATASETS = ("cifar10", "mnist", "imagenet")
-_LINE_EXAMPLES, _LINE_TEST = 1000, 200
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,20 +169,6 @@ def _check_numbers(args, parser, settings) -> None:
         parser.error(f"--keep_prob must be in (0, 1], got {settings['keep_prob']}")
 
 
-def _load(dataset: str, spec) -> ArrayData | StoreData:
-    """The dataset, with the test split fixed (seed 0) whatever the training seed."""
-    if dataset == "line":
-        from .models.linear_regression import make_line_data
-
-        x, y = make_line_data(_LINE_EXAMPLES, seed=0)
-        return ArrayData(x[_LINE_TEST:], y[_LINE_TEST:], x[:_LINE_TEST], y[:_LINE_TEST])
-    if dataset == "digits":
-        from .data import load_digits
-
-        return ArrayData(*load_digits(spec.input_shape, seed=0))
-    return StoreData(store_path(dataset), spec.input_shape, spec.name)
-
-
 def _steps(args, parser, settings, n_train: int) -> int:
     if settings["batch_size"] > n_train:
         parser.error(f"--batch_size {settings['batch_size']} is larger than the {n_train} "
@@ -192,50 +183,6 @@ def _steps(args, parser, settings, n_train: int) -> int:
     return steps
 
 
-def _optimizer(tf, name: str, learning_rate: float, momentum: float):
-    if name == "sgd":
-        return tf.train.GradientDescentOptimizer(learning_rate)
-    if name == "momentum":
-        return tf.train.MomentumOptimizer(learning_rate, momentum)
-    return tf.train.AdamOptimizer(learning_rate)
-
-
-class TrainingGraph(NamedTuple):
-    inputs: object
-    targets: object
-    keep_prob: object
-    outputs: object
-    loss: object
-    train_op: object
-    global_step: object
-    optimizer: object
-    metric: object  # per batch: correct predictions (classifiers) or summed squared error
-
-
-def _build(tf, spec, settings, args, optimizer_wrapper=None) -> TrainingGraph:
-    """The training graph; ``optimizer_wrapper`` (a ``VariableUpdate.optimizer``) wraps the
-    optimizer as the replicas' variable update needs."""
-    classifier = spec.num_classes is not None
-    inputs = tf.placeholder(tf.float32, [None, *spec.input_shape], name="inputs")
-    targets = tf.placeholder(tf.int64 if classifier else tf.float32, [None], name="targets")
-    keep_prob = tf.placeholder(tf.float32, [], name="keep_prob") if spec.dropout else None
-    outputs = spec(inputs, data_format=args.data_format, keep_prob=keep_prob)
-    loss = spec.loss(outputs, targets)
-    global_step = tf.train.get_or_create_global_step()
-    optimizer = _optimizer(tf, settings["optimizer"], settings["learning_rate"], args.momentum)
-    if optimizer_wrapper is not None:
-        optimizer = optimizer_wrapper(optimizer)
-    train_op = optimizer.minimize(loss, global_step=global_step)
-    update_ops = tf.get_collection(tf.GraphKeys.UPDATE_OPS)  # batch norm's moving averages
-    if update_ops:
-        train_op = tf.group(train_op, *update_ops)
-    if classifier:
-        metric = tf.reduce_sum(tf.cast(tf.nn.in_top_k(outputs, targets, 1), tf.int32))
-    else:
-        metric = tf.reduce_sum(tf.square(outputs - targets))
-    return TrainingGraph(inputs, targets, keep_prob, outputs, loss, train_op, global_step, optimizer, metric)
-
-
 def run_train(args, parser) -> int:
     """``dflow train``: train a model, printing progress, then evaluate it on the test split."""
     import dflow as tf
@@ -245,7 +192,7 @@ def run_train(args, parser) -> int:
     spec = get_model(args.model)
     settings = _settings(args, parser, spec)
     try:
-        data = _load(settings["dataset"], spec)
+        data = load_data(settings["dataset"], spec)
     except (ValueError, OpError) as error:  # a store that is not one, or not for this model
         parser.error(str(error))
     steps = _steps(args, parser, settings, data.num_train)
@@ -254,14 +201,14 @@ def run_train(args, parser) -> int:
 
     def report(total: float, n: int, weights: list[float]) -> None:
         _report(spec, total, n, weights)
-        _log_scalars(args.logdir, steps, **{"accuracy" if spec.num_classes else "mse": total / n})
+        log_scalars(args.logdir, steps, **{"accuracy" if spec.num_classes else "mse": total / n})
 
     if not args.local:
         return run_cluster_train(args, settings, steps, report)
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(args.seed)
-        g = _build(tf, spec, settings, args)
+        g = build_training_graph(spec, settings, args.data_format, args.momentum)
         saver = tf.train.Saver() if args.checkpoint_dir else None
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
@@ -272,7 +219,7 @@ def run_train(args, parser) -> int:
             except FloatingPointError as e:
                 print(f"dflow train: error: {e}", file=sys.stderr)
                 return 1
-            report(*_evaluate(sess, g, data, spec.num_classes is None))
+            report(*evaluate(sess, g, data, spec.num_classes is None))
     return 0
 
 
@@ -329,7 +276,7 @@ def _train_loop(sess, g, batches, start, steps, settings, args, saver) -> None:
             eta = (now - begin) / (step - start) * (steps - step)
             print(f"step {step}/{steps}  loss {np.mean(losses):.4f}  images/sec {rate:.1f}  "
                   f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
-            _log_scalars(args.logdir, step, loss=np.mean(losses), images_per_sec=rate)
+            log_scalars(args.logdir, step, loss=np.mean(losses), images_per_sec=rate)
             last, losses = now, []
         if saver is not None and (step % args.checkpoint_every == 0 or step == steps):
             _save(saver, sess, args.checkpoint_dir, step)
@@ -339,38 +286,9 @@ def _train_loop(sess, g, batches, start, steps, settings, args, saver) -> None:
               f"({(steps - start) * batch_size / elapsed:.1f} images/sec)", flush=True)
 
 
-def _log_scalars(logdir: str | None, step: int, **values: float) -> None:
-    """``--logdir``: append ``values`` at ``step`` to the event file there (one writer per directory)."""
-    if logdir:
-        import dflow as tf
-
-        writer = tf.summary.FileWriterCache.get(logdir)
-        writer.add_summary(tf.Summary(value=[tf.Summary.Value(tag=tag, simple_value=float(value))
-                                             for tag, value in values.items()]), step)
-        writer.flush()  # TensorBoard shows each progress line as it is printed
-
-
 def _save(saver, sess, checkpoint_dir: str, step: int) -> None:
     os.makedirs(checkpoint_dir, exist_ok=True)
     saver.save(sess, os.path.join(checkpoint_dir, "model.ckpt"), global_step=step)
-
-
-def _evaluate(sess, g, data, regression: bool) -> tuple[float, int, list[float]]:
-    """The test metric summed over the test split, its size, and (regression) weight and bias."""
-    from .models.layers import IS_TRAINING
-
-    total, count = 0.0, 0
-    for x, y in data.test_batches():
-        feed = {g.inputs: x, g.targets: y}
-        if g.keep_prob is not None:
-            feed[g.keep_prob] = 1.0
-        for training in sess.graph.get_collection(IS_TRAINING):  # batch norm: the moving averages
-            feed[training] = False
-        total += float(sess.run(g.metric, feed))
-        count += len(y)
-    trainable = sess.graph.get_collection("trainable_variables") if regression else []
-    weights = [float(sess.run(v)) for v in trainable]
-    return total, count, weights
 
 
 def _report(spec, total: float, n: int, weights: list[float]) -> None:

@@ -1,7 +1,7 @@
 """``dflow train`` on a cluster, and ``dflow worker``.
 
 Training is between-graph replication, as the seeds trained: every worker task runs
-the same program (:func:`_replica`) that builds the model where
+the same program (:func:`dflow.train.program.train_replica`) that builds the model where
 ``--variable_update`` puts its variables (:class:`dflow.train.VariableUpdate`: on
 the PS tasks, asynchronously or with ``SyncReplicasOptimizer`` (``--sync``), or as
 copies on every worker kept equal by allreduce), reads its own shard of the data
@@ -17,15 +17,20 @@ import argparse
 import contextlib
 import datetime
 import os
-import signal
 import sys
-import threading
 import time
 import uuid
 
 import numpy as np
 
 from .errors import OpError
+from .train.program import (
+    cancel_waits,
+    interrupt_at_safe_points,
+    log_scalars,
+    stop_replicas,
+    train_replica,
+)
 from .train.variable_update import VARIABLE_UPDATES
 
 SYNCHRONOUS_UPDATES = ("replicated", "allreduce")  # every replica applies the same summed update
@@ -181,8 +186,6 @@ class _Progress:
         self.recovering: _Recovery | None = None
 
     def show(self, item) -> None:
-        from .cli import _log_scalars
-
         if item[0] == "restored":
             _, path, step = item
             if self.recovering is not None:
@@ -197,7 +200,7 @@ class _Progress:
         eta = (time.perf_counter() - self.begin) / max(step - self.first, 1) * (self.steps - step)
         print(f"step {step}/{self.steps}  loss {loss:.4f}  images/sec {rate:.1f}  "
               f"(eta {datetime.timedelta(seconds=round(eta))})", flush=True)
-        _log_scalars(self.logdir, step, loss=loss, images_per_sec=rate)
+        log_scalars(self.logdir, step, loss=loss, images_per_sec=rate)
 
 
 class _Recovery:
@@ -226,11 +229,11 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
 
     progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
     view, failures = _Progress(steps, args.logdir), 0
-    with _interrupt_at_safe_points() as interrupted:
+    with interrupt_at_safe_points() as interrupted:
         while True:
             watch, run = RoleWatch(cluster.client), uuid.uuid4().hex[:8]
-            futures = start_replicas(_replica, cluster, cluster.target, cluster.spec, args, settings, steps,
-                                     progress.name, run)
+            futures = start_replicas(train_replica, cluster, cluster.target, cluster.spec, args, settings,
+                                     steps, progress.name, run)
             try:
                 _follow(progress, futures, view, interrupted, watch)
                 results = [f.result(timeout=GATHER_TIMEOUT_S) for f in futures]
@@ -327,9 +330,9 @@ def _stop(cluster, futures, run: str, watch, saver: int | None = None) -> list[i
     workers = [address for role, address in alive.items() if role.startswith("worker/")]
     with contextlib.suppress(OSError, TimeoutError), \
             dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_WAIT_S}s"}):
-        cluster.client.run(_stop_replicas, run, saver, workers=workers, on_error="ignore")
+        cluster.client.run(stop_replicas, run, saver, workers=workers, on_error="ignore")
         if lost:
-            cluster.client.run(_cancel_waits, workers=list(alive.values()), on_error="ignore")
+            cluster.client.run(cancel_waits, workers=list(alive.values()), on_error="ignore")
     live = [f for f, role in zip(futures, _replica_roles(futures)) if role not in lost]
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline and not all(f.done() for f in live):
@@ -337,51 +340,12 @@ def _stop(cluster, futures, run: str, watch, saver: int | None = None) -> list[i
     return [f.result()["global_step"] for f in live if f.status == "finished"]
 
 
-def _cancel_waits(dask_worker) -> None:
-    from .distributed.worker import PLUGIN_NAME
-
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is not None:
-        plugin.cancel_waits()
-
-
 def _replica_roles(futures) -> list[str]:
     """``dflow-replica-worker-1-<run>`` -> ``worker/1`` (start_replicas' keys)."""
     return ["/".join(str(f.key).split("-")[2:4]) for f in futures]
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (Slurm's preemption, ``kill``): stop as Ctrl-C does, then exit with 143."""
-
-
-@contextlib.contextmanager
-def _interrupt_at_safe_points():
-    """Ctrl-C and SIGTERM set a flag that the follow loop turns into KeyboardInterrupt (or
-    :class:`Terminated`) between calls: raised inside a Dask client call, it would leave that
-    call half done. ``interrupted.exception()`` is the one to raise."""
-    interrupted = _Interrupted()
-    handlers = {signum: signal.signal(signum, interrupted.catch)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield interrupted
-    finally:
-        for signum, previous in handlers.items():
-            signal.signal(signum, previous)
-
-
-class _Interrupted(threading.Event):
-    signum = signal.SIGINT
-
-    def catch(self, signum, _frame) -> None:
-        if not self.is_set():
-            self.signum = signum
-        self.set()
-
-    def exception(self) -> KeyboardInterrupt:
-        return Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def _follow(progress, futures, view: _Progress, interrupted: _Interrupted, watch=None) -> None:
+def _follow(progress, futures, view: _Progress, interrupted, watch=None) -> None:
     """Print the chief's progress lines until every replica has finished, one failed, or (``watch``)
     a role lost its worker."""
     while not interrupted.is_set():
@@ -412,95 +376,6 @@ def _raise_replica_error(future, watch) -> None:
             watch.check()
             time.sleep(_PROGRESS_POLL_S)
     raise error
-
-
-_STOP = threading.Event()  # set in a worker process by the client on Ctrl-C: its bench replica stops
-# the training runs whose replicas must stop, in a worker process, and which replica of each saves
-# a checkpoint as it stops in the chief's place (the chief died; None: the chief saves, or no one can)
-_STOPPED_RUNS: dict[str, int | None] = {}
-
-
-def _stop_replicas(run: str | None = None, saver: int | None = None) -> None:
-    if run is None:
-        _STOP.set()
-    else:
-        _STOPPED_RUNS[run] = saver
-
-
-def _replica(task_index: int, target: str, spec_of_cluster, args, settings, steps: int, progress_name: str,
-             run: str = ""):
-    """One worker's training program; returns its steps, last loss, staleness and (chief) evaluation."""
-    import distributed
-
-    import dflow as tf
-    from dflow.cli import _build, _evaluate, _load
-    from dflow.models import get_model
-
-    model = get_model(args.model)
-    data = _load(settings["dataset"], model)
-    chief = task_index == 0
-    tf.set_random_seed(args.seed)  # the chief's initializers give the weights local training would
-    update = tf.train.VariableUpdate(args.variable_update, spec_of_cluster, task_index, sync=args.sync,
-                                     devices_per_node=args.devices_per_node,
-                                     sync_timeout=getattr(args, "sync_timeout", 300.0))
-    with tf.device(update.device()):
-        g = _build(tf, model, settings, args, optimizer_wrapper=update.optimizer)
-    # saves in the chief's place if the chief dies (its own saver is CheckpointSaverHook's)
-    stand_in = tf.train.Saver() if args.checkpoint_dir and not update.saves_checkpoints else None
-    hooks = [tf.train.StopAtStepHook(last_step=steps)] + update.hooks()
-    batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
-                                 shard=(task_index, args.workers))  # each worker reads its own examples
-    images_per_step = update.images_per_step(settings["batch_size"])
-    queue = distributed.Queue(progress_name) if chief else None
-    losses, staleness, local_steps = [], [], 0
-    checkpoint_dir = args.checkpoint_dir if update.saves_checkpoints else None
-    with tf.train.MonitoredTrainingSession(
-            target, is_chief=update.is_chief, hooks=hooks, checkpoint_dir=checkpoint_dir,
-            save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None) as sess:
-        last_step, last_time = int(sess.run(g.global_step)), time.perf_counter()
-        global_step = last_step
-        if queue is not None:  # where the chief starts: a checkpoint it restored, or step 0
-            queue.put(("restored", tf.train.latest_checkpoint(args.checkpoint_dir) if last_step else None,
-                       last_step))
-        reported = last_step // args.log_every
-        recent = []
-        while not sess.should_stop() and run not in _STOPPED_RUNS:
-            x, y = next(batches)
-            feed = {g.inputs: x, g.targets: y}
-            if g.keep_prob is not None:
-                feed[g.keep_prob] = settings["keep_prob"]
-            try:
-                _, loss, step = sess.run([g.train_op, g.loss, g.global_step], feed)
-            except tf.errors.CancelledError:
-                break  # sync training ended while this replica waited at the barrier
-            if not np.isfinite(loss):
-                raise FloatingPointError(f"the loss is {loss} on worker {task_index} near step {step}; "
-                                         "try a lower --learning_rate")
-            local_steps += 1
-            losses.append(float(loss))
-            recent.append(float(loss))
-            staleness.append(sess.last_run_stats.staleness or 0)
-            step = global_step = int(step) + 1  # the step was read before this run's update
-            if queue is not None and (step // args.log_every > reported or step >= steps):
-                now = time.perf_counter()
-                queue.put((min(step, steps), float(np.mean(recent)),
-                           (step - last_step) * images_per_step / (now - last_time)))
-                reported, last_step, last_time, recent = step // args.log_every, step, now, []
-        if stand_in is not None and _STOPPED_RUNS.get(run) == task_index:
-            _save_in_chiefs_place(tf, stand_in, sess, g, args.checkpoint_dir)
-        evaluation = (_evaluate(sess, g, data, model.num_classes is None)
-                      if chief and run not in _STOPPED_RUNS else None)
-    return {"steps": local_steps, "loss": float(np.mean(losses[-20:])) if losses else float("nan"),
-            "staleness": staleness, "evaluation": evaluation, "global_step": global_step}
-
-
-def _save_in_chiefs_place(tf, saver, sess, g, checkpoint_dir: str) -> None:
-    import logging
-
-    try:
-        saver.save(sess._session, os.path.join(checkpoint_dir, "model.ckpt"), global_step=g.global_step)
-    except (OpError, OSError) as error:  # the PS went too: the latest checkpoint is what there is
-        logging.getLogger("dflow").warning("could not save in the chief's place: %s", error)
 
 
 # ---- dflow worker -----------------------------------------------------------------------------

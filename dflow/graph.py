@@ -12,12 +12,13 @@ export to DOT, and plain-data (JSON) round trips.
 ...     a = tf.constant(2.0, name="a")
 ...     b = a * 3.0
 >>> b.name, b.op.type, b.graph is g
-('mul:0', 'Mul', True)
+('Mul:0', 'Mul', True)
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -26,7 +27,8 @@ from typing import Any
 
 import networkx as nx
 
-from . import dtypes
+from . import dtypes, plain_values
+from .context import default_graphs, get_default_session
 from .ops.registry import ShapeError, Spec, get_opdef
 from .ops.shape_rules import fmt
 from .placement import DeviceSpec
@@ -39,6 +41,8 @@ __all__ = [
     "convert_to_tensor",
 ]
 __all__ += ["NodeDef"]
+
+GRAPH_FORMAT_VERSION = 1  # of as_graph_def()'s plain data
 
 
 class GraphKeys:
@@ -350,108 +354,118 @@ def unknown_shape(ndims=None) -> TensorShape:
     return TensorShape(None if ndims is None else [None] * ndims)
 
 
-def _math():
-    from .ops import math_ops  # late: the op modules build on this one
+class _OpBuilders:
+    """The op builders that Python operators and tensor conversion call (``add``, ``strided_slice``,
+    ``constant``, ``stack``...). The op modules build on this one, so they register these as they are
+    imported (:func:`register_op_builders`) instead of this module importing them."""
 
-    return math_ops
+    def __getattr__(self, name: str):
+        raise AttributeError(f"the op builder {name!r} is not registered: import dflow (its op modules "
+                           "register it)")
 
 
-class _Operators:
+op_builders = _OpBuilders()
+
+
+def register_op_builders(**builders: Callable) -> None:
+    """Make ``builders`` (name -> op builder) what tensors' operators and conversions call."""
+    vars(op_builders).update(builders)
+
+
+class TensorOperators:
     """Python operators on anything convertible to a Tensor (tensors, variables)."""
 
     __array_priority__ = 100  # numpy scalars/arrays on the left defer to us
 
     def __add__(self, other):
-        return _math().add(self, other)
+        return op_builders.add(self, other)
 
     def __radd__(self, other):
-        return _math().add(other, self)
+        return op_builders.add(other, self)
 
     def __sub__(self, other):
-        return _math().subtract(self, other)
+        return op_builders.subtract(self, other)
 
     def __rsub__(self, other):
-        return _math().subtract(other, self)
+        return op_builders.subtract(other, self)
 
     def __mul__(self, other):
-        return _math().multiply(self, other)
+        return op_builders.multiply(self, other)
 
     def __rmul__(self, other):
-        return _math().multiply(other, self)
+        return op_builders.multiply(other, self)
 
     def __truediv__(self, other):
-        return _math().divide(self, other)
+        return op_builders.divide(self, other)
 
     def __rtruediv__(self, other):
-        return _math().divide(other, self)
+        return op_builders.divide(other, self)
 
     def __matmul__(self, other):
-        return _math().matmul(self, other)
+        return op_builders.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return _math().matmul(other, self)
+        return op_builders.matmul(other, self)
 
     def __pow__(self, other):
-        return _math().pow(self, other)
+        return op_builders.pow(self, other)
 
     def __rpow__(self, other):
-        return _math().pow(other, self)
+        return op_builders.pow(other, self)
 
     def __floordiv__(self, other):
-        return _math().floordiv(self, other)
+        return op_builders.floordiv(self, other)
 
     def __rfloordiv__(self, other):
-        return _math().floordiv(other, self)
+        return op_builders.floordiv(other, self)
 
     def __mod__(self, other):
-        return _math().floormod(self, other)
+        return op_builders.floormod(self, other)
 
     def __rmod__(self, other):
-        return _math().floormod(other, self)
+        return op_builders.floormod(other, self)
 
     def __and__(self, other):
-        return _math().logical_and(self, other)
+        return op_builders.logical_and(self, other)
 
     def __rand__(self, other):
-        return _math().logical_and(other, self)
+        return op_builders.logical_and(other, self)
 
     def __or__(self, other):
-        return _math().logical_or(self, other)
+        return op_builders.logical_or(self, other)
 
     def __ror__(self, other):
-        return _math().logical_or(other, self)
+        return op_builders.logical_or(other, self)
 
     def __xor__(self, other):
-        return _math().logical_xor(self, other)
+        return op_builders.logical_xor(self, other)
 
     def __rxor__(self, other):
-        return _math().logical_xor(other, self)
+        return op_builders.logical_xor(other, self)
 
     def __invert__(self):
-        return _math().logical_not(self)
+        return op_builders.logical_not(self)
 
     def __neg__(self):
-        return _math().negative(self)
+        return op_builders.negative(self)
 
     def __abs__(self):
-        return _math().abs(self)
+        return op_builders.abs(self)
 
     def __lt__(self, other):
-        return _math().less(self, other)
+        return op_builders.less(self, other)
 
     def __le__(self, other):
-        return _math().less_equal(self, other)
+        return op_builders.less_equal(self, other)
 
     def __gt__(self, other):
-        return _math().greater(self, other)
+        return op_builders.greater(self, other)
 
     def __ge__(self, other):
-        return _math().greater_equal(self, other)
+        return op_builders.greater_equal(self, other)
 
     def __getitem__(self, key):
-        from .ops import array_ops
-
-        return array_ops.strided_slice(self, key)
+        return op_builders.strided_slice(self, key)
 
     def __iter__(self):
         """``a, b = tensor`` along a first dim known at build time (TF 1.x's rule)."""
@@ -476,7 +490,7 @@ class _Operators:
         )
 
 
-class Tensor(_Operators):
+class Tensor(TensorOperators):
     """The ``value_index``-th output of an :class:`Operation`."""
 
     __slots__ = ("op", "value_index", "_shape", "dtype", "_const_value")
@@ -526,8 +540,6 @@ class Tensor(_Operators):
 
     def eval(self, feed_dict=None, session=None):
         """``session.run(self)``; the default session is the innermost ``with Session()``."""
-        from .runtime.session import get_default_session
-
         return (session or get_default_session()).run(self, feed_dict=feed_dict)
 
     def __repr__(self) -> str:
@@ -576,8 +588,6 @@ class Operation:
         return list(self.outputs)
 
     def run(self, feed_dict=None, session=None):
-        from .runtime.session import get_default_session
-
         (session or get_default_session()).run(self, feed_dict=feed_dict)
 
     def _set_device(self, device: str | DeviceSpec | None) -> None:
@@ -677,11 +687,8 @@ class Graph:
     # ---- scopes -------------------------------------------------------------
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Graph]:
-        _default_graph_stack.stack.append(self)
-        try:
+        with default_graphs.pushed(self):
             yield self
-        finally:
-            _default_graph_stack.stack.pop()
 
     @contextlib.contextmanager
     def name_scope(self, name: str | None) -> Iterator[str]:
@@ -787,15 +794,41 @@ class Graph:
 
     # ---- export -------------------------------------------------------------
     def as_graph_def(self) -> dict:
-        """The graph as plain data (JSON-ready). See :mod:`dflow.graph_io`."""
-        from .graph_io import graph_to_dict
-
-        return graph_to_dict(self)
+        """The graph as plain data (JSON-ready): every op (name, type, inputs, control inputs,
+        attrs, device) and the collections. :func:`dflow.graph_io.import_graph_def` reads it back."""
+        ops = [{"name": op.name, "type": op.type, "inputs": [t.name for t in op.inputs],
+                "control_inputs": [c.name for c in op.control_inputs],
+                "attrs": plain_values.encode(op.attrs), "device": op.device}
+               for op in self.get_operations()]
+        collections = {}
+        for key in self.get_all_collection_keys():
+            items = [_collection_entry(v) for v in self.get_collection(key)]
+            collections[key] = [i for i in items if i is not None]
+        return {"format": "dflow.graph", "version": GRAPH_FORMAT_VERSION, "ops": ops,
+                "collections": collections}
 
     def to_dot(self) -> str:
-        from .graph_io import graph_to_dot
+        """Graphviz DOT text: ops as boxes labelled with their type, tensors as edges."""
+        lines = ["digraph dflow {", "  rankdir=TB;"]
+        for op in self.get_operations():
+            label = f"{op.name}\n{op.type}"  # json.dumps writes the newline as DOT's \n
+            lines.append(f"  {json.dumps(op.name)} [shape=box, label={json.dumps(label)}];")
+        for src, dst, key, data in self.nx.edges(keys=True, data=True):
+            style = "style=dashed" if key == "control" else f"label={json.dumps(str(data['tensor'].shape))}"
+            lines.append(f"  {json.dumps(src)} -> {json.dumps(dst)} [{style}];")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
 
-        return graph_to_dot(self)
+
+def _collection_entry(value) -> dict | None:
+    """A collection item as plain data; other Python objects do not survive the round trip."""
+    if hasattr(value, "graph_def_entry"):  # a Variable describes itself
+        return value.graph_def_entry()
+    if isinstance(value, Tensor):
+        return {"tensor": value.name}
+    if isinstance(value, Operation):
+        return {"operation": value.name}
+    return None
 
 
 def _as_operation(x) -> Operation:
@@ -808,25 +841,19 @@ def _as_operation(x) -> Operation:
     raise TypeError(f"control_dependencies takes Operations or Tensors, got {x!r}")
 
 
-class _DefaultGraphStack(threading.local):
-    def __init__(self):
-        self.stack: list[Graph] = []
-
-
-_default_graph_stack = _DefaultGraphStack()
 _global_default_graph = Graph()
 
 
 def get_default_graph() -> Graph:
     """The innermost ``with graph.as_default()`` graph, else the global default graph."""
-    stack = _default_graph_stack.stack
-    return stack[-1] if stack else _global_default_graph
+    top = default_graphs.top()
+    return _global_default_graph if top is None else top
 
 
 def reset_default_graph() -> None:
     """Replace the global default graph by a new, empty one."""
     global _global_default_graph
-    if _default_graph_stack.stack:
+    if default_graphs.stack:
         raise AssertionError("reset_default_graph() called inside a `with graph.as_default()` block")
     _global_default_graph = Graph()
 
@@ -892,10 +919,8 @@ def _first_tensor_dtype(value):
 def _autopack(value, dtype, name) -> Tensor:
     """TF packs a (nested) list that holds tensors: ``tf.reduce_mean([loss_a, loss_b])``,
     ``tf.reduce_mean(scores)`` of the tuple that ``KMeans.training_graph`` returns."""
-    from .ops.array_ops import stack
-
     dtype = dtype if dtype is not None else _first_tensor_dtype(value)
-    return stack([convert_to_tensor(v, dtype=dtype) for v in value], name=name or "packed")
+    return op_builders.stack([convert_to_tensor(v, dtype=dtype) for v in value], name=name or "packed")
 
 
 def convert_to_tensor(value: Any, dtype=None, name=None) -> Tensor:
@@ -912,6 +937,4 @@ def convert_to_tensor(value: Any, dtype=None, name=None) -> Tensor:
         return convert_to_tensor(value._as_graph_element(), dtype=dtype)
     if isinstance(value, (list, tuple)) and value and _first_tensor_dtype(value) is not None:
         return _autopack(value, dtype, name)
-    from .ops.array_ops import constant
-
-    return constant(value, dtype=dtype, name=name or "Const")
+    return op_builders.constant(value, dtype=dtype, name=name or "Const")

@@ -11,86 +11,20 @@ True
 
 from __future__ import annotations
 
-import base64
 import json
 
-import numpy
-
-from . import dtypes
-from .graph import Graph, Operation, Tensor
+from .graph import GRAPH_FORMAT_VERSION, Graph
+from .plain_values import decode
 
 __all__ = ["graph_to_dict", "import_graph_def", "graph_to_dot", "write_graph", "read_graph"]
 
-FORMAT_VERSION = 1
-
-
-def _encode(value):
-    if isinstance(value, dtypes.DType):
-        return {"__dtype__": value.name}
-    if isinstance(value, numpy.ndarray):
-        data = numpy.ascontiguousarray(value)
-        return {"__ndarray__": base64.b64encode(data.tobytes()).decode("ascii"),
-                "dtype": data.dtype.str, "shape": list(value.shape)}  # (ascontiguousarray makes 0-d 1-d)
-    if isinstance(value, numpy.generic):
-        return value.item()
-    if isinstance(value, tuple):
-        return {"__tuple__": [_encode(v) for v in value]}
-    if isinstance(value, list):
-        return [_encode(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _encode(v) for k, v in value.items()}
-    return value
-
-
-def _decode(value):
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "__dtype__" in value:
-        return dtypes.as_dtype(value["__dtype__"])
-    if "__ndarray__" in value:
-        raw = base64.b64decode(value["__ndarray__"])
-        return numpy.frombuffer(raw, dtype=numpy.dtype(value["dtype"])).reshape(value["shape"]).copy()
-    if "__tuple__" in value:
-        return tuple(_decode(v) for v in value["__tuple__"])
-    return {k: _decode(v) for k, v in value.items()}
-
-
-def graph_to_dict(graph: Graph) -> dict:
-    """Every op (name, type, inputs, control inputs, attrs, device) and the collections."""
-    ops = [
-        {"name": op.name, "type": op.type, "inputs": [t.name for t in op.inputs],
-         "control_inputs": [c.name for c in op.control_inputs],
-         "attrs": _encode(op.attrs), "device": op.device}
-        for op in graph.get_operations()
-    ]
-    collections = {}
-    for key in graph.get_all_collection_keys():
-        items = [_collection_item(v) for v in graph.get_collection(key)]
-        collections[key] = [i for i in items if i is not None]
-    return {"format": "dflow.graph", "version": FORMAT_VERSION, "ops": ops,
-            "collections": collections}
-
-
-def _collection_item(value):
-    from .variables import Variable
-
-    if isinstance(value, Variable):
-        return {"variable": value.op.name, "initializer": value.initializer.name,
-                "initial_value": value.initial_value.name, "trainable": value.trainable}
-    if isinstance(value, Tensor):
-        return {"tensor": value.name}
-    if isinstance(value, Operation):
-        return {"operation": value.name}
-    return None  # other Python objects do not survive a plain-data round trip
 
 
 def import_graph_def(graph_def: dict, graph: Graph | None = None) -> Graph:
     """Rebuild a graph written by :func:`graph_to_dict` (shapes are inferred again)."""
-    if graph_def.get("format") != "dflow.graph" or graph_def.get("version") != FORMAT_VERSION:
+    if graph_def.get("format") != "dflow.graph" or graph_def.get("version") != GRAPH_FORMAT_VERSION:
         raise ValueError(
-            f"not a dflow graph of format version {FORMAT_VERSION}: "
+            f"not a dflow graph of format version {GRAPH_FORMAT_VERSION}: "
             f"format={graph_def.get('format')!r} version={graph_def.get('version')!r}")
     graph = graph or Graph()
     with graph.as_default():
@@ -100,7 +34,7 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None) -> Graph:
             inputs = [graph.get_tensor_by_name(name) for name in entry["inputs"]]
             controls = [graph.get_operation_by_name(name) for name in entry["control_inputs"]]
             with graph.control_dependencies(controls), graph.device(None):
-                op = graph.create_op(entry["type"], inputs, _decode(entry["attrs"]),
+                op = graph.create_op(entry["type"], inputs, decode(entry["attrs"]),
                                      name=entry["name"] + "/")
             op._set_device(entry["device"])
         for key, items in graph_def["collections"].items():
@@ -112,7 +46,6 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None) -> Graph:
 def _check_input_op(entry: dict) -> None:
     """An input op names its transform from the registry: a graph file never makes this
     process import a module (a ``"package.module:function"`` would)."""
-    from .data import ops as _input_ops  # noqa: F401  (registers DatasetNext)
     from .data.transforms import check_transform_name
 
     spec = entry.get("attrs", {}).get("spec")
@@ -143,17 +76,15 @@ def _restore_item(graph: Graph, key: str, item: dict):
     return graph.get_operation_by_name(item["operation"])
 
 
+def graph_to_dict(graph: Graph) -> dict:
+    """Every op (name, type, inputs, control inputs, attrs, device) and the collections:
+    ``graph.as_graph_def()``."""
+    return graph.as_graph_def()
+
+
 def graph_to_dot(graph: Graph) -> str:
-    """Graphviz DOT text: ops as boxes labelled with their type, tensors as edges."""
-    lines = ["digraph dflow {", "  rankdir=TB;"]
-    for op in graph.get_operations():
-        label = f"{op.name}\n{op.type}"  # json.dumps writes the newline as DOT's \n
-        lines.append(f"  {json.dumps(op.name)} [shape=box, label={json.dumps(label)}];")
-    for src, dst, key, data in graph.nx.edges(keys=True, data=True):
-        style = "style=dashed" if key == "control" else f"label={json.dumps(str(data['tensor'].shape))}"
-        lines.append(f"  {json.dumps(src)} -> {json.dumps(dst)} [{style}];")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    """Graphviz DOT text: ``graph.to_dot()``."""
+    return graph.to_dot()
 
 
 def write_graph(graph: Graph, path: str) -> None:

@@ -261,7 +261,11 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
           name=None, reuse=None) -> Tensor:
     """A fully connected layer: ``activation(inputs @ kernel + bias)``.
 
-    >>> logits = tf.layers.dense(hidden, 10, name="logits")  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     logits = tf.layers.dense(tf.zeros([4, 32]), 10, name="logits")
+    ...     logits.shape.as_list(), [v.name for v in tf.trainable_variables()]
+    ([4, 10], ['logits/kernel:0', 'logits/bias:0'])
     """
     layer = Dense(units, activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
                   bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint, trainable,
@@ -322,7 +326,11 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid", data_f
            name=None, reuse=None) -> Tensor:
     """2-D convolution layer (variables ``conv2d/kernel``, ``conv2d/bias``).
 
-    >>> y = tf.layers.conv2d(x, 32, 5, padding="same", activation=tf.nn.relu)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     y = tf.layers.conv2d(tf.zeros([2, 28, 28, 1]), 32, 5, padding="same", activation=tf.nn.relu)
+    ...     y.shape.as_list()
+    [2, 28, 28, 32]
     """
     layer = Conv2D(filters, kernel_size, strides, padding, data_format, dilation_rate, activation, use_bias,
                    kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
@@ -652,7 +660,7 @@ class BatchNormalization(Layer):
     def _add_updates(self, inputs, batch_mean, batch_variance, training):
         rank = inputs.shape.ndims
         if rank == 4 and self.axis in (1, 3):  # TF's fused kernel: Bessel's correction
-            count = math_ops.cast(array_ops.size(inputs), inputs.dtype) / float(inputs.shape[self.axis])
+            count = math_ops.cast(math_ops.size(inputs), inputs.dtype) / float(inputs.shape[self.axis])
             batch_variance = batch_variance * (count / math_ops.maximum(count - 1.0, 1.0))
         decay = 1.0 - self.momentum
         if isinstance(training, (Tensor, Variable)):  # no update where training is fed False
@@ -675,9 +683,15 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
                         renorm_momentum=0.99, fused=None, virtual_batch_size=None, adjustment=None) -> Tensor:
     """Batch normalization (variables ``gamma``, ``beta``, ``moving_mean``, ``moving_variance``).
 
-    >>> y = tf.layers.batch_normalization(x, training=is_training)  # doctest: +SKIP
-    >>> with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):  # doctest: +SKIP
-    ...     train_op = optimizer.minimize(loss)
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     x, is_training = tf.random_normal([8, 4]), tf.placeholder_with_default(True, [])
+    ...     y = tf.layers.batch_normalization(x, training=is_training)
+    ...     loss = tf.reduce_mean(tf.square(y))
+    ...     with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+    ...         train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    ...     len(tf.get_collection(tf.GraphKeys.UPDATE_OPS))  # moving mean and variance
+    2
     """
     layer = BatchNormalization(axis, momentum, epsilon, center, scale, beta_initializer, gamma_initializer,
                                moving_mean_initializer, moving_variance_initializer, beta_regularizer,

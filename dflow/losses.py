@@ -55,7 +55,7 @@ def _float(x) -> Tensor:
     return x if x.dtype.is_floating else math_ops.cast(x, dtypes.float32)
 
 
-def _safe_divide(numerator, denominator, name="value") -> Tensor:
+def safe_divide(numerator, denominator, name="value") -> Tensor:
     """``numerator / denominator``, or 0 where the denominator is 0 (TF's ``div_no_nan``)."""
     nonzero = math_ops.greater(denominator, 0.0)
     safe = math_ops.where(nonzero, denominator, array_ops.ones_like(denominator))
@@ -77,12 +77,12 @@ def compute_weighted_loss(losses, weights=1.0, scope=None, loss_collection=Graph
             loss = math_ops.reduce_sum(weighted)
             every = array_ops.ones_like(losses)
             if reduction == Reduction.MEAN:
-                loss = _safe_divide(loss, math_ops.reduce_sum(every * weights))
+                loss = safe_divide(loss, math_ops.reduce_sum(every * weights))
             elif reduction == Reduction.SUM_OVER_BATCH_SIZE:
-                loss = _safe_divide(loss, math_ops.reduce_sum(every))
+                loss = safe_divide(loss, math_ops.reduce_sum(every))
             elif reduction == Reduction.SUM_BY_NONZERO_WEIGHTS:
                 present = math_ops.cast(math_ops.not_equal(weights, 0.0), losses.dtype)
-                loss = _safe_divide(loss, math_ops.reduce_sum(every * present))
+                loss = safe_divide(loss, math_ops.reduce_sum(every * present))
         if loss_collection is not None:
             add_loss(loss, loss_collection)
         return loss

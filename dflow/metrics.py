@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import dtypes
 from .graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
-from .losses import _safe_divide
+from .losses import safe_divide
 from .ops import array_ops, math_ops, state_ops
 from .variables import Variable, variable_scope
 
@@ -53,13 +53,22 @@ def _as_float(x) -> Tensor:
 def mean(values, weights=None, metrics_collections=None, updates_collections=None, name=None):
     """The (weighted) mean of every value seen: ``(mean, update_op)``.
 
-    >>> mean_loss, update = tf.metrics.mean(loss)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     loss = tf.placeholder(tf.float32, [None])
+    ...     mean_loss, update = tf.metrics.mean(loss)
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.local_variables_initializer())
+    ...         for batch in ([1.0, 2.0], [6.0]):
+    ...             _ = sess.run(update, {loss: batch})
+    ...         float(sess.run(mean_loss))
+    3.0
     """
     with variable_scope(name, "mean", (values, weights)):
         values = _as_float(values)
         total, count = _metric_variable("total"), _metric_variable("count")
         if weights is None:
-            batch_count = math_ops.cast(array_ops.size(values), dtypes.float32)
+            batch_count = math_ops.cast(math_ops.size(values), dtypes.float32)
         else:
             weights = _as_float(weights) * array_ops.ones_like(values)
             values = values * weights
@@ -68,8 +77,8 @@ def mean(values, weights=None, metrics_collections=None, updates_collections=Non
             update_total = state_ops.assign_add(total, math_ops.reduce_sum(values))
         with get_default_graph().colocate_with(count):
             update_count = state_ops.assign_add(count, batch_count)
-        value = _safe_divide(total.value(), count.value(), "value")
-        update_op = _safe_divide(update_total, update_count, "update_op")
+        value = safe_divide(total.value(), count.value(), "value")
+        update_op = safe_divide(update_total, update_count, "update_op")
         return _collect(metrics_collections, updates_collections, value, update_op)
 
 
@@ -89,7 +98,14 @@ def accuracy(labels, predictions, weights=None, metrics_collections=None, update
              name=None):
     """The share of ``predictions`` equal to ``labels``: ``(accuracy, update_op)``.
 
-    >>> acc, acc_op = tf.metrics.accuracy(labels=labels, predictions=tf.argmax(logits, 1))  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     logits = tf.constant([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
+    ...     acc, acc_op = tf.metrics.accuracy(labels=[1, 1, 1], predictions=tf.argmax(logits, 1))
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.local_variables_initializer())
+    ...         round(float(sess.run(acc_op)), 4)
+    0.6667
     """
     labels, predictions = _squeezed(convert_to_tensor(labels), convert_to_tensor(predictions))
     if labels.dtype != predictions.dtype:
@@ -168,8 +184,8 @@ def _ratio(hits_fn, misses_fn, default_name, labels, predictions, weights, metri
     with variable_scope(name, default_name, (predictions, labels, weights)):
         hits, hits_update = hits_fn(labels, predictions, weights)
         misses, misses_update = misses_fn(labels, predictions, weights)
-        value = _safe_divide(hits, hits + misses, "value")
-        update = _safe_divide(hits_update, hits_update + misses_update, "update_op")
+        value = safe_divide(hits, hits + misses, "value")
+        update = safe_divide(hits_update, hits_update + misses_update, "update_op")
         return _collect(metrics_collections, updates_collections, value, update)
 
 

@@ -73,8 +73,12 @@ def _step_list(inputs, what) -> list:
 def static_rnn(cell, inputs, initial_state=None, dtype=None, sequence_length=None, scope=None):
     """The cell over a list of ``[batch, depth]`` inputs: ``(outputs list, final state)``.
 
-    >>> x = tf.unstack(images, timesteps, 1)                                   # doctest: +SKIP
-    >>> outputs, states = tf.nn.static_rnn(lstm_cell, x, dtype=tf.float32)    # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     x = tf.unstack(tf.zeros([4, 28, 28]), 28, 1)  # 28 steps of [batch, 28]
+    ...     outputs, states = tf.nn.static_rnn(tf.nn.rnn_cell.BasicLSTMCell(16), x, dtype=tf.float32)
+    ...     len(outputs), outputs[-1].shape.as_list()
+    (28, [4, 16])
     """
     inputs = _step_list(inputs, "static_rnn")
     with variable_scope(scope or "rnn"):
@@ -98,7 +102,13 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
     """The cell over ``inputs`` of shape ``[batch, time, depth]`` (``[time, batch, depth]``
     with ``time_major``): ``(outputs, final state)``, the outputs stacked the same way.
 
-    >>> outputs, state = tf.nn.dynamic_rnn(cell, x, sequence_length=n, dtype=tf.float32)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     x, n = tf.zeros([4, 10, 8]), tf.constant([10, 7, 3, 1])
+    ...     cell = tf.nn.rnn_cell.GRUCell(16)
+    ...     outputs, state = tf.nn.dynamic_rnn(cell, x, sequence_length=n, dtype=tf.float32)
+    ...     outputs.shape.as_list(), state.shape.as_list()
+    ([4, 10, 16], [4, 16])
     """
     time_axis = 0 if time_major else 1
     steps = _time_steps(inputs, time_axis, "dynamic_rnn")

@@ -79,8 +79,16 @@ class FileWriter:
     flushed every ``max_queue`` events, every ``flush_secs`` seconds (checked at
     each event), by :meth:`flush` and by :meth:`close` (also at exit).
 
-    >>> writer = tf.summary.FileWriter("/tmp/logs/train", sess.graph)  # doctest: +SKIP
-    >>> writer.add_summary(sess.run(merged, feed_dict), global_step=step)  # doctest: +SKIP
+    >>> import os, tempfile, dflow as tf
+    >>> logdir = tempfile.mkdtemp()
+    >>> with tf.Graph().as_default(), tf.Session() as sess:
+    ...     _ = tf.summary.scalar("loss", tf.constant(0.5))
+    ...     merged = tf.summary.merge_all()
+    ...     writer = tf.summary.FileWriter(logdir, sess.graph)
+    ...     writer.add_summary(sess.run(merged), global_step=1)
+    ...     writer.close()
+    >>> [name.startswith("events.out.tfevents") for name in os.listdir(logdir)]
+    [True]
     """
 
     def __init__(self, logdir: str, graph: Graph | None = None, max_queue: int = 10,

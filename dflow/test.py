@@ -76,7 +76,7 @@ class TestCase(unittest.TestCase):
     test_session.__test__ = False  # a helper with a test's name: pytest must not collect it
 
     def evaluate(self, tensors):
-        from .runtime.session import get_default_session
+        from .context import get_default_session
 
         return get_default_session().run(tensors)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import dtypes
-from .graph import GraphKeys, Operation, Tensor, _Operators, convert_to_tensor, get_default_graph
+from .graph import GraphKeys, Operation, Tensor, TensorOperators, convert_to_tensor, get_default_graph
 from .ops import array_ops, state_ops
 from .ops.state_ops import glorot_limit
 
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-class Variable(_Operators):
+class Variable(TensorOperators):
     """A tensor whose value persists across ``Session.run`` calls.
 
     Creates the ops ``NAME`` (the variable), ``NAME/initial_value``,
@@ -77,6 +77,11 @@ class Variable(_Operators):
     # what a fetch, a feed or an op input sees
     def _as_graph_element(self) -> Tensor:
         return self._snapshot
+
+    def graph_def_entry(self) -> dict:
+        """This variable in a collection of ``graph.as_graph_def()``."""
+        return {"variable": self.op.name, "initializer": self.initializer.name,
+                "initial_value": self.initial_value.name, "trainable": self.trainable}
 
     @property
     def name(self) -> str:
@@ -138,7 +143,7 @@ class Variable(_Operators):
 
     def load(self, value, session=None):
         """Write ``value`` into the variable through ``session`` (no new ops per call)."""
-        from .runtime.session import get_default_session
+        from .context import get_default_session
 
         (session or get_default_session()).run(self.initializer, {self.initial_value: value})
 
@@ -230,7 +235,7 @@ def _report(inputs, names, name) -> Tensor:
 
 # ---- initializers --------------------------------------------------------------------
 @dataclass
-class _Initializer:
+class Initializer:
     """Callable ``(shape, dtype) -> Tensor``, as TF 1.x initializers."""
 
     build: Callable
@@ -244,27 +249,27 @@ class _Initializer:
 
 
 def zeros_initializer(dtype=dtypes.float32):
-    return _Initializer(lambda shape, dt: array_ops.zeros(shape, dt), dtype)
+    return Initializer(lambda shape, dt: array_ops.zeros(shape, dt), dtype)
 
 
 def ones_initializer(dtype=dtypes.float32):
-    return _Initializer(lambda shape, dt: array_ops.ones(shape, dt), dtype)
+    return Initializer(lambda shape, dt: array_ops.ones(shape, dt), dtype)
 
 
 def constant_initializer(value=0, dtype=dtypes.float32):
-    return _Initializer(lambda shape, dt: array_ops.constant(value, dt, shape=shape), dtype)
+    return Initializer(lambda shape, dt: array_ops.constant(value, dt, shape=shape), dtype)
 
 
 def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=dtypes.float32):
-    return _Initializer(lambda shape, dt: state_ops.random_normal(shape, mean, stddev, dt, seed), dtype)
+    return Initializer(lambda shape, dt: state_ops.random_normal(shape, mean, stddev, dt, seed), dtype)
 
 
 def truncated_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=dtypes.float32):
-    return _Initializer(lambda shape, dt: state_ops.truncated_normal(shape, mean, stddev, dt, seed), dtype)
+    return Initializer(lambda shape, dt: state_ops.truncated_normal(shape, mean, stddev, dt, seed), dtype)
 
 
 def random_uniform_initializer(minval=0.0, maxval=1.0, seed=None, dtype=dtypes.float32):
-    return _Initializer(lambda shape, dt: state_ops.random_uniform(shape, minval, maxval, dt, seed), dtype)
+    return Initializer(lambda shape, dt: state_ops.random_uniform(shape, minval, maxval, dt, seed), dtype)
 
 
 def glorot_uniform_initializer(seed=None, dtype=dtypes.float32):
@@ -274,11 +279,11 @@ def glorot_uniform_initializer(seed=None, dtype=dtypes.float32):
         limit = glorot_limit(shape)
         return state_ops.random_uniform(shape, -limit, limit, dt, seed)
 
-    return _Initializer(build, dtype)
+    return Initializer(build, dtype)
 
 
 
-def _fans(shape) -> tuple[float, float]:
+def fans(shape) -> tuple[float, float]:
     """TF's fan-in and fan-out (a conv kernel's window multiplies both)."""
     if not shape:
         return 1.0, 1.0
@@ -301,7 +306,7 @@ def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncat
         raise ValueError(f"Invalid `distribution` argument: {distribution!r}")
 
     def build(shape, dt):
-        fan_in, fan_out = _fans(shape)
+        fan_in, fan_out = fans(shape)
         n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
         variance = scale / max(1.0, n)
         if distribution == "uniform":
@@ -312,7 +317,7 @@ def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncat
         # the stddev of a unit normal truncated to [-2, 2] is 0.8796...: divide it out
         return state_ops.truncated_normal(shape, 0.0, math.sqrt(variance) / 0.87962566103423978, dt, seed)
 
-    return _Initializer(build, dtype)
+    return Initializer(build, dtype)
 
 
 def glorot_normal_initializer(seed=None, dtype=dtypes.float32):

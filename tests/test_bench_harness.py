@@ -17,8 +17,9 @@ from dflow.bench.harness import (
     run_benchmark,
     speed_stats,
 )
-from dflow.bench.trace import TraceEvent, check_chrome_trace, chrome_trace, role, timeline_events
+from dflow.bench.trace import TraceEvent, check_chrome_trace, chrome_trace, timeline_events
 from dflow.cli import main
+from dflow.cluster.spec import device_role
 
 # mnist_dnn: 784-512-512-10, float32
 MNIST_DNN_PARAM_BYTES = 4 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10)
@@ -111,7 +112,7 @@ def test_trace_has_a_process_per_task_a_thread_per_activity_and_overlaps_in_lane
     worker_threads = {"waiting for data", "compute", "waiting for PS", "send/recv", "send/recv #2"}
     assert threads == {("worker/0", t) for t in worker_threads} | {("ps/0", "compute (for worker/0)")}
     assert min(e["ts"] for e in trace["traceEvents"] if e["ph"] == "X") == 0
-    assert role("/job:worker/task:12") == "worker/12"
+    assert device_role("/job:worker/task:12") == "worker/12"
 
 
 def test_check_chrome_trace_names_what_is_wrong():

@@ -330,16 +330,6 @@ def test_dflow_data_verify_names_every_damaged_chunk(copy, capsys):
     assert [re.search(r"chunk (\d+) of array (\S+)", line).groups() for line in lines[:-1]] == [
         ("3", "train/images"), ("4", "train/images"), ("15", "train/labels")]
     assert lines[-1] == f"{copy}: 3 of 32 chunks damaged"
-
-
-def test_docstring_example():
-    import doctest
-
-    import dflow.checked_arrays
-
-    assert doctest.testmod(dflow.checked_arrays).failed == 0
-
-
 @pytest.mark.parametrize("how, chunk, problem", [
     ("swap", 0, "it holds other data than was written there"),  # same-size files: only the digest knows
     ("flip", 2, "its bytes do not match their CRC-32C"),

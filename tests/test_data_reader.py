@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import shutil
@@ -305,12 +304,3 @@ def test_cli_prepare_info_and_errors(tmp_path, capsys):
     assert main(["data", "prepare", "mnist"]) == 1
     assert "--source is required" in capsys.readouterr().err
     assert main(["data", "info", str(tmp_path / "none.zarr")]) == 1
-
-
-def test_docstring_examples():
-    import importlib
-
-    for name in ("", ".dataset", ".ops", ".prepare", ".sources", ".store", ".transforms"):
-        module = importlib.import_module("dflow.data" + name)
-        failed, _ = doctest.testmod(module)
-        assert failed == 0, module.__name__

@@ -396,18 +396,6 @@ def test_a_tf_layers_conv_net_learns_the_digits():
         sess.run(update_accuracy, test_feed)
         test_accuracy = sess.run(accuracy)
     assert test_accuracy > 0.9, test_accuracy
-
-
-def test_the_modules_examples_run():
-    import doctest
-    import importlib
-
-    for name in ("dflow.layers", "dflow.contrib", "dflow.contrib.layers", "dflow.losses", "dflow.metrics",
-                 "dflow.train.moving_averages", "dflow.train.optimizers"):
-        failed, _ = doctest.testmod(importlib.import_module(name))
-        assert failed == 0, name
-
-
 def test_conv1d_and_1d_pooling_match_numpy():
     x = np.random.default_rng(4).normal(size=(2, 9, 3)).astype(np.float32)
     y = tf.layers.conv1d(x, 4, 3, strides=2)

@@ -184,18 +184,6 @@ def copies_at_start(task_index, target, spec, mode):
 def test_every_copy_starts_from_the_same_values(cluster, target, mode):
     values = tf.replicate(copies_at_start, cluster, target, cluster.spec, mode)
     assert all(np.array_equal(v, values[0]) for v in values[1:])
-
-
-def test_docstring_examples():
-    import doctest
-    import importlib
-
-    for name in ("dflow.ops.collective_ops", "dflow.train.allreduce", "dflow.train.variable_update",
-                 "dflow.distributed.collective", "dflow.bench.modes"):
-        failed, _ = doctest.testmod(importlib.import_module(name))
-        assert failed == 0, name
-
-
 def batch_norm_replica(task_index, target, spec, mode):
     from dflow.models.layers import batch_norm
 

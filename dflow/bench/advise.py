@@ -59,7 +59,7 @@ __all__ = ["Prediction", "Advice", "predict", "simulate_prediction", "core_shari
 VARIABLE_UPDATES = ("parameter_server", "distributed_replicated", "allreduce")
 #: the harness's shaped links (``network`` setting), in bytes/sec
 NETWORK_BYTES_PER_SEC = {network: bits / 8 for network, bits in RATES.items() if bits}
-#: a worker-to-worker message on loopback costs ~1 ms (MEASURED.md, Dask on loopback)
+#: a worker-to-worker message on loopback costs ~1 ms (docs/measured.md, Dask on loopback)
 LATENCY_S = 0.001
 #: a PS count whose prediction is this close to the best is as good, and uses fewer machines
 GOOD_ENOUGH = 0.95

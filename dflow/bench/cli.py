@@ -31,7 +31,7 @@ SUBCOMMANDS = {
               "against what each mode must send", "modes"),
     "simulate": ("simulate distributed training steps on a cluster preset (Piz Daint, AWS p2, DGX, H100) "
                  "from dflow's own plans; --reproduce bugliarello2017 checks it against the seed's tables",
-                 "simulate"),
+                 "simulate_cli"),
     "advise": ("predict images/sec for N workers x M PS from a step time and the variables' bytes, "
                "and advise a PS count and placement", "advise"),
 }

@@ -49,7 +49,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..cluster import Cluster, _roles, connect, role_name, worker_command, worker_infos
+from ..cluster import Cluster, connect, role_name, worker_command, worker_infos
+from ..cluster.launch import role_list
 
 __all__ = ["RATES", "NetworkError", "check_network_shaping", "shaped_cluster", "measure_link",
            "remove_stale_namespaces", "dflow_namespaces"]
@@ -351,7 +352,7 @@ def shaped_cluster(ps: int, workers: int, network: str = "1gbit", *, threads_per
     ...         sess.run(train_op)
     """
     rate = _rate_of(network)
-    roles = [role_name(job, task) for job, task in _roles(ps, workers)]
+    roles = [role_name(job, task) for job, task in role_list(ps, workers)]
     check_network_shaping()
     remove_stale_namespaces()
     processes: dict[str, subprocess.Popen] = {}  # filled as they start, so a failure stops those

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from . import harness, report
+from .records import gpu_names
 from .report import Figure
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_SETTINGS", "SMALL_MACHINE", "SweepResult", "grid_points",
@@ -186,7 +187,7 @@ def _gpu_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    return len(harness._gpu_names() or ())
+    return len(gpu_names() or ())
 
 
 def scale_down(preset: Preset, cores: int, gpus: int, settings: Mapping | None = None,

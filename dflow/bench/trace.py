@@ -21,15 +21,15 @@ Timestamps of tasks on different machines are only as aligned as their clocks.
 from __future__ import annotations
 
 import json
-import re
 from typing import NamedTuple
 
-__all__ = ["TraceEvent", "chrome_trace", "write_chrome_trace", "check_chrome_trace", "role",
+from ..cluster.spec import device_role
+
+__all__ = ["TraceEvent", "chrome_trace", "write_chrome_trace", "check_chrome_trace",
            "timeline_events", "ACTIVITIES"]
 
 #: the activities (threads) a benchmark trace shows, in display order
 ACTIVITIES = ("step", "waiting for data", "compute", "send/recv", "waiting for PS", "waiting for workers")
-_TASK = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
 
 
 class TraceEvent(NamedTuple):
@@ -40,18 +40,6 @@ class TraceEvent(NamedTuple):
     name: str
     start: float
     end: float
-
-
-def role(task: str) -> str:
-    """A task's short name: ``/job:worker/task:0`` -> ``worker/0`` (other names unchanged).
-
-    >>> role("/job:ps/task:1"), role("/job:worker/replica:0/task:2"), role("client")
-    ('ps/1', 'worker/2', 'client')
-    """
-    match = _TASK.fullmatch(task)
-    if match is None:
-        return task
-    return f"{match.group(1)}/{match.group(2)}"
 
 
 def _activity(task_role: str, label: str, has_ps: bool) -> str:
@@ -70,7 +58,7 @@ def timeline_events(timeline, for_replica: str, has_ps: bool) -> list[TraceEvent
     replica in its activity, so the steps of concurrent replicas do not overlap on one thread."""
     events = []
     for task, label, start, end in timeline:
-        name = role(task)
+        name = device_role(task)
         activity = _activity(name, label, has_ps)
         if name != for_replica:
             activity = f"{activity} (for {for_replica})"

@@ -97,13 +97,13 @@ def _check_tls_credentials(target: str) -> None:
     or Dask's TLS configuration; without either, say so (Dask would fail on a missing context)."""
     import distributed
 
-    from . import _configured_security
+    from .launch import configured_security
 
     clients = list(distributed.Client._instances)
     if any(c.status == "running" and c.scheduler.address == target for c in clients):
         return
     try:
-        _configured_security(target)
+        configured_security(target)
     except ValueError:
         raise ValueError(f"the scheduler at {target} speaks TLS: open it first with tf.cluster.connect("
                          f"{target!r}, security=tf.cluster.tls_security(ca_file, cert, key)) and keep it "
@@ -156,7 +156,7 @@ class Server:
     def __init__(self, server_or_cluster_def, job_name: str | None = None, task_index: int | None = None,
                  protocol: str | None = None, config=None, start: bool = True,
                  timeout: float = START_TIMEOUT_S):
-        from . import Cluster, connect
+        from .launch import Cluster, connect
 
         self.job_name, self.task_index = self._role_of(server_or_cluster_def, job_name, task_index)
         self.process: subprocess.Popen | None = None
@@ -203,7 +203,7 @@ class Server:
         if self.server_def is None:
             self._start_in_cluster()
             return
-        from . import connect
+        from .launch import connect
 
         spec = self.server_def
         sched_job, sched_task = scheduler_role(spec)
@@ -232,7 +232,7 @@ class Server:
         _servers[self.target] = self
 
     def _start_worker(self, scheduler: str, host: str, port: int) -> subprocess.Popen:
-        from . import _blas_env, worker_command
+        from .launch import job_blas_env, worker_command
         from .worker_process import QUIET_DASK, die_with_parent, import_path_env
 
         workers_here = sum(1 for a in self.server_def.job_tasks("worker") if _split_address(a)[0] == host) \
@@ -241,7 +241,7 @@ class Server:
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
             "--dashboard-address", f"{host}:0",  # its HTTP server (/health) where the task listens
             "--death-timeout", str(int(self._timeout))])
-        env.update({**_blas_env(self.job_name, max(1, workers_here), None), **import_path_env()})
+        env.update({**job_blas_env(self.job_name, max(1, workers_here), None), **import_path_env()})
         for name, value in QUIET_DASK.items():  # unless the user asked for Dask's logs
             env.setdefault(name, value)
         return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent if os.name == "posix" else None)
@@ -260,7 +260,7 @@ class Server:
             time.sleep(_POLL_S)
 
     def _start_in_cluster(self) -> None:
-        from . import worker_command
+        from .launch import worker_command
 
         present = {info.get("name") for info in worker_infos(self.cluster.client).values()}
         if self.role not in present:

@@ -11,7 +11,8 @@ import contextlib
 import shutil
 import subprocess
 
-from . import START_TIMEOUT_S, Cluster, _roles, _security, blas_env, role_name, role_resources
+from .launch import START_TIMEOUT_S, Cluster, blas_env, launch_security, role_list
+from .spec import role_name, role_resources
 
 __all__ = ["slurm"]
 
@@ -39,14 +40,14 @@ def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, secur
     >>> cluster.spec.roles()  # doctest: +SKIP
     ['ps/0', 'worker/0', 'worker/1', 'worker/2', 'worker/3']
     """
-    roles = _roles(ps, workers)
+    roles = role_list(ps, workers)
     _check_kwargs(kwargs)
     SLURMCluster = _import_slurm_cluster()
     for key, default in (("cores", 1), ("memory", "2GB")):  # unless ~/.config/dask/jobqueue.yaml says
         if _config("slurm", key) is None:
             kwargs.setdefault(key, default)
     job_name = kwargs.pop("job_name", None) or "dflow"
-    security = _security(secure, security)
+    security = launch_security(secure, security)
     if security:
         kwargs["security"] = security
     dask_cluster = SLURMCluster(n_workers=0, processes=1, job_name=job_name, **kwargs)

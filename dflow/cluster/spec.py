@@ -13,9 +13,10 @@ pass a spec to ``replica_device_setter``:
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["ClusterSpec", "role_name", "role_resources", "task_of", "worker_infos"]
+__all__ = ["ClusterSpec", "role_name", "role_resources", "task_of", "role_of", "device_role", "worker_infos"]
 
 
 def worker_infos(client) -> dict[str, dict]:
@@ -45,6 +46,27 @@ def task_of(worker_name) -> tuple[str, int] | None:
     """``"ps/0"`` -> ``("ps", 0)``; None for a worker without a dflow role."""
     job, _, task = str(worker_name).partition("/")
     return (job, int(task)) if job and task.isdigit() else None
+
+
+def role_of(worker_name) -> str | None:
+    """``"ps/0"`` -> ``"/job:ps/task:0"``; None for a worker without a dflow role."""
+    role = task_of(worker_name)
+    return f"/job:{role[0]}/task:{role[1]}" if role else None
+
+
+_TASK = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+
+
+def device_role(task: str) -> str:
+    """A task's role: ``/job:worker/task:0`` -> ``worker/0`` (other names unchanged).
+
+    >>> device_role("/job:ps/task:1"), device_role("/job:worker/replica:0/task:2"), device_role("client")
+    ('ps/1', 'worker/2', 'client')
+    """
+    match = _TASK.fullmatch(task)
+    if match is None:
+        return task
+    return f"{match.group(1)}/{match.group(2)}"
 
 
 class ClusterSpec:

@@ -25,9 +25,9 @@ from ..ops import array_ops, math_ops, nn_ops, state_ops
 from ..train import optimizers as train_optimizers
 from ..train.training_util import get_global_step
 from ..variables import (
-    _fans,
-    _Initializer,
+    Initializer,
     constant_initializer,
+    fans,
     get_variable,
     ones_initializer,
     trainable_variables,
@@ -57,14 +57,14 @@ def variance_scaling_initializer(factor=2.0, mode="FAN_IN", uniform=False, seed=
         raise TypeError("Cannot create initializer for non-floating point type.")
 
     def build(shape, dt):
-        fan_in, fan_out = _fans(shape)
+        fan_in, fan_out = fans(shape)
         n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "FAN_AVG": (fan_in + fan_out) / 2.0}[mode]
         if uniform:
             limit = math.sqrt(3.0 * factor / n)
             return state_ops.random_uniform(shape, -limit, limit, dt, seed)
         return state_ops.truncated_normal(shape, 0.0, math.sqrt(1.3 * factor / n), dt, seed)
 
-    return _Initializer(build, dtypes.as_dtype(dtype))
+    return Initializer(build, dtypes.as_dtype(dtype))
 
 
 def xavier_initializer(uniform=True, seed=None, dtype=dtypes.float32):
@@ -210,7 +210,11 @@ def fully_connected(inputs, num_outputs, activation_fn=nn_ops.relu, normalizer_f
     """``activation_fn(normalizer_fn(inputs @ weights + biases))``; ReLU by default, Xavier weights,
     no biases when there is a ``normalizer_fn``.
 
-    >>> net = tf.contrib.layers.fully_connected(net, 256)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     net = tf.contrib.layers.fully_connected(tf.zeros([2, 64]), 256)
+    ...     net.shape.as_list()
+    [2, 256]
     """
     layer = _FullyConnected(num_outputs, None, normalizer_fn is None and biases_initializer is not None,
                             weights_initializer or xavier_initializer(), biases_initializer,
@@ -428,7 +432,15 @@ def optimize_loss(loss, global_step, learning_rate, optimizer, gradient_noise_sc
     learning rate and clips the gradients by their global norm, and returns the loss computed
     before the update. ``summaries`` are not written (add ``tf.summary.scalar`` yourself).
 
-    >>> train_op = tf.contrib.layers.optimize_loss(loss, step, 0.01, "Adam")  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     w = tf.Variable(1.0)
+    ...     step = tf.train.get_or_create_global_step()
+    ...     train_op = tf.contrib.layers.optimize_loss(tf.square(w), step, 0.01, "Adam")
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.global_variables_initializer())
+    ...         float(sess.run(train_op)), int(sess.run(step))  # the loss before the update
+    (1.0, 1)
     """
     if gradient_noise_scale is not None:
         raise ValueError("optimize_loss(gradient_noise_scale=) is not supported by dflow")

@@ -10,7 +10,7 @@
 - TF 1.x's ``tf.data`` (:mod:`dflow.data.tf_data`): ``Dataset.from_tensor_slices``/``zip``...
   (static constructors on :class:`Dataset`), ``FixedLengthRecordDataset``,
   ``TextLineDataset``, ``Iterator``; ``map``/``batch``/``shuffle``/``repeat``...; iterators
-  read the elements inside ``Session.run`` (:mod:`dflow.data.iterator_ops`).
+  read the elements inside ``Session.run`` (:mod:`dflow.ops.iterator_ops`).
 
 >>> import os, tempfile, dflow as tf
 >>> from dflow.data import Dataset, prepare
@@ -21,14 +21,9 @@
 ((100, 28, 28, 1), 'int64', 720)
 """
 
-from . import (
-    experimental,
-    iterator_ops,  # noqa: F401 - registers the tf.data iterator ops
-    ops,  # noqa: F401 - registers DatasetNext
-)
-from .dataset import Dataset
+from . import experimental
+from .dataset import Dataset, dataset_next
 from .digits import DigitsSplit, iterate_batches, load_digits
-from .ops import dataset_next
 from .prepare import CONVERTERS, prepare
 from .sources import SourceError
 from .store import describe, open_store

@@ -41,7 +41,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import DataLossError, InvalidArgumentError
+from ..graph import get_default_graph
 from .store import chunk_reader, open_store
 from .tf_data import DatasetConstructors
 from .transforms import get_transform, to_data_format
@@ -277,9 +279,7 @@ class Dataset(DatasetConstructors):
 
     def get_next(self, name: str = "DatasetNext"):
         """``(images, labels)`` tensors of an op that pulls this dataset's next batch in the session
-        running it (on a worker, from that worker's own reader): see :func:`dflow.data.dataset_next`."""
-        from .ops import dataset_next
-
+        running it (on a worker, from that worker's own reader): see :func:`dataset_next`."""
         return dataset_next(self, name=name)
 
     @property
@@ -315,3 +315,17 @@ def _check_shard(shard, num_chunks: int) -> tuple[int, int]:
         raise ValueError(f"cannot deal {num_chunks} chunks out to {count} shards: prepare the store with "
                          f"a smaller --chunk_examples (at least {count} chunks)")
     return index, count
+
+
+def dataset_next(dataset: Dataset, name: str = "DatasetNext"):
+    """``(images, labels)`` tensors whose every run pulls ``dataset``'s next batch
+    (:mod:`dflow.ops.dataset_ops`).
+
+    ``dataset`` is a :class:`Dataset`: its settings (not the object) go into the graph, and each
+    session running the op makes its own reader from them.
+    """
+    image_shape, image_dtype = dataset.output_spec
+    attrs = {"spec": dataset.spec, "shared_name": dataset.shared_name, "image_shape": list(image_shape),
+             "image_dtype": dtypes.as_dtype(image_dtype.name)}
+    op = get_default_graph().create_op("DatasetNext", [], attrs, name=name)
+    return op.outputs[0], op.outputs[1]

@@ -58,6 +58,7 @@ from ..checked_arrays import (
     writing_every_chunk,
 )
 from ..errors import DataLossError, FailedPreconditionError, NotFoundError
+from ..version import DFLOW_VERSION
 
 __all__ = ["SplitSource", "DatasetSource", "write_store", "open_store", "describe", "chunk_examples_for",
            "corrupt_chunk_error", "chunk_reader", "verify_store", "FORMAT", "CHUNK_BYTES", "REPREPARE"]
@@ -233,22 +234,26 @@ def _write_chunk_or_raise(images_array, labels_array, split: SplitSource, start:
 
 
 class _Progress:
-    """Prints ``chunks done/total``, rate and ETA every 5 seconds and at the end."""
+    """Prints ``chunks done/total``, rate and time left (tqdm's meter) every 5 seconds and at the end."""
 
     def __init__(self, todo: int, total: int, echo):
         self.todo, self.done, self.total, self.echo = todo, 0, total, echo
         self.begin = self.last_print = time.perf_counter()
 
     def step(self) -> None:
+        from tqdm import tqdm
+
         self.done += 1
         now = time.perf_counter()
         if self.echo is None or (self.done < self.todo and now - self.last_print < 5):
             return
         self.last_print = now
-        rate = self.done / (now - self.begin)
-        finished = self.total - self.todo + self.done
-        self.echo(f"chunks {finished}/{self.total}  {rate:.1f} chunks/s  "
-                  f"eta {round((self.todo - self.done) / rate)} s")
+        already = self.total - self.todo  # chunks an interrupted run wrote: not in the rate
+        self.echo(tqdm.format_meter(already + self.done, self.total, now - self.begin, initial=already,
+                                    unit=" chunks", bar_format=_PROGRESS_LINE))
+
+
+_PROGRESS_LINE = "chunks {n_fmt}/{total_fmt}  {rate_fmt}  eta {remaining}"
 
 
 def _run_tasks(tasks: list, client, echo, total: int) -> None:
@@ -301,7 +306,7 @@ def _finish(root: zarr.Group, source: DatasetSource, chunk: int, work: str) -> N
                                        "std": np.round(std, 4).tolist()})
     root.attrs.update({"dataset": source.name, "class_names": list(source.class_names),
                        "sources": source.sources, "splits": [s.name for s in source.splits],
-                       "dflow_version": _dflow_release(), "dflow_dataset_format": FORMAT})
+                       "dflow_version": DFLOW_VERSION, "dflow_dataset_format": FORMAT})
 
 
 def _publish(store: str, out: str) -> None:
@@ -367,7 +372,7 @@ def open_store(path: str) -> zarr.Group:
     if attrs["dflow_dataset_format"] != FORMAT:
         raise FailedPreconditionError(
             f"{path} was written by dflow {attrs.get('dflow_version', '?')} in store format "
-            f"{attrs['dflow_dataset_format']}; this dflow ({_dflow_release()}) reads format {FORMAT}: "
+            f"{attrs['dflow_dataset_format']}; this dflow ({DFLOW_VERSION}) reads format {FORMAT}: "
             "prepare it again with this version's `dflow data prepare`")
     for split in attrs.get("splits", []):
         for name in ("images", "labels"):
@@ -446,11 +451,3 @@ def corrupt_chunk_error(path: str, array: str, chunk: int, error: Exception) -> 
     """The error for an unreadable chunk: names the store, the array, the chunk and its key."""
     return DataLossError(f"chunk {chunk} of array {array} in {path} (key {array}/c/{chunk}/...) is "
                          f"corrupt or unreadable ({type(error).__name__}: {error}); {REPREPARE}")
-
-
-def _dflow_release() -> str:
-    """dflow's release (not the TF API level), read when used: ``import dflow`` imports this module
-    before it defines ``DFLOW_VERSION``."""
-    from .. import DFLOW_VERSION
-
-    return DFLOW_VERSION

@@ -3,7 +3,7 @@
 A :class:`DatasetV1` is a description (a source, then transformations such as
 ``map``, ``shuffle``, ``batch``, ``repeat``) that builds nothing until an iterator
 is made from it. ``make_one_shot_iterator()`` and ``make_initializable_iterator()``
-add ops to the graph (:mod:`dflow.data.iterator_ops`) whose every run of
+add ops to the graph (:mod:`dflow.ops.iterator_ops`) whose every run of
 ``get_next()`` yields the next element inside ``Session.run``, and raises
 ``tf.errors.OutOfRangeError`` after the last one. ``map`` and ``filter`` functions
 are traced once into graph ops (as TF does) and run by dflow's executor on
@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import dtypes
 from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph, name_scope
+from .structure import flatten, pack
 
 __all__ = ["DatasetV1", "DatasetConstructors", "FixedLengthRecordDataset", "TextLineDataset",
            "TFRecordDataset", "Iterator", "ITERATORS", "make_one_shot_iterator",
@@ -49,35 +50,9 @@ ITERATORS = "dflow_dataset_iterators"
 
 
 # ---- nested elements: tuples and dicts of tensors, flattened for the ops ---------------------------
-def _flatten(value) -> tuple[Any, list]:
-    """``(structure, leaves)``: structure is None for a leaf, a list for a tuple, a dict for a dict."""
-    if isinstance(value, dict):
-        parts = {key: _flatten(value[key]) for key in sorted(value)}
-        leaves = [leaf for _, part_leaves in parts.values() for leaf in part_leaves]
-        return {k: s for k, (s, _) in parts.items()}, leaves
-    if isinstance(value, tuple):
-        parts = [_flatten(item) for item in value]
-        return [s for s, _ in parts], [leaf for _, leaves in parts for leaf in leaves]
-    return None, [value]
-
-
-def _pack(structure, leaves, sequence=tuple):
-    """The inverse of :func:`_flatten`; with ``sequence=list``, a structure whose leaves are
-    ``leaves`` (each a structure: what ``zip`` makes of its datasets')."""
-    leaves = iter(leaves)
-
-    def build(s):
-        if s is None:
-            return next(leaves)
-        if isinstance(s, dict):
-            return {key: build(sub) for key, sub in s.items()}
-        return sequence(build(sub) for sub in s)
-    return build(structure)
-
-
 def _as_tensors(value, name: str) -> tuple[Any, list[Tensor]]:
     """A nested element of tensors; a list (like a NumPy array) is one tensor, as in TF."""
-    structure, leaves = _flatten(value)
+    structure, leaves = flatten(value)
     return structure, [convert_to_tensor(v, name=name) for v in leaves]
 
 
@@ -88,15 +63,15 @@ class _ElementSpec:
 
     @property
     def output_types(self):
-        return _pack(self._structure, [dtype for dtype, _ in self._specs])
+        return pack(self._structure, [dtype for dtype, _ in self._specs])
 
     @property
     def output_shapes(self):
-        return _pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
+        return pack(self._structure, [TensorShape(shape) for _, shape in self._specs])
 
     @property
     def output_classes(self):
-        return _pack(self._structure, [Tensor for _ in self._specs])
+        return pack(self._structure, [Tensor for _ in self._specs])
 
 
 class DatasetConstructors:
@@ -113,6 +88,7 @@ class DatasetConstructors:
     def from_tensor_slices(tensors) -> DatasetV1:
         """One element per row of ``tensors`` (all components share their first dimension).
 
+        >>> import numpy as np, dflow as tf
         >>> data = tf.data.Dataset.from_tensor_slices({"x": np.ones((4, 2)), "y": np.arange(4)})
         >>> data.output_shapes["x"].as_list()
         [2]
@@ -137,11 +113,11 @@ class DatasetConstructors:
     def zip(datasets) -> DatasetV1:
         """Elements of ``datasets`` (a tuple or dict of datasets, nested) side by side, until the
         shortest ends."""
-        structure, parts = _flatten(datasets)
+        structure, parts = flatten(datasets)
         for part in parts:
             if not isinstance(part, DatasetV1):
                 raise TypeError(f"Dataset.zip takes a tuple or dict of datasets, got a {type(part).__name__}")
-        element = _pack(structure, [d._structure for d in parts], sequence=list)
+        element = pack(structure, [d._structure for d in parts], sequence=list)
         return DatasetV1("zip", element, [spec for d in parts for spec in d._specs], inputs=parts)
 
     @staticmethod
@@ -150,15 +126,16 @@ class DatasetConstructors:
         ``output_shapes``). As in TF, the generator runs in the process that built the graph: the
         graph holds only a token for it, so a Dask worker cannot run this dataset.
 
+        >>> import dflow as tf
         >>> data = tf.data.Dataset.from_generator(lambda: iter([[1, 2], [3]]), tf.int64, [None])
         >>> data.output_shapes.as_list()
         [None]
         """
-        from .iterator_ops import register_generator
+        from ..ops.iterator_ops import register_generator
 
         if not callable(generator):
             raise TypeError(f"from_generator needs a function that returns an iterator, got {generator!r}")
-        structure, types = _flatten(output_types)
+        structure, types = flatten(output_types)
         specs = _specs_of(structure, types, output_shapes)
         token = register_generator(generator, tuple(args or ()))
         return DatasetV1("generator", structure, specs, params={
@@ -314,11 +291,11 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
     name = getattr(function, "__name__", "fn").strip("<>")
     with name_scope(f"Dataset_{what}_{name}"):
         args = [placeholder(dtype, shape, name="arg") for dtype, shape in dataset._specs]
-        element = _pack(dataset._structure, args)
+        element = pack(dataset._structure, args)
         result = function(*element) if isinstance(element, tuple) else function(element)
         if isinstance(result, list):
             result = tuple(result)  # TF 1.x reads a returned list as a tuple
-        structure, leaves = _flatten(result)
+        structure, leaves = flatten(result)
         outputs = [convert_to_tensor(v) for v in leaves]
     fed = {a.name for a in args}
     with graph._lock:
@@ -339,7 +316,15 @@ class FixedLengthRecordDataset(DatasetV1):
     """The records of binary files: ``record_bytes`` each, after ``header_bytes`` and before
     ``footer_bytes``, as scalar ``tf.string`` tensors (decode them with ``tf.decode_raw``).
 
-    >>> images = tf.data.FixedLengthRecordDataset(path, 28 * 28, header_bytes=16)  # doctest: +SKIP
+    >>> import os, tempfile, dflow as tf
+    >>> path = os.path.join(tempfile.mkdtemp(), "images.bin")
+    >>> _ = open(path, "wb").write(bytes(16) + bytes(range(8)))  # a header, then two 2x2 images
+    >>> with tf.Graph().as_default():
+    ...     images = tf.data.FixedLengthRecordDataset(path, 2 * 2, header_bytes=16)
+    ...     image = tf.decode_raw(images.make_one_shot_iterator().get_next(), tf.uint8)
+    ...     with tf.Session() as sess:
+    ...         [sess.run(image).tolist() for _ in range(2)]
+    [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
 
     def __init__(self, filenames, record_bytes, header_bytes=None, footer_bytes=None, buffer_size=None):
@@ -397,7 +382,7 @@ class Iterator(_ElementSpec):
 
     @staticmethod
     def from_structure(output_types, output_shapes=None, shared_name=None, output_classes=None) -> Iterator:
-        structure, types = _flatten(output_types)
+        structure, types = flatten(output_types)
         specs = _specs_of(structure, types, output_shapes)
         graph = get_default_graph()
         name = graph.unique_name("Iterator", mark_as_used=False)
@@ -411,7 +396,7 @@ class Iterator(_ElementSpec):
         handle = convert_to_tensor(string_handle)
         if handle.dtype != dtypes.string:
             raise TypeError(f"from_string_handle needs a tf.string tensor, got {handle.dtype.name}")
-        structure, types = _flatten(output_types)
+        structure, types = flatten(output_types)
         return Iterator(handle, None, structure, _specs_of(structure, types, output_shapes))
 
     def string_handle(self, name=None) -> Tensor:
@@ -442,7 +427,7 @@ class Iterator(_ElementSpec):
         attrs = {"output_types": [d for d, _ in self._specs], "output_shapes": [s for _, s in self._specs]}
         op = get_default_graph().create_op("IteratorGetNext", [self._handle], attrs,
                                            name=name or "IteratorGetNext")
-        return _pack(self._structure, op.outputs)
+        return pack(self._structure, op.outputs)
 
 
 def _specs_of(structure, types, output_shapes) -> list:

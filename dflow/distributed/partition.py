@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from ..graph_io import _decode, _encode
 from ..ops.registry import get_opdef
+from ..plain_values import decode, encode
 from ..runtime.executor import OpNode, Schedule
 from ..runtime.passes import Stage
 
@@ -27,7 +27,7 @@ def stages_to_json(stages: list[Stage]) -> str:
     """A task's stages as JSON text: ops with their attributes encoded as in a graph file."""
     def node(n: OpNode) -> dict:
         try:
-            attrs = json.loads(json.dumps(_encode(n.attrs)))
+            attrs = json.loads(json.dumps(encode(n.attrs)))
         except TypeError as error:
             raise TypeError(f"op '{n.name}' ({n.type}) has an attribute that is not plain data, so it "
                             f"cannot be sent to a worker: {error}") from None
@@ -55,7 +55,7 @@ def stages_from_json(text: str) -> list[Stage]:
                 except KeyError:
                     raise ValueError(f"op {n['name']!r} has type {n['type']!r}, which dflow does not know "
                                      "here: do the client and the workers run the same dflow?") from None
-                nodes[n["name"]] = OpNode(n["name"], n["type"], _decode(n["attrs"]), tuple(n["inputs"]),
+                nodes[n["name"]] = OpNode(n["name"], n["type"], decode(n["attrs"]), tuple(n["inputs"]),
                                           tuple(n["control_inputs"]), n["num_outputs"], n["device_type"])
             plan = Schedule(nodes, entry["waiting"], entry["dependents"], entry["refcount"],
                             tuple(entry["outputs"]), entry["mixed_devices"])

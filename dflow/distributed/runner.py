@@ -28,7 +28,7 @@ from distributed.comm.core import CommClosedError
 from distributed.core import send_recv
 from distributed.utils import sync
 
-from ..cluster.spec import ClusterSpec, task_of
+from ..cluster.spec import ClusterSpec, role_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
 from ..runtime.passes import Devices, MissingTaskError, Plan, PlanCache, make_plan
@@ -44,18 +44,12 @@ from .worker import (
     serialized,
 )
 
-__all__ = ["DirectRunner", "install", "cluster_tasks", "role_of"]
+__all__ = ["DirectRunner", "install", "cluster_tasks"]
 
 log = logging.getLogger("dflow")
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
 UNREGISTER_TIMEOUT_S = 5.0  # a closing session tells the tasks to forget its plans, or gives up
 TASK_WAIT_S = 120.0  # as TF's session waits for the cluster's tasks: how long for one not started yet
-
-
-def role_of(worker_name) -> str | None:
-    """``"ps/0"`` -> ``"/job:ps/task:0"``; None for a worker without a dflow role."""
-    role = task_of(worker_name)
-    return f"/job:{role[0]}/task:{role[1]}" if role else None
 
 
 def cluster_tasks(client: distributed.Client) -> dict[str, dict]:

@@ -2,7 +2,7 @@
 
 :class:`DflowWorker` is a ``distributed`` WorkerPlugin. It adds RPC handlers to
 the worker, so a step's messages go straight from worker to worker (about 1 ms
-a call on loopback) and never through the scheduler (about 11 ms; MEASURED.md):
+a call on loopback) and never through the scheduler (about 11 ms; docs/measured.md):
 
 - ``dflow_register(plan_id, stages, addresses)``: keep this task's stages of a plan;
 - ``dflow_unregister(plan_ids)``: forget plans (their session closed);
@@ -50,7 +50,6 @@ from .. import errors
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
-from ..runtime.runners import cancel_waits
 from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
@@ -124,9 +123,6 @@ class DflowWorker(WorkerPlugin):
     idempotent = True  # a second client installing it must not wipe the variables held here
 
     def setup(self, worker) -> None:
-        # ops that `import dflow` does not register, which a client's plan may hold
-        from ..data import ops as _input_ops  # noqa: F401  (DatasetNext)
-
         self.worker = worker
         self.addresses: dict[str, str] = {}  # task -> worker address, from the plans registered here
         self.state = self._fresh_state()
@@ -157,7 +153,7 @@ class DflowWorker(WorkerPlugin):
 
     def _fresh_state(self) -> SessionState:
         """Variables and collectives start over (a new worker, or ``tf.Session.reset``)."""
-        from .runner import role_of
+        from ..cluster.spec import role_of
 
         state = SessionState()
         state.communicator = Communicator(role_of(self.worker.name) or str(self.worker.name),
@@ -203,7 +199,7 @@ class DflowWorker(WorkerPlugin):
         """End every wait of this task's steps (barriers, accumulators, queues): they raise
         CancelledError. The replicas of a run that lost a role stop at once instead of waiting
         for the dead one (the chief then saves a checkpoint as it stops)."""
-        cancel_waits(self.state)
+        self.state.cancel_waits()
 
     def unregister(self, plan_ids: list) -> int:
         """Forget ``plan_ids``; how many this worker held."""
@@ -233,7 +229,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
-        cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
+        self.state.cancel_waits()  # a step blocked at a barrier of the old state ends (CancelledError)
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"

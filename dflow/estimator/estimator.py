@@ -14,12 +14,12 @@ the model lives between calls only in ``model_dir``'s checkpoints, as in TF:
 ...         return tf.estimator.EstimatorSpec(mode, predictions=prediction)
 ...     loss = tf.reduce_mean(tf.square(prediction - labels))
 ...     step = tf.train.get_global_step()
-...     train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+...     train_op = tf.train.GradientDescentOptimizer(1.0).minimize(loss, global_step=step)
 ...     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 >>> x = np.linspace(-1, 1, 50, dtype=np.float32)
 >>> input_fn = tf.estimator.inputs.numpy_input_fn({"x": x}, 3 * x, batch_size=10, num_epochs=None,
 ...                                               shuffle=True)
->>> model = tf.estimator.Estimator(model_fn).train(input_fn, steps=200)
+>>> model = tf.estimator.Estimator(model_fn).train(input_fn, steps=40)
 >>> round(float(model.get_variable_value("w")), 3)
 3.0
 """
@@ -357,9 +357,9 @@ class Estimator:
         checkpoint = self.latest_checkpoint()
         if checkpoint is None:
             raise ValueError(f"Could not find trained model in model_dir: {self._model_dir}.")
-        from ..train.saver import _read_values  # the Saver's checked reader (no public one yet)
+        from ..train.saver import read_values  # the Saver's checked reader (no public one yet)
 
-        return _read_values(checkpoint)
+        return read_values(checkpoint)
 
 
 class _HookedSession:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..graph import Tensor, TensorShape, as_shape, convert_to_tensor, get_default_graph
+from ..graph import Tensor, TensorShape, as_shape, convert_to_tensor, get_default_graph, register_op_builders
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
 
 __all__ = [
     "constant", "placeholder", "placeholder_with_default", "identity", "stop_gradient", "no_op",
-    "shape", "size", "rank",
+    "shape", "rank", "cast", "sum_to_shape",
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
     "ones_like", "fill", "range_", "shape_tensor", "static_shape", "slice_", "linspace",
@@ -36,7 +36,8 @@ def shape_value(spec: Spec):
     return [None if v is None else int(v) for v in values]
 
 
-def _is_symbolic(value) -> bool:
+def is_symbolic(value) -> bool:
+    """A tensor or something that stands for one (a variable): not a value known at build time."""
     return isinstance(value, Tensor) or hasattr(value, "_as_graph_element")
 
 
@@ -44,7 +45,7 @@ def static_shape(shape, what="shape") -> list | None:
     """A shape argument given as TF 1.x takes it (a list or tuple of ints/None/Dimensions, a
     TensorShape, an int for a vector of that length, a NumPy array) as a list of ints and None;
     None for an unknown rank."""
-    if _is_symbolic(shape):
+    if is_symbolic(shape):
         raise TypeError(f"{what} must be static here, got the tensor {shape!r}")
     if isinstance(shape, np.ndarray):
         shape = shape.tolist()
@@ -56,9 +57,9 @@ def shape_tensor(shape, name=None) -> Tensor:
     """A shape argument as an int vector tensor: a tensor (``tf.shape(x)``) passes through; a
     list may mix ints and scalar tensors (``[tf.shape(x)[0], -1]``: stacked); a TensorShape, an
     int or a NumPy array becomes a constant."""
-    if _is_symbolic(shape):
+    if is_symbolic(shape):
         return convert_to_tensor(shape)
-    if isinstance(shape, (list, tuple)) and any(_is_symbolic(d) for d in shape):
+    if isinstance(shape, (list, tuple)) and any(is_symbolic(d) for d in shape):
         dims = [_as_int32(d) for d in shape]
         return stack(dims, name=name or "stack")
     dims = static_shape(shape)
@@ -69,10 +70,10 @@ def shape_tensor(shape, name=None) -> Tensor:
 
 
 def _as_int32(dim) -> Tensor:
-    if not _is_symbolic(dim):
+    if not is_symbolic(dim):
         return constant(int(dim), dtypes.int32)
     dim = convert_to_tensor(dim)
-    return dim if dim.dtype == dtypes.int32 else _cast(dim, dtypes.int32)
+    return dim if dim.dtype == dtypes.int32 else cast(dim, dtypes.int32)
 
 
 
@@ -187,13 +188,6 @@ def shape(input, name=None, out_type=dtypes.int32) -> Tensor:
     return _out("Shape", [input], {"out_type": dtypes.as_dtype(out_type)}, name)
 
 
-def size(input, name=None, out_type=dtypes.int32):
-    """The number of elements of ``input``, as a scalar of ``out_type``."""
-    from .math_ops import reduce_prod
-
-    return reduce_prod(shape(input, out_type=out_type), name=name)
-
-
 def rank(input, name=None):
     s = convert_to_tensor(input).shape
     if s.ndims is None:
@@ -252,7 +246,7 @@ defop("Reshape", _reshape_infer, _reshape_kernel,
 def reshape(tensor, shape, name=None) -> Tensor:
     """``tensor`` with a new shape; one dim may be -1. ``tf.reshape(x, [-1, 784])``; dims may be
     scalar tensors: ``tf.reshape(x, [tf.shape(x)[0], -1])``."""
-    if not _is_symbolic(shape) and not (isinstance(shape, (list, tuple)) and any(map(_is_symbolic, shape))):
+    if not is_symbolic(shape) and not (isinstance(shape, (list, tuple)) and any(map(is_symbolic, shape))):
         dims = static_shape(shape)
         shape = constant(np.asarray(dims, np.int32).reshape(len(dims)), dtypes.int32)
     return _out("Reshape", [tensor, shape_tensor(shape)], name=name)
@@ -344,7 +338,7 @@ def concat(values, axis, name="concat") -> Tensor:
     """Join tensors along ``axis``. TF 0.x's order ``tf.concat(1, [a, b])`` is taken too."""
     if isinstance(values, (int, np.integer)) and isinstance(axis, (list, tuple)):
         values, axis = axis, values
-    values = [values] if _is_symbolic(values) else list(values)  # TF: one tensor is a list of one
+    values = [values] if is_symbolic(values) else list(values)  # TF: one tensor is a list of one
     if len(values) == 1:
         return identity(values[0], name=name)
     return _out("ConcatV2", values, {"axis": int(axis)}, name)
@@ -731,12 +725,58 @@ def _broadcast_to_kernel(xp, x, target):
 
 
 def _broadcast_to_grad(op, g):
-    from .math_ops import sum_to_shape
-
     return [sum_to_shape(g, shape(op.inputs[0])), None]
 
 
 defop("BroadcastTo", _broadcast_to_infer, _broadcast_to_kernel, _broadcast_to_grad)
+
+
+def sum_to_shape(g, target_shape) -> Tensor:
+    """Sum ``g`` over the axes that broadcasting added, giving ``target_shape``."""
+    return _out("SumToShape", [g, target_shape])
+
+
+def _sum_to_shape_kernel(xp, g, target):
+    target = tuple(int(d) for d in target)
+    if g.shape == target:
+        return g
+    lead = g.ndim - len(target)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(target) if d == 1 and g.shape[lead + i] != 1
+    )
+    return xp.reshape(xp.sum(g, axis=axes), target)
+
+
+def _sum_to_shape_infer(inputs):
+    target = shape_value(inputs[1])
+    return [Spec(None if target is None else tuple(target), inputs[0].dtype)]
+
+
+def _sum_to_shape_grad(op, g):
+    return [broadcast_to(g, shape(op.inputs[0])), None]
+
+
+defop("SumToShape", _sum_to_shape_infer, _sum_to_shape_kernel, _sum_to_shape_grad)
+
+
+# ---- cast ------------------------------------------------------------------------------------
+def _cast_grad(op, g):
+    source = op.inputs[0].dtype
+    return [cast(g, source) if source.is_floating and g.dtype.is_floating else None]
+
+
+defop("Cast", lambda inputs, dtype: [Spec(inputs[0].shape, dtype)],
+      lambda xp, x, dtype: xp.astype(x, dtype.of(xp)), _cast_grad)
+
+
+def cast(x, dtype, name=None) -> Tensor:
+    """``x`` converted to ``dtype``."""
+    dtype = dtypes.as_dtype(dtype)
+    x = convert_to_tensor(x)
+    if dtypes.string in (x.dtype, dtype) and x.dtype != dtype:
+        raise TypeError(f"tf.cast between {x.dtype!r} and {dtype!r} is not supported (TF has no such "
+                        "cast either); dflow does not compute on strings")
+    return x if x.dtype == dtype else _out("Cast", [x], {"dtype": dtype}, name)
 
 
 def broadcast_to(input, shape, name=None) -> Tensor:
@@ -756,7 +796,7 @@ defop("Fill", _fill_infer,
 def fill(dims, value, name=None, dtype=None) -> Tensor:
     """A tensor of shape ``dims`` (a list, a TensorShape or a tensor such as ``tf.shape(x)``)
     filled with ``value`` (a number, or a scalar tensor)."""
-    if _is_symbolic(value):
+    if is_symbolic(value):
         return _out("BroadcastTo", [value, shape_tensor(dims)], name=name or "Fill")  # value's gradient too
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(value)
     return _out("Fill", [shape_tensor(dims)], {"value": np.asarray(value).item(), "dtype": dtype}, name)
@@ -778,18 +818,12 @@ defop("OnesLike", same_as_input, lambda xp, x: xp.ones_like(x), lambda op, g: [N
 
 def zeros_like(tensor, dtype=None, name=None) -> Tensor:
     out = _out("ZerosLike", [tensor], name=name)
-    return out if dtype is None else _cast(out, dtype)
+    return out if dtype is None else cast(out, dtype)
 
 
 def ones_like(tensor, dtype=None, name=None) -> Tensor:
     out = _out("OnesLike", [tensor], name=name)
-    return out if dtype is None else _cast(out, dtype)
-
-
-def _cast(x, dtype):
-    from .math_ops import cast
-
-    return cast(x, dtype)
+    return out if dtype is None else cast(out, dtype)
 
 
 def _range_infer(inputs, start, limit, delta, dtype):
@@ -805,7 +839,7 @@ def range_(start, limit=None, delta=1, dtype=None, name="range") -> Tensor:
     (``tf.range(0, tf.shape(x)[0])``)."""
     if limit is None:
         start, limit = 0, start
-    if any(map(_is_symbolic, (start, limit, delta))):
+    if any(map(is_symbolic, (start, limit, delta))):
         return _tensor_range(start, limit, delta, dtype, name)
     dtype = dtypes.as_dtype(dtype) if dtype is not None else _infer_dtype(start + limit + delta)
     return _out("Range", [], {"start": start, "limit": limit, "delta": delta, "dtype": dtype}, name)
@@ -830,9 +864,9 @@ defop("RangeFromTensors", _tensor_range_infer, _tensor_range_kernel)
 
 
 def _tensor_range(start, limit, delta, dtype, name) -> Tensor:
-    symbolic = next(convert_to_tensor(v) for v in (start, limit, delta) if _is_symbolic(v))
+    symbolic = next(convert_to_tensor(v) for v in (start, limit, delta) if is_symbolic(v))
     dtype = dtypes.as_dtype(dtype) if dtype is not None else symbolic.dtype
-    bounds = [_cast(convert_to_tensor(v), dtype) if _is_symbolic(v) else constant(v, dtype)
+    bounds = [cast(convert_to_tensor(v), dtype) if is_symbolic(v) else constant(v, dtype)
               for v in (start, limit, delta)]
     return _out("RangeFromTensors", bounds, name=name)
 
@@ -841,7 +875,7 @@ def _tensor_range(start, limit, delta, dtype, name) -> Tensor:
 def slice_(input_, begin, size, name=None) -> Tensor:
     """Exported as ``tf.slice``: ``size[i]`` elements from ``begin[i]`` along each axis (``-1``:
     to the end); ``begin`` and ``size`` are known when the graph is built."""
-    if _is_symbolic(begin) or _is_symbolic(size):
+    if is_symbolic(begin) or is_symbolic(size):
         raise NotImplementedError("tf.slice with tensor begin/size is not supported by dflow; give "
                                   "lists of ints, or use tensor[a:b] slicing")
     begin, size = [int(b) for b in begin], [int(n) for n in size]
@@ -887,5 +921,8 @@ defop("LinSpace", _linspace_infer, _linspace_kernel)
 def linspace(start, stop, num, name=None) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop`` inclusive: ``tf.linspace(0., 1., 5)``."""
     start = convert_to_tensor(start)
-    stop = convert_to_tensor(stop, dtype=None if _is_symbolic(stop) else start.dtype)
+    stop = convert_to_tensor(stop, dtype=None if is_symbolic(stop) else start.dtype)
     return _out("LinSpace", [start, stop], {"num": int(num)}, name)
+
+# what tensor conversion and indexing build (graph.py cannot import this module)
+register_op_builders(constant=constant, stack=stack, strided_slice=strided_slice)

@@ -2,7 +2,7 @@
 
 Everything here is NHWC and uses only the Python array API standard (strided
 basic slicing, ``stack``, ``reshape``, ``matmul``...), so the same code runs on
-NumPy, CuPy and ``array_api_strict``. The choices follow MEASURED.md, then
+NumPy, CuPy and ``array_api_strict``. The choices follow docs/measured.md, then
 measurements of the CIFAR-10 step at batch 100 on 2 cores:
 
 - a 1x1 convolution is one matmul of the (strided) pixels by the ``(C, O)`` filter;
@@ -39,7 +39,7 @@ __all__ = [
     "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "lrn", "lrn_grad",
 ]
 
-BATCH_PIECE = 32  # images per im2col buffer; MEASURED.md: peak memory 1,040 MB -> 167 MB
+BATCH_PIECE = 32  # images per im2col buffer; docs/measured.md: peak 1,040 MB -> 167 MB
 ROWS_PIECE = 128  # row lowering / RGB im2col: conv2 22 vs 24 ms, conv1 9.5 vs 12.5 (batch 100)
 POOL_PIECE = 16  # MaxPoolGrad of 24x24x64: 15 ms vs 22 at 32 and 35 at 100
 CHANNEL_MAJOR_BELOW = 8  # inputs with fewer channels use the (c, i, j) patch order

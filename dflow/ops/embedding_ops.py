@@ -167,7 +167,12 @@ defop("GatherNd", _gather_nd_infer, _gather_nd_kernel, _gather_nd_grad)
 def gather_nd(params, indices, name=None) -> Tensor:
     """Slices of ``params`` at index tuples: ``indices[..., k]`` indexes dim ``k``.
 
-    >>> tf.gather_nd(outputs, tf.stack([rows, last_steps], axis=1))  # one step per example  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     outputs = tf.reshape(tf.cast(tf.range(12), tf.float32), [2, 3, 2])  # [batch, time, depth]
+    ...     last = tf.gather_nd(outputs, tf.stack([[0, 1], [2, 1]], axis=1))  # example 0 step 2, 1 step 1
+    ...     tf.Session().run(last).tolist()
+    [[4.0, 5.0], [8.0, 9.0]]
     """
     return _out("GatherNd", [convert_to_tensor(params), convert_to_tensor(indices)], name=name)
 
@@ -225,7 +230,10 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None) -> Tensor:
     """``out[k] = sum of data[i] where segment_ids[i] == k``, for ``k < num_segments``;
     rows whose id is negative are dropped.
 
-    >>> tf.unsorted_segment_sum([[1.0], [2.0], [3.0]], [1, 0, 1], 2)  # [[2.], [4.]]  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     tf.Session().run(tf.unsorted_segment_sum([[1.0], [2.0], [3.0]], [1, 0, 1], 2)).tolist()
+    [[2.0], [4.0]]
     """
     data = convert_to_tensor(data)
     segment_ids = convert_to_tensor(segment_ids)
@@ -284,9 +292,9 @@ defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True
 
 
 def _scatter(op_type, ref, indices, updates, name):
-    from .state_ops import _ref_of
+    from .state_ops import ref_of
 
-    tensor, var = _ref_of(ref)
+    tensor, var = ref_of(ref)
     updates = convert_to_tensor(updates, dtype=None if isinstance(updates, Tensor) else tensor.dtype)
     return _out(op_type, [tensor, convert_to_tensor(indices), updates], {"var": var}, name)
 
@@ -594,8 +602,14 @@ def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true
     regression of the true classes against ``num_sampled`` classes drawn from the
     log-uniform sampler (or ``sampled_values``).
 
-    >>> loss = tf.reduce_mean(tf.nn.nce_loss(weights=nce_w, biases=nce_b, labels=y, inputs=embed,
-    ...                                      num_sampled=64, num_classes=50000))  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     nce_w, nce_b = tf.Variable(tf.zeros([500, 8])), tf.Variable(tf.zeros([500]))
+    ...     embed, y = tf.zeros([4, 8]), tf.constant([[1], [2], [3], [4]], tf.int64)
+    ...     loss = tf.reduce_mean(tf.nn.nce_loss(weights=nce_w, biases=nce_b, labels=y, inputs=embed,
+    ...                                          num_sampled=16, num_classes=500))
+    ...     loss.shape.as_list()
+    []
     """
     _check_loss_args("nce_loss", weights, labels, inputs, num_sampled, num_classes)
     with get_default_graph().name_scope(name):

@@ -261,7 +261,10 @@ defop("DecodeRaw", _decode_raw_infer, _decode_raw_kernel)
 def decode_raw(bytes, out_type, little_endian=True, name=None) -> Tensor:  # noqa: A002 - TF's name
     """Reinterpret the bytes of each string as a vector of ``out_type`` (a new last dimension).
 
-    >>> tf.decode_raw(value, tf.uint8)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     tf.Session().run(tf.decode_raw(tf.constant([b"\x01\x02", b"\x03\x04"]), tf.uint8)).tolist()
+    [[1, 2], [3, 4]]
     """
     return get_default_graph().create_op(
         "DecodeRaw", [bytes], {"out_type": dtypes.as_dtype(out_type), "little_endian": bool(little_endian)},
@@ -311,9 +314,9 @@ defop("CountUpTo", lambda inputs, limit, var: [Spec((), inputs[0].dtype)], _coun
 def count_up_to(ref, limit, name=None) -> Tensor:
     """Increment the integer variable ``ref`` and return its old value; once it reaches ``limit``,
     raise ``OutOfRangeError`` instead."""
-    from .state_ops import _ref_of
+    from .state_ops import ref_of
 
-    tensor, var = _ref_of(ref)
+    tensor, var = ref_of(ref)
     return get_default_graph().create_op("CountUpTo", [tensor], {"limit": int(limit), "var": var},
                                          name=name).outputs[0]
 
@@ -332,12 +335,18 @@ defop("ReadFile", lambda inputs: [Spec((), dtypes.string)], _read_file_kernel)
 def read_file(filename, name=None) -> Tensor:
     """The bytes of the file ``filename`` (a scalar string), read on every run.
 
-    >>> image = tf.image.decode_jpeg(tf.read_file(filename), channels=3)  # doctest: +SKIP
+    >>> import os, tempfile, dflow as tf
+    >>> filename = os.path.join(tempfile.mkdtemp(), "hello.txt")
+    >>> _ = open(filename, "wb").write(b"hello")
+    >>> with tf.Graph().as_default():
+    ...     tf.Session().run(tf.read_file(filename))
+    b'hello'
     """
-    return get_default_graph().create_op("ReadFile", [_string_tensor(filename)], name=name).outputs[0]
+    return get_default_graph().create_op("ReadFile", [string_tensor(filename)], name=name).outputs[0]
 
 
-def _string_tensor(value) -> Tensor:
+def string_tensor(value) -> Tensor:
+    """``value`` as a string tensor: a tensor passes through, bytes or text become a constant."""
     if isinstance(value, Tensor):
         return value
     import numpy  # a build-time constant of bytes
@@ -430,11 +439,15 @@ def decode_csv(records, record_defaults, field_delim=",", use_quote_delim=True, 
     """One tensor per CSV column of ``records`` (strings, e.g. TextLineReader's lines), typed by
     ``record_defaults`` (``[[0.0], [0], [""]]``; ``[]`` makes a column required).
 
-    >>> sepal_length, label = tf.decode_csv(line, record_defaults=[[0.0], [0]])  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     sepal_length, label = tf.decode_csv(tf.constant(["5.1,0", "7.0,"]), record_defaults=[[0.0], [2]])
+    ...     [column.tolist() for column in tf.Session().run([sepal_length, label])]
+    [[5.099999904632568, 7.0], [0, 2]]
     """
     defaults = [_csv_default(d, i) for i, d in enumerate(record_defaults)]
     columns = None if select_cols is None else [int(c) for c in select_cols]
     attrs = {"defaults": defaults, "field_delim": field_delim, "use_quote_delim": bool(use_quote_delim),
              "na_value": na_value, "select_cols": columns}
-    return list(get_default_graph().create_op("DecodeCSV", [_string_tensor(records)], attrs,
+    return list(get_default_graph().create_op("DecodeCSV", [string_tensor(records)], attrs,
                                               name=name).outputs)

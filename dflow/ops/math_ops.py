@@ -10,17 +10,18 @@ import sys
 
 from .. import dtypes
 from ..errors import InvalidArgumentError
-from ..graph import Tensor, convert_to_tensor, get_default_graph
-from .array_ops import shape, shape_value
+from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_builders
+from .array_ops import cast, is_symbolic, shape, shape_value, sum_to_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
 
 __all__ = [
+    "size",
     "add", "subtract", "multiply", "divide", "truediv", "pow", "maximum", "minimum", "negative",
     "square", "sqrt", "rsqrt", "exp", "log", "abs", "sign", "sigmoid", "tanh", "matmul",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
     "cast", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "add_n",
-    "sum_to_shape", "logical_and", "logical_or", "logical_not", "where", "floor",
+    "logical_and", "logical_or", "logical_not", "where", "floor",
     "log1p", "expm1", "reciprocal", "ceil", "round", "sin", "cos", "is_nan", "is_finite", "is_inf",
     "floormod", "mod", "floordiv", "squared_difference", "logical_xor", "reduce_any", "reduce_all",
     "reduce_logsumexp", "count_nonzero", "arg_max", "arg_min", "to_float", "to_double",
@@ -39,13 +40,9 @@ def _pair(x, y):
     """Convert operands; a Python number takes the dtype of the tensor beside it, as in TF."""
     if isinstance(x, Tensor) or hasattr(x, "_as_graph_element"):
         x = convert_to_tensor(x)
-        return x, convert_to_tensor(y, dtype=None if _is_symbolic(y) else x.dtype)
+        return x, convert_to_tensor(y, dtype=None if is_symbolic(y) else x.dtype)
     y = convert_to_tensor(y)
     return convert_to_tensor(x, dtype=y.dtype), y
-
-
-def _is_symbolic(v) -> bool:
-    return isinstance(v, Tensor) or hasattr(v, "_as_graph_element")
 
 
 def _numeric(*specs) -> None:
@@ -66,40 +63,10 @@ def _compare_infer(inputs, **_):
     return [Spec(broadcast(a.shape, b.shape), dtypes.bool)]
 
 
-def sum_to_shape(g, target_shape) -> Tensor:
-    """Sum ``g`` over the axes that broadcasting added, giving ``target_shape``."""
-    return _out("SumToShape", [g, target_shape])
-
-
 def _unbroadcast(g, x):
     if g.shape.is_fully_defined() and g.shape == x.shape:
         return g  # the common case (no broadcasting) costs no op at all
     return sum_to_shape(g, shape(x))
-
-
-def _sum_to_shape_kernel(xp, g, target):
-    target = tuple(int(d) for d in target)
-    if g.shape == target:
-        return g
-    lead = g.ndim - len(target)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, d in enumerate(target) if d == 1 and g.shape[lead + i] != 1
-    )
-    return xp.reshape(xp.sum(g, axis=axes), target)
-
-
-def _sum_to_shape_infer(inputs):
-    target = shape_value(inputs[1])
-    return [Spec(None if target is None else tuple(target), inputs[0].dtype)]
-
-
-def _sum_to_shape_grad(op, g):
-    from .array_ops import broadcast_to
-
-    return [broadcast_to(g, shape(op.inputs[0])), None]
-
-
-defop("SumToShape", _sum_to_shape_infer, _sum_to_shape_kernel, _sum_to_shape_grad)
 
 
 def _binary(op_type, kernel, grad):
@@ -248,25 +215,6 @@ def where(condition, x, y, name=None) -> Tensor:
     """Elementwise ``x if condition else y`` (both branches given, broadcasting)."""
     x, y = _pair(x, y)
     return _out("Select", [condition, x, y], name=name)
-
-
-def _cast_grad(op, g):
-    source = op.inputs[0].dtype
-    return [cast(g, source) if source.is_floating and g.dtype.is_floating else None]
-
-
-defop("Cast", lambda inputs, dtype: [Spec(inputs[0].shape, dtype)],
-      lambda xp, x, dtype: xp.astype(x, dtype.of(xp)), _cast_grad)
-
-
-def cast(x, dtype, name=None) -> Tensor:
-    """``x`` converted to ``dtype``."""
-    dtype = dtypes.as_dtype(dtype)
-    x = convert_to_tensor(x)
-    if dtypes.string in (x.dtype, dtype) and x.dtype != dtype:
-        raise TypeError(f"tf.cast between {x.dtype!r} and {dtype!r} is not supported (TF has no such "
-                        "cast either); dflow does not compute on strings")
-    return x if x.dtype == dtype else _out("Cast", [x], {"dtype": dtype}, name)
 
 
 def to_float(x, name="ToFloat") -> Tensor:
@@ -458,6 +406,11 @@ reduce_any = _reduction("Any", "any", None, _bool_reduce_infer)
 reduce_all = _reduction("All", "all", None, _bool_reduce_infer)
 
 
+def size(input, name=None, out_type=dtypes.int32):
+    """The number of elements of ``input``, as a scalar of ``out_type``."""
+    return reduce_prod(shape(input, out_type=out_type), name=name)
+
+
 def reduce_logsumexp(input_tensor, axis=None, keepdims=None, name=None, reduction_indices=None,
                      keep_dims=None) -> Tensor:
     """``log(sum(exp(x), axis))``, computed without overflow (the max is taken out first)."""
@@ -559,7 +512,7 @@ def clip_by_norm(t, clip_norm, axes=None, name=None) -> Tensor:
     ``clip_norm``."""
     with get_default_graph().name_scope(name or "clip_by_norm") as scope:
         t = convert_to_tensor(t)
-        clip = convert_to_tensor(clip_norm, dtype=None if _is_symbolic(clip_norm) else t.dtype)
+        clip = convert_to_tensor(clip_norm, dtype=None if is_symbolic(clip_norm) else t.dtype)
         l2norm = _l2_norm(t, static_axis(axes), True)
         return divide(t * clip, maximum(l2norm, clip), name=scope)
 
@@ -578,14 +531,18 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     """``(t_list rescaled by clip_norm / max(global_norm, clip_norm), global_norm)``, as RNN
     scripts clip their gradients; None entries stay None.
 
-    >>> grads, _ = tf.clip_by_global_norm(tf.gradients(loss, tvars), 5.0)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     clipped, norm = tf.clip_by_global_norm([tf.constant([3.0]), tf.constant([4.0])], 1.0)
+    ...     tf.Session().run([clipped, norm])
+    [[array([0.6], dtype=float32), array([0.8], dtype=float32)], np.float32(5.0)]
     """
     if isinstance(t_list, (Tensor, str)) or not hasattr(t_list, "__iter__"):
         raise TypeError("clip_by_global_norm takes a list of tensors")
     t_list = list(t_list)
     with get_default_graph().name_scope(name or "clip_by_global_norm"):
         norm_ = global_norm(t_list) if use_norm is None else convert_to_tensor(use_norm)
-        clip = convert_to_tensor(clip_norm, dtype=None if _is_symbolic(clip_norm) else norm_.dtype)
+        clip = convert_to_tensor(clip_norm, dtype=None if is_symbolic(clip_norm) else norm_.dtype)
         # min(1/norm, 1/clip): an infinite norm gives NaNs, as in TF, rather than a silent 0
         scale = clip * minimum(reciprocal(norm_), reciprocal(clip))
         clipped = [None if t is None else multiply(t, cast(scale, convert_to_tensor(t).dtype))
@@ -686,3 +643,9 @@ assert_positive = _assert_sign("x > 0", greater)
 assert_negative = _assert_sign("x < 0", less)
 assert_non_negative = _assert_sign("x >= 0", greater_equal)
 assert_non_positive = _assert_sign("x <= 0", less_equal)
+
+# what Python's operators on tensors and variables build (graph.py cannot import this module)
+register_op_builders(add=add, subtract=subtract, multiply=multiply, divide=divide, matmul=matmul, pow=pow,
+                     floordiv=floordiv, floormod=floormod, logical_and=logical_and, logical_or=logical_or,
+                     logical_xor=logical_xor, logical_not=logical_not, negative=negative, abs=abs,
+                     less=less, less_equal=less_equal, greater=greater, greater_equal=greater_equal)

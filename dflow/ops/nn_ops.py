@@ -47,7 +47,7 @@ def _out(op_type, inputs, attrs=None, name=None) -> Tensor:
 
 
 # ---- data formats ------------------------------------------------------------------------------
-# Kernels compute in NHWC; an NCHW op transposes in and out (MEASURED.md: NHWC is faster).
+# Kernels compute in NHWC; an NCHW op transposes in and out (docs/measured.md: NHWC is faster).
 def _to_nhwc(xp, x, data_format):
     return x if data_format == "NHWC" else xp.permute_dims(x, (0, 2, 3, 1))
 

@@ -343,7 +343,14 @@ def _static_shape(shape) -> tuple:
 class FIFOQueue(QueueBase):
     """Elements leave in the order they came.
 
-    >>> q = tf.FIFOQueue(10, [tf.float32, tf.int32], shapes=[[2], []])  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     q = tf.FIFOQueue(10, [tf.float32, tf.int32], shapes=[[2], []])
+    ...     put, (pair, number) = q.enqueue(([1.0, 2.0], 7)), q.dequeue()
+    ...     with tf.Session() as sess:
+    ...         sess.run(put)
+    ...         sess.run([pair, number])
+    [array([1., 2.], dtype=float32), np.int32(7)]
     """
 
     _op_type = "FIFOQueueV2"

@@ -11,7 +11,7 @@ import math
 
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
-from .array_ops import _is_symbolic, shape_tensor, shape_value, static_shape
+from .array_ops import is_symbolic, shape_tensor, shape_value, static_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 
@@ -72,7 +72,7 @@ defop("AssignAdd", _assign_infer, _assign_kernel(lambda old, v: old + v), statef
 defop("AssignSub", _assign_infer, _assign_kernel(lambda old, v: old - v), stateful=True)
 
 
-def _ref_of(ref) -> tuple[Tensor, str]:
+def ref_of(ref) -> tuple[Tensor, str]:
     """The variable op's output and its shared name, for a Variable or its tensor."""
     tensor = getattr(ref, "_variable", ref)
     if not isinstance(tensor, Tensor) or tensor.op.type != "VariableV2":
@@ -82,11 +82,11 @@ def _ref_of(ref) -> tuple[Tensor, str]:
 
 def is_variable_initialized(variable, name: str = "IsVariableInitialized") -> Tensor:
     """A bool scalar: has ``variable`` been initialized (in this session, or on its task)?"""
-    return _op("IsVariableInitialized", [_ref_of(variable)[0]], name=name).outputs[0]
+    return _op("IsVariableInitialized", [ref_of(variable)[0]], name=name).outputs[0]
 
 
 def _assign(op_type, ref, value, name, validate_shape=True) -> Tensor:
-    tensor, var = _ref_of(ref)
+    tensor, var = ref_of(ref)
     from ..graph import convert_to_tensor
 
     value = convert_to_tensor(value, dtype=None if isinstance(value, Tensor) else tensor.dtype)
@@ -173,7 +173,7 @@ def op_seed(seed):
 
 def _random(op_type, shape, dtype, seed, name, **params) -> Tensor:
     attrs = {"dtype": dtypes.as_dtype(dtype), "seed": op_seed(seed), **params}
-    if _is_symbolic(shape) or (isinstance(shape, (list, tuple)) and any(map(_is_symbolic, shape))):
+    if is_symbolic(shape) or (isinstance(shape, (list, tuple)) and any(map(is_symbolic, shape))):
         return _op(op_type + "Shaped", [shape_tensor(shape)], attrs, name).outputs[0]
     dims = static_shape(shape)
     if dims is None or any(d is None or d < 0 for d in dims):
@@ -186,7 +186,7 @@ def _scaled(op_type, shape, dtype, seed, name, scale, shift, scale_name, shift_n
     """Draws with ``scale``/``shift`` (stddev/mean, maxval-minval/minval) as attributes when they
     are numbers, else as graph on a standard draw: ``stddev=<Tensor>`` works as in TF."""
     dtype = dtypes.as_dtype(dtype)
-    if not _is_symbolic(scale) and not _is_symbolic(shift):
+    if not is_symbolic(scale) and not is_symbolic(shift):
         return _random(op_type, shape, dtype, seed, name, **{scale_name: scale, shift_name: shift})
     if not dtype.is_floating:
         raise TypeError(f"{op_type} with tensor {scale_name}/{shift_name} needs a float dtype, got {dtype!r}")
@@ -198,8 +198,8 @@ def _scaled(op_type, shape, dtype, seed, name, scale, shift, scale_name, shift_n
         if op_type == "RandomUniform":
             params = {"minval": 0.0, "maxval": 1.0}
         draw = _random(op_type, shape, dtype, seed, None, **params)
-        scaled = multiply(draw, convert_to_tensor(scale, dtype=None if _is_symbolic(scale) else dtype))
-        return add(scaled, convert_to_tensor(shift, dtype=None if _is_symbolic(shift) else dtype),
+        scaled = multiply(draw, convert_to_tensor(scale, dtype=None if is_symbolic(scale) else dtype))
+        return add(scaled, convert_to_tensor(shift, dtype=None if is_symbolic(shift) else dtype),
                    name=scope)
 
 
@@ -221,7 +221,7 @@ def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None
         if dtype.is_integer:
             raise ValueError("random_uniform with an integer dtype needs maxval")
         maxval = 1.0
-    if _is_symbolic(minval) or _is_symbolic(maxval):
+    if is_symbolic(minval) or is_symbolic(maxval):
         from .math_ops import subtract
 
         width = subtract(maxval, minval)

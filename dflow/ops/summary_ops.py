@@ -295,7 +295,7 @@ def audio(name: str, tensor, sample_rate, max_outputs: int = 3, collections=None
 
 def text(name: str, tensor, collections=None) -> Tensor:
     """A text summary (TensorBoard's Text tab) of a ``tf.string`` tensor or a Python string."""
-    if isinstance(tensor, (str, bytes)) or (isinstance(tensor, list) and not _is_symbolic(tensor)):
+    if isinstance(tensor, (str, bytes)) or (isinstance(tensor, list) and not _any_symbolic(tensor)):
         # kept as str, so that the graph stays plain JSON-ready data (graph_io)
         text = [_as_str(t) for t in tensor] if isinstance(tensor, list) else _as_str(tensor)
         return _summary_op("TextSummary", name, [], {"text": text}, collections, None)
@@ -320,7 +320,7 @@ def _as_str(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _is_symbolic(values) -> bool:
+def _any_symbolic(values) -> bool:
     return any(isinstance(v, Tensor) for v in values)
 
 

@@ -33,7 +33,7 @@ from .executor import RunStats, execute
 from .passes import LOCAL_TASK, Devices, Plan, PlanCache, make_plan
 from .state import SessionState
 
-__all__ = ["Runner", "LocalRunner", "make_runner", "cancel_waits", "RUNNERS"]
+__all__ = ["Runner", "LocalRunner", "make_runner", "RUNNERS"]
 
 RUNNERS = ("local", "direct", "dask")  # ConfigProto(runner=...); "" picks local, or direct for a target
 
@@ -86,7 +86,7 @@ class LocalRunner:
     def close(self) -> None:
         # the state stays: a queue runner's step that started before the close must find its
         # queue cancelled (CancelledError), not a fresh one to block on
-        cancel_waits(self.state)
+        self.state.cancel_waits()
         self.plans.clear()
 
 
@@ -95,15 +95,6 @@ def _new_state(config) -> SessionState:
     if config.operation_timeout_in_ms > 0:
         state.operation_timeout_s = config.operation_timeout_in_ms / 1000
     return state
-
-
-def cancel_waits(state: SessionState) -> None:
-    """End every wait in a closing session's resources (a queue's blocked dequeue or enqueue, in
-    the training loop or a queue runner's thread): they raise CancelledError instead of hanging."""
-    for resource in list(state.resources.values()):
-        cancel = getattr(resource, "cancel", None)
-        if cancel is not None:
-            cancel()
 
 
 def make_runner(target: str, graph, config) -> Runner:

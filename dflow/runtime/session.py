@@ -23,6 +23,7 @@ from typing import Any
 import numpy
 from threadpoolctl import threadpool_limits
 
+from ..context import default_sessions, get_default_session
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
 from .devices import numpy_namespace, to_namespace
@@ -119,20 +120,6 @@ class ConfigProto:
                              f"'/job:worker/task:1', got {bad}")
 
 
-class _DefaultSessionStack(threading.local):
-    def __init__(self):
-        self.stack: list[Session] = []
-
-
-_default_sessions = _DefaultSessionStack()
-
-
-def get_default_session() -> Session:
-    if not _default_sessions.stack:
-        raise ValueError("no default session: use `with tf.Session() as sess:` or pass session=")
-    return _default_sessions.stack[-1]
-
-
 class Session:
     """Runs ops and evaluates tensors of one graph, holding the variables' values.
 
@@ -165,8 +152,7 @@ class Session:
     def __enter__(self) -> Session:
         stack = contextlib.ExitStack()
         stack.enter_context(self.graph.as_default())
-        _default_sessions.stack.append(self)
-        stack.callback(_default_sessions.stack.pop)
+        stack.enter_context(default_sessions.pushed(self))
         self._contexts.append(stack)
         return self
 
@@ -181,15 +167,7 @@ class Session:
         return self.graph.as_graph_def()
 
     def as_default(self):
-        @contextlib.contextmanager
-        def scope():
-            _default_sessions.stack.append(self)
-            try:
-                yield self
-            finally:
-                _default_sessions.stack.pop()
-
-        return scope()
+        return default_sessions.pushed(self)
 
     def close(self) -> None:
         if self._blas_limit is not None and not self._closed:
@@ -315,11 +293,11 @@ class InteractiveSession(Session):
 
     def __init__(self, target: str = "", graph: Graph | None = None, config: ConfigProto | None = None):
         super().__init__(target, graph, config)
-        _default_sessions.stack.append(self)
+        default_sessions.stack.append(self)
 
     def close(self) -> None:
-        if self in _default_sessions.stack:
-            _default_sessions.stack.remove(self)
+        if self in default_sessions.stack:
+            default_sessions.stack.remove(self)
         super().close()
 
 

@@ -102,6 +102,14 @@ class SessionState:
                 self.resources[name] = create()
             return self.resources[name]
 
+    def cancel_waits(self) -> None:
+        """End every wait in the resources (a queue's blocked dequeue or enqueue, in a training loop
+        or a queue runner's thread): they raise CancelledError instead of hanging."""
+        for resource in list(self.resources.values()):
+            cancel = getattr(resource, "cancel", None)
+            if cancel is not None:
+                cancel()
+
 
 def _shapes_agree(a, b) -> bool:
     """Same rank and the same size in every dimension both know (None: unknown)."""

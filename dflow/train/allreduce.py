@@ -21,8 +21,8 @@ from __future__ import annotations
 from .. import variables as variables_lib
 from ..graph import convert_to_tensor, get_default_graph
 from ..ops import collective_ops, state_ops
-from .monitored_session import SessionRunHook
 from .optimizers import Optimizer
+from .session_run_hook import SessionRunHook
 
 __all__ = ["AllReduceOptimizer", "BroadcastGlobalVariablesHook", "broadcast_variables", "fuse",
            "variable_bytes", "DEFAULT_FUSION_BYTES"]

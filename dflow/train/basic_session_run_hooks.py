@@ -20,7 +20,7 @@ import time
 
 import numpy
 
-from .monitored_session import SessionRunArgs, SessionRunHook
+from .session_run_hook import SessionRunArgs, SessionRunHook
 
 __all__ = ["NanTensorHook", "NanLossDuringTrainingError", "LoggingTensorHook"]
 

@@ -63,9 +63,12 @@ class GreedyLoadBalancingStrategy:
 
     Example
     -------
-    >>> greedy = tf.train.GreedyLoadBalancingStrategy(3, tf.train.byte_size_load_fn)  # doctest: +SKIP
-    >>> with tf.device(tf.train.replica_device_setter(ps_tasks=3, ps_strategy=greedy)):  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> greedy = tf.train.GreedyLoadBalancingStrategy(3, tf.train.byte_size_load_fn)
+    >>> with tf.device(tf.train.replica_device_setter(ps_tasks=3, ps_strategy=greedy)):
     ...     weights_1 = tf.get_variable("weights_1", [784, 100])
+    >>> weights_1.device
+    '/job:ps/task:0'
     """
 
     def __init__(self, num_tasks: int, load_fn: Callable[[Operation], float]):
@@ -85,7 +88,8 @@ class GreedyLoadBalancingStrategy:
 def byte_size_load_fn(op: Operation) -> int:
     """The bytes of ``op``'s single output: elements x dtype size (for variable ops).
 
-    >>> with tf.Graph().as_default():  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
     ...     tf.train.byte_size_load_fn(tf.get_variable("w", [784, 100]).op)
     313600
     """
@@ -156,9 +160,12 @@ def replica_device_setter(ps_tasks: int = 0, ps_device: str | None = "/job:ps",
 
     Example
     -------
-    >>> with tf.device(tf.train.replica_device_setter(ps_tasks=3)):  # doctest: +SKIP
-    ...     weights_1 = tf.get_variable("weights_1", [784, 100])  # /job:ps/task:0
-    ...     biases_1 = tf.get_variable("biases_1", [100])  # /job:ps/task:1
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default(), tf.device(tf.train.replica_device_setter(ps_tasks=3)):
+    ...     weights_1 = tf.get_variable("weights_1", [784, 100])
+    ...     biases_1 = tf.get_variable("biases_1", [100])
+    >>> weights_1.device, biases_1.device
+    ('/job:ps/task:0', '/job:ps/task:1')
     """
     if cluster is not None:
         spec = _cluster_dict(cluster)

@@ -74,7 +74,11 @@ def string_input_producer(string_tensor, num_epochs=None, shuffle=True, seed=Non
                           shared_name=None, name=None, cancel_op=None) -> FIFOQueue:
     """A queue of filenames for a reader, in a new random order every epoch (``shuffle``).
 
-    >>> files = tf.train.string_input_producer(["data_batch_1.bin"], num_epochs=2)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     files = tf.train.string_input_producer(["data_batch_1.bin"], num_epochs=2)
+    ...     len(tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS))
+    1
     """
     if isinstance(string_tensor, Tensor):
         if string_tensor.dtype != dtypes.string:
@@ -105,7 +109,11 @@ def slice_input_producer(tensor_list, num_epochs=None, shuffle=True, seed=None, 
     """One row of every tensor of ``tensor_list`` per run (the rows of one example stay together),
     all rows once per epoch, reshuffled each epoch when ``shuffle``.
 
-    >>> image, label = tf.train.slice_input_producer([images, labels], num_epochs=5)  # doctest: +SKIP
+    >>> import numpy as np, dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     image, label = tf.train.slice_input_producer([np.zeros((10, 4, 4)), np.arange(10)], num_epochs=5)
+    ...     image.shape.as_list(), label.shape.as_list()
+    ([4, 4], [])
     """
     tensors = [convert_to_tensor(t) for t in tensor_list]
     if not tensors or any(t.shape.rank == 0 for t in tensors):
@@ -172,7 +180,12 @@ def batch(tensors, batch_size, num_threads=1, capacity=32, enqueue_many=False, s
           allow_smaller_final_batch=False, shared_name=None, name=None):
     """Batches of ``batch_size`` examples, in the order ``num_threads`` threads enqueue them.
 
-    >>> images, labels = tf.train.batch([image, label], batch_size=128, num_threads=4)  # doctest: +SKIP
+    >>> import numpy as np, dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     image, label = tf.train.slice_input_producer([np.zeros((10, 4, 4)), np.arange(10)])
+    ...     images, labels = tf.train.batch([image, label], batch_size=8, num_threads=2)
+    ...     images.shape.as_list()
+    [8, 4, 4]
     """
     return _batcher(lambda types, shapes_: FIFOQueue(capacity, types, shapes_, shared_name=shared_name),
                     [tensors], batch_size, num_threads, enqueue_many, shapes, allow_smaller_final_batch,
@@ -184,8 +197,13 @@ def shuffle_batch(tensors, batch_size, capacity, min_after_dequeue, num_threads=
                   name=None):
     """Batches drawn at random from a queue that holds at least ``min_after_dequeue`` examples.
 
-    >>> images, labels = tf.train.shuffle_batch([image, label], batch_size=128, num_threads=16,
-    ...                                         capacity=20384, min_after_dequeue=20000)  # doctest: +SKIP
+    >>> import numpy as np, dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     image, label = tf.train.slice_input_producer([np.zeros((10, 4, 4)), np.arange(10)])
+    ...     images, labels = tf.train.shuffle_batch([image, label], batch_size=8, num_threads=2,
+    ...                                             capacity=40, min_after_dequeue=20)
+    ...     labels.shape.as_list()
+    [8]
     """
     return _batcher(lambda types, shapes_: RandomShuffleQueue(capacity, min_after_dequeue, types, shapes_,
                                                                seed=seed, shared_name=shared_name),

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..errors import AbortedError, DeadlineExceededError, OutOfRangeError, UnavailableError
 from ..graph import GraphKeys, get_default_graph
@@ -39,54 +39,14 @@ from ..variables import (
 from .coordinator import Coordinator
 from .queue_runner import start_queue_runners
 from .saver import Saver, latest_checkpoint
+from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
+from .summary_saver import monitored_session_hooks
 from .training_util import get_global_step
 
 __all__ = ["MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs", "SessionRunContext",
            "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook"]
 
 log = logging.getLogger("dflow")
-
-
-class SessionRunArgs(NamedTuple):
-    """What a hook adds to a ``run``: extra fetches (and feeds)."""
-
-    fetches: Any
-    feed_dict: dict | None = None
-
-
-class SessionRunValues(NamedTuple):
-    results: Any
-
-
-class SessionRunContext:
-    """What a hook sees of a ``run``; :meth:`request_stop` ends the training loop."""
-
-    def __init__(self, original_args: SessionRunArgs, session: Session):
-        self.original_args = original_args
-        self.session = session
-        self.stop_requested = False
-
-    def request_stop(self) -> None:
-        self.stop_requested = True
-
-
-class SessionRunHook:
-    """Base class: override what you need (all default to doing nothing)."""
-
-    def begin(self) -> None:
-        """Called once before the session exists: the graph may still grow here."""
-
-    def after_create_session(self, session: Session, coord) -> None:
-        """Called once the variables are ready."""
-
-    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs | None:
-        return None
-
-    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
-        pass
-
-    def end(self, session: Session) -> None:
-        pass
 
 
 class StopAtStepHook(SessionRunHook):
@@ -231,8 +191,6 @@ class MonitoredTrainingSession:
                          else {"save_secs": save_checkpoint_secs or 600})
                 self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=self._saver, **every))
         if is_chief:  # TF's default: merge_all written to checkpoint_dir every 100 steps
-            from .summary_saver import monitored_session_hooks  # (a module that imports this one)
-
             self._hooks += monitored_session_hooks(checkpoint_dir, scaffold, **_ignored)
         for hook in self._hooks:
             hook.begin()

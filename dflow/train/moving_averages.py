@@ -54,10 +54,20 @@ def assign_moving_average(variable: Variable, value, decay, zero_debias=False, n
 class ExponentialMovingAverage:
     """Moving averages of variables or tensors.
 
-    >>> ema = tf.train.ExponentialMovingAverage(0.9999, global_step)  # doctest: +SKIP
-    >>> with tf.control_dependencies([train_op]):  # doctest: +SKIP
-    ...     train_op = ema.apply(tf.trainable_variables())
-    >>> saver = tf.train.Saver(ema.variables_to_restore())  # at evaluation  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     w = tf.Variable(0.0, name="w")
+    ...     train_op = tf.assign_add(w, 1.0)
+    ...     ema = tf.train.ExponentialMovingAverage(0.5)
+    ...     with tf.control_dependencies([train_op]):
+    ...         train_op = ema.apply(tf.trainable_variables())
+    ...     saver = tf.train.Saver(ema.variables_to_restore())  # at evaluation: w from its average
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.global_variables_initializer())
+    ...         for _ in range(2):
+    ...             sess.run(train_op)
+    ...         float(sess.run(ema.average(w)))  # (0 * 0.5 + 1 * 0.5) * 0.5 + 2 * 0.5
+    1.25
     """
 
     def __init__(self, decay, num_updates=None, zero_debias=False, name="ExponentialMovingAverage"):

@@ -1,11 +1,8 @@
 """Optimizers as in TF 1.x: ``minimize`` = ``compute_gradients`` + ``apply_gradients``.
 
-Each update rule is one stateful op (``ApplyGradientDescent``, ``ApplyMomentum``,
-``ApplyAdam``, ``ApplyAdagrad``, ``ApplyRMSProp``, ``ApplyAdadelta``, ``ApplyFtrlV2``)
-taking variable *references* (shared names) for the variable and its slots, so
-the kernel reads and writes the session state in one step, as TF's
-``training_ops`` do. Kernels compute new arrays and never write into their
-inputs, which other ops may share.
+Each update rule is one stateful op of :mod:`dflow.ops.training_ops` (``ApplyGradientDescent``,
+``ApplyAdam``...) taking variable *references* (shared names) for the variable and its slots, so
+the kernel reads and writes the session state in one step, as TF's ``training_ops`` do.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -24,125 +21,12 @@ from ..autodiff import gradients
 from ..graph import GraphKeys, Tensor, colocate_with, convert_to_tensor, get_default_graph, name_scope
 from ..ops import array_ops, math_ops, state_ops
 from ..ops.embedding_ops import scatter_sub, scattered_rows
-from ..ops.registry import ShapeError, Spec, defop
-from ..ops.shape_rules import fmt
+from ..ops.training_ops import apply_update
 from ..variables import Variable, group, trainable_variables
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "AdagradOptimizer", "RMSPropOptimizer", "AdadeltaOptimizer", "FtrlOptimizer",
            "exponential_decay"]
-
-
-# ---- update ops ----------------------------------------------------------------------
-def _apply_infer(grad_index):
-    """Output: the variable's new value. The gradient must fit the variable (input 0)."""
-
-    def infer(inputs, **_):
-        var, grad = inputs[0], inputs[grad_index]
-        if var.shape is not None and grad.shape is not None and not (
-                len(var.shape) == len(grad.shape) and all(
-                    a is None or b is None or a == b for a, b in zip(var.shape, grad.shape))):
-            raise ShapeError(f"gradient of shape {fmt(grad.shape)} does not fit "
-                             f"variable of shape {fmt(var.shape)}")
-        if grad.dtype != var.dtype:
-            raise ShapeError(f"gradient is {grad.dtype.name}, the variable {var.dtype.name}")
-        return [Spec(var.shape, var.dtype)]
-
-    return infer
-
-
-def _store(state, xp, ref, old, new):
-    """Write ``new`` as ``ref`` keeping the variable's dtype (float32 stays float32)."""
-    new = xp.astype(xp.asarray(new), old.dtype, copy=False)
-    state.write_variable(ref, new)
-    return new
-
-
-# each update holds its variable's lock (state.updating) over its reads and writes
-def _gradient_descent(state, xp, var, alpha, delta):
-    with state.updating(var):
-        old = state.read_variable(var)
-        return _store(state, xp, var, old, old - alpha * delta)
-
-
-def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
-    with state.updating(var):
-        old, old_accum = state.read_variable(var), state.read_variable(accum)
-        new_accum = _store(state, xp, accum, old_accum, old_accum * momentum + grad)
-        if use_nesterov:
-            return _store(state, xp, var, old, old - (lr * grad + lr * momentum * new_accum))
-        return _store(state, xp, var, old, old - lr * new_accum)
-
-
-def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
-    lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
-    with state.updating(var):
-        old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
-        m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
-        v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
-        return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
-
-
-def _adagrad(state, xp, var, accum, lr, grad):
-    with state.updating(var):
-        old, old_accum = state.read_variable(var), state.read_variable(accum)
-        new_accum = _store(state, xp, accum, old_accum, old_accum + grad * grad)
-        return _store(state, xp, var, old, old - lr * grad / xp.sqrt(new_accum))
-
-
-def _rms_prop(state, xp, var, ms, mom, lr, rho, momentum, epsilon, grad):
-    with state.updating(var):
-        old, old_ms, old_mom = (state.read_variable(r) for r in (var, ms, mom))
-        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
-        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / xp.sqrt(new_ms + epsilon))
-        return _store(state, xp, var, old, old - new_mom)
-
-
-def _centered_rms_prop(state, xp, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
-    with state.updating(var):
-        old, old_mg, old_ms, old_mom = (state.read_variable(r) for r in (var, mg, ms, mom))
-        new_mg = _store(state, xp, mg, old_mg, rho * old_mg + (1 - rho) * grad)
-        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
-        denominator = xp.sqrt(new_ms - new_mg * new_mg + epsilon)
-        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / denominator)
-        return _store(state, xp, var, old, old - new_mom)
-
-
-def _adadelta(state, xp, var, accum, accum_update, lr, rho, epsilon, grad):
-    with state.updating(var):
-        old, old_accum, old_update = (state.read_variable(r) for r in (var, accum, accum_update))
-        new_accum = _store(state, xp, accum, old_accum, rho * old_accum + (1 - rho) * (grad * grad))
-        update = xp.sqrt(old_update + epsilon) / xp.sqrt(new_accum + epsilon) * grad
-        _store(state, xp, accum_update, old_update, rho * old_update + (1 - rho) * (update * update))
-        return _store(state, xp, var, old, old - lr * update)
-
-
-def _ftrl(state, xp, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power):
-    with state.updating(var):
-        old, old_accum, old_linear = (state.read_variable(r) for r in (var, accum, linear))
-        shrunk = grad + 2 * l2_shrinkage * old  # ApplyFtrlV2; the accumulator takes the raw gradient
-        new_accum = old_accum + grad * grad
-        sigma = (new_accum ** -lr_power - old_accum ** -lr_power) / lr
-        new_linear = _store(state, xp, linear, old_linear, old_linear + shrunk - sigma * old)
-        quadratic = new_accum ** -lr_power / lr + 2 * l2
-        pulled = (xp.sign(new_linear) * l1 - new_linear) / quadratic
-        _store(state, xp, accum, old_accum, new_accum)
-        return _store(state, xp, var, old, xp.where(xp.abs(new_linear) > l1, pulled, xp.zeros_like(pulled)))
-
-
-# inputs in TF's order; the leading ones are references (shared names), the rest values
-defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True)
-defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True)
-defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
-defop("ApplyAdagrad", _apply_infer(3), _adagrad, stateful=True)
-defop("ApplyRMSProp", _apply_infer(7), _rms_prop, stateful=True)
-defop("ApplyCenteredRMSProp", _apply_infer(8), _centered_rms_prop, stateful=True)
-defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True)
-defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True)
-
-
-def _apply(op_type, inputs, attrs=None) -> Tensor:
-    return get_default_graph().create_op(op_type, inputs, attrs, name=op_type).outputs[0]
 
 
 # ---- the base class ------------------------------------------------------------------
@@ -184,7 +68,13 @@ class Optimizer:
 
         Example
         -------
-        >>> train_op = tf.train.AdamOptimizer(1e-3).minimize(loss, global_step=step)  # doctest: +SKIP
+        >>> import dflow as tf
+        >>> with tf.Graph().as_default():
+        ...     w = tf.Variable([1.0, -1.0])
+        ...     step = tf.train.get_or_create_global_step()
+        ...     train_op = tf.train.AdamOptimizer(1e-3).minimize(tf.reduce_sum(w * w), global_step=step)
+        ...     train_op.type
+        'AssignAdd'
         """
         grads_and_vars = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss)
         if all(g is None for g, _ in grads_and_vars):
@@ -317,7 +207,9 @@ def _as(tensor: Tensor, var: Variable) -> Tensor:
 class GradientDescentOptimizer(Optimizer):
     """``var -= learning_rate * grad``.
 
-    >>> opt = tf.train.GradientDescentOptimizer(0.1)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> tf.train.GradientDescentOptimizer(0.1).get_name()
+    'GradientDescent'
     """
 
     def __init__(self, learning_rate, use_locking=False, name="GradientDescent"):
@@ -332,7 +224,8 @@ class GradientDescentOptimizer(Optimizer):
         if rows is not None:  # a lookup's gradient: only its rows change (TF's sparse apply), no dense table
             values, indices = rows
             return scatter_sub(var, indices, values * _as(self._learning_rate_tensor, var))
-        return _apply("ApplyGradientDescent", [var._variable, _as(self._learning_rate_tensor, var), grad])
+        learning_rate = _as(self._learning_rate_tensor, var)
+        return apply_update("ApplyGradientDescent", [var._variable, learning_rate, grad])
 
 
 class MomentumOptimizer(Optimizer):
@@ -360,7 +253,7 @@ class MomentumOptimizer(Optimizer):
         accum = self.get_slot(var, "momentum")
         inputs = [var._variable, accum._variable, _as(self._learning_rate_tensor, var), grad,
                   _as(self._momentum_tensor, var)]
-        return _apply("ApplyMomentum", inputs, {"use_nesterov": self._use_nesterov})
+        return apply_update("ApplyMomentum", inputs, {"use_nesterov": self._use_nesterov})
 
 
 class AdamOptimizer(Optimizer):
@@ -404,7 +297,7 @@ class AdamOptimizer(Optimizer):
         refs = [var, self.get_slot(var, "m"), self.get_slot(var, "v")]
         # the powers are values, as in TF: they may live on another PS task than ``var``
         values = [beta1_power, beta2_power, self._lr_t, self._beta1_t, self._beta2_t, self._epsilon_t]
-        return _apply("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in values] + [grad])
+        return apply_update("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in values] + [grad])
 
     def _finish(self, update_ops, name_scope):
         graph = get_default_graph()
@@ -423,7 +316,9 @@ class AdagradOptimizer(Optimizer):
 
     Slot ``accumulator`` (``<var>/Adagrad``), starting at ``initial_accumulator_value``.
 
-    >>> opt = tf.train.AdagradOptimizer(0.1)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> tf.train.AdagradOptimizer(0.1).get_name()
+    'Adagrad'
     """
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False, name="Adagrad"):
@@ -443,7 +338,7 @@ class AdagradOptimizer(Optimizer):
     def _apply_dense(self, grad, var):
         accum = self.get_slot(var, "accumulator")
         lr = _as(self._learning_rate_tensor, var)
-        return _apply("ApplyAdagrad", [var._variable, accum._variable, lr, grad])
+        return apply_update("ApplyAdagrad", [var._variable, accum._variable, lr, grad])
 
 
 class RMSPropOptimizer(Optimizer):
@@ -458,7 +353,9 @@ class RMSPropOptimizer(Optimizer):
     Slots, named in TF's order: ``rms`` (starting at 1: ``<var>/RMSProp``), ``mg`` when
     centered, ``momentum`` (``<var>/RMSProp_1``, or ``_2`` when centered).
 
-    >>> opt = tf.train.RMSPropOptimizer(0.001, decay=0.9, momentum=0.9)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> tf.train.RMSPropOptimizer(0.001, decay=0.9, momentum=0.9).get_name()
+    'RMSProp'
     """
 
     def __init__(self, learning_rate, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False,
@@ -482,7 +379,7 @@ class RMSPropOptimizer(Optimizer):
         names = ["mg", "rms", "momentum"] if self._centered else ["rms", "momentum"]
         refs = [var._variable] + [self.get_slot(var, n)._variable for n in names]
         op_type = "ApplyCenteredRMSProp" if self._centered else "ApplyRMSProp"
-        return _apply(op_type, refs + [_as(h, var) for h in self._hypers] + [grad])
+        return apply_update(op_type, refs + [_as(h, var) for h in self._hypers] + [grad])
 
 
 class AdadeltaOptimizer(Optimizer):
@@ -512,7 +409,7 @@ class AdadeltaOptimizer(Optimizer):
 
     def _apply_dense(self, grad, var):
         refs = [var._variable] + [self.get_slot(var, n)._variable for n in ("accum", "accum_update")]
-        return _apply("ApplyAdadelta", refs + [_as(h, var) for h in self._hypers] + [grad])
+        return apply_update("ApplyAdadelta", refs + [_as(h, var) for h in self._hypers] + [grad])
 
 
 class FtrlOptimizer(Optimizer):
@@ -563,7 +460,7 @@ class FtrlOptimizer(Optimizer):
 
     def _apply_dense(self, grad, var):
         refs = [var._variable] + [self.get_slot(var, n)._variable for n in ("accum", "linear")]
-        return _apply("ApplyFtrlV2", refs + [grad] + [_as(h, var) for h in self._hypers])
+        return apply_update("ApplyFtrlV2", refs + [grad] + [_as(h, var) for h in self._hypers])
 
 
 # ---- learning-rate schedules -------------------------------------------------------------
@@ -574,7 +471,15 @@ def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, stair
     With ``staircase=True`` the exponent is floored, so the rate drops every
     ``decay_steps`` steps.
 
-    >>> lr = tf.train.exponential_decay(0.1, step, 1000, 0.96, staircase=True)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     step = tf.train.get_or_create_global_step()
+    ...     lr = tf.train.exponential_decay(0.1, step, 1000, 0.96, staircase=True)
+    ...     with tf.Session() as sess:
+    ...         sess.run(tf.global_variables_initializer())
+    ...         _ = sess.run(tf.assign(step, 2500))
+    ...         round(float(sess.run(lr)), 6)  # 0.1 * 0.96 ** 2
+    0.09216
     """
     if global_step is None:
         raise ValueError("global_step is required for exponential_decay.")

@@ -32,8 +32,13 @@ QUEUE_RUNNERS = "queue_runners"  # GraphKeys.QUEUE_RUNNERS
 class QueueRunner:
     """Threads running ``enqueue_ops`` (one thread each) into ``queue``.
 
-    >>> qr = tf.train.QueueRunner(queue, [enqueue_op] * 4)  # doctest: +SKIP
-    >>> tf.train.add_queue_runner(qr)  # doctest: +SKIP
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     queue = tf.FIFOQueue(10, [tf.float32], shapes=[[]])
+    ...     enqueue_op = queue.enqueue([tf.random_uniform([])])
+    ...     tf.train.add_queue_runner(tf.train.QueueRunner(queue, [enqueue_op] * 4))
+    ...     len(tf.get_collection(tf.GraphKeys.QUEUE_RUNNERS))
+    1
     """
 
     def __init__(self, queue=None, enqueue_ops=None, close_op=None, cancel_op=None,
@@ -171,7 +176,7 @@ def start_queue_runners(sess=None, coord: Coordinator | None = None, daemon: boo
         coord.join(threads)
     """
     if sess is None:
-        from ..runtime.session import get_default_session
+        from ..context import get_default_session
 
         sess = get_default_session()
     sess = getattr(sess, "_session", sess)  # TF accepts a MonitoredSession here too

@@ -34,14 +34,18 @@ save there, a Saver adopts the complete checkpoints of its prefix (those the
 ``recover_last_checkpoints``), oldest first, so a rerun of a training job keeps
 ``max_to_keep`` in all. Other prefixes' checkpoints are left alone.
 
->>> import dflow as tf
->>> with tf.Graph().as_default():  # doctest: +SKIP
+>>> import os, tempfile, dflow as tf
+>>> run = tempfile.mkdtemp()
+>>> with tf.Graph().as_default():
 ...     w = tf.Variable([1.0, 2.0], name="w")
 ...     saver = tf.train.Saver()
 ...     with tf.Session() as sess:
-...         sess.run(tf.global_variables_initializer())
-...         path = saver.save(sess, "/tmp/run/model.ckpt", global_step=100)
-...         saver.restore(sess, tf.train.latest_checkpoint("/tmp/run"))
+...         _ = sess.run(tf.global_variables_initializer())
+...         path = saver.save(sess, os.path.join(run, "model.ckpt"), global_step=100)
+...         _ = sess.run(tf.assign(w, [0.0, 0.0]))
+...         saver.restore(sess, tf.train.latest_checkpoint(run))
+...         sess.run(w).tolist(), os.path.basename(path)
+([1.0, 2.0], 'model.ckpt-100')
 """
 
 from __future__ import annotations
@@ -109,9 +113,15 @@ class Saver:
 
     Example
     -------
-    >>> saver = tf.train.Saver(max_to_keep=3)  # doctest: +SKIP
-    >>> saver.save(sess, "ckpt/model", global_step=step)  # doctest: +SKIP
-    'ckpt/model-1000'
+    >>> import os, tempfile, dflow as tf
+    >>> ckpt = tempfile.mkdtemp()
+    >>> with tf.Graph().as_default(), tf.Session() as sess:
+    ...     step = tf.train.get_or_create_global_step()
+    ...     saver = tf.train.Saver(max_to_keep=3)
+    ...     sess.run(tf.global_variables_initializer())
+    ...     path = saver.save(sess, os.path.join(ckpt, "model"), global_step=sess.run(tf.assign(step, 1000)))
+    >>> os.path.basename(path)
+    'model-1000'
     """
 
     def __init__(self, var_list=None, max_to_keep: int | None = 5, name: str | None = None):
@@ -467,7 +477,7 @@ def _chunk_reader(root, path: str, name: str, key: str) -> ChunkReader:
     return ChunkReader(root[key], f"checkpoint {path}", name, _remedy(path), noun="variable")
 
 
-def _read_values(path: str) -> dict:
+def read_values(path: str) -> dict:
     """``{variable name: value}`` of every variable in checkpoint ``path``, every chunk checked."""
     root = _open_checkpoint(path)
     return {name: _chunk_reader(root, path, name, key).read()
@@ -486,7 +496,7 @@ def _verify(path: str) -> None:
         raise NotFoundError(f"Failed to find a checkpoint at {path}") from None
     stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
     if _verified.get(path) != stamp:
-        _read_values(path)
+        read_values(path)
         _verified[path] = stamp
 
 
@@ -559,7 +569,9 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -
     The ``checkpoint`` file's latest, else (with a warning for each damaged one) the newest of the
     others it keeps: every chunk of the one returned reads back as it was written.
 
-    >>> saver.restore(sess, tf.train.latest_checkpoint("ckpt"))  # doctest: +SKIP
+    >>> import tempfile, dflow as tf
+    >>> tf.train.latest_checkpoint(tempfile.mkdtemp()) is None  # none saved there yet
+    True
     """
     state = get_checkpoint_state(checkpoint_dir, latest_filename)
     if state is None:

@@ -7,7 +7,7 @@ import logging
 import time
 
 from .. import summary
-from .monitored_session import SessionRunArgs, SessionRunHook
+from .session_run_hook import SessionRunArgs, SessionRunHook
 from .training_util import get_global_step
 
 __all__ = ["SummarySaverHook", "StepCounterHook", "monitored_session_hooks"]
@@ -19,8 +19,11 @@ class SummarySaverHook(SessionRunHook):
     """``tf.train.SummarySaverHook``: in a ``MonitoredTrainingSession``, write ``summary_op`` (default
     ``tf.summary.merge_all()``) every ``save_steps`` global steps or ``save_secs`` seconds.
 
-    >>> hook = tf.train.SummarySaverHook(save_steps=10, output_dir="/tmp/logs",
-    ...                                  summary_op=tf.summary.merge_all())  # doctest: +SKIP
+    >>> import tempfile, dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     _ = tf.summary.scalar("loss", tf.constant(0.5))
+    ...     hook = tf.train.SummarySaverHook(save_steps=10, output_dir=tempfile.mkdtemp(),
+    ...                                      summary_op=tf.summary.merge_all())
     """
 
     def __init__(self, save_steps: int | None = None, save_secs: float | None = None,

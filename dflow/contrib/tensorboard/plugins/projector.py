@@ -1,10 +1,17 @@
 """``tf.contrib.tensorboard.plugins.projector``: configure TensorBoard's embedding projector.
 
->>> config = projector.ProjectorConfig()  # doctest: +SKIP
+>>> import os, tempfile, dflow as tf
+>>> from dflow.contrib.tensorboard.plugins import projector
+>>> embeddings = tf.Variable(tf.ones([3, 2]), name="embeddings")
+>>> config = projector.ProjectorConfig()
 >>> embedding = config.embeddings.add()
 >>> embedding.tensor_name = embeddings.name
->>> embedding.metadata_path = os.path.join(log_dir, "metadata.tsv")
->>> projector.visualize_embeddings(writer, config)  # writes log_dir/projector_config.pbtxt
+>>> log_dir = tempfile.mkdtemp()
+>>> with tf.Session() as sess:
+...     sess.run(tf.global_variables_initializer())
+...     projector.visualize_embeddings(log_dir, config)
+>>> sorted(os.listdir(log_dir))
+['embeddings.tsv', 'projector_config.pbtxt']
 
 ``ProjectorConfig`` is TensorBoard's protocol buffer (``projector_config.proto``: the same
 message names, fields and numbers), built here from its descriptor so that TensorBoard need
@@ -86,7 +93,7 @@ def _write_values(embedding, logdir: str) -> None:
     """Evaluate the embedding in the default session and save it as the projector's TSV."""
     import numpy as np
 
-    from ....runtime.session import get_default_session
+    from ....context import get_default_session
 
     session = get_default_session()
     if session is None:

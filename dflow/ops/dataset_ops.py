@@ -1,4 +1,4 @@
-"""``DatasetNext``: an input op that pulls the next batch inside ``Session.run``.
+"""``DatasetNext`` (:func:`dflow.data.dataset_next`): an input op pulling the next batch in ``Session.run``.
 
 The op carries the dataset's spec as plain data (path, split, shard, seed, ...);
 its kernel finds the reader in the running session's resources
@@ -24,10 +24,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import OutOfRangeError
-from ..graph import get_default_graph
-from ..ops.registry import Spec, defop
-
-__all__ = ["dataset_next"]
+from .registry import Spec, defop
 
 
 def _next_infer(inputs, spec, shared_name, image_shape, image_dtype):
@@ -36,7 +33,7 @@ def _next_infer(inputs, spec, shared_name, image_shape, image_dtype):
 
 
 def _next_kernel(state, xp, spec, shared_name, image_shape, image_dtype):
-    from .dataset import Dataset
+    from ..data.dataset import Dataset  # the reader (the data layer builds on the ops)
 
     reader = state.resource(f"DatasetNext:{shared_name}", lambda: Dataset(**spec, xp=xp))
     try:
@@ -47,16 +44,3 @@ def _next_kernel(state, xp, spec, shared_name, image_shape, image_dtype):
 
 
 defop("DatasetNext", _next_infer, _next_kernel, stateful=True, num_outputs=2)
-
-
-def dataset_next(dataset, name: str = "DatasetNext"):
-    """``(images, labels)`` tensors whose every run pulls ``dataset``'s next batch.
-
-    ``dataset`` is a :class:`~dflow.data.Dataset`: its settings (not the object) go into
-    the graph, and each session running the op makes its own reader from them.
-    """
-    image_shape, image_dtype = dataset.output_spec
-    attrs = {"spec": dataset.spec, "shared_name": dataset.shared_name, "image_shape": list(image_shape),
-             "image_dtype": dtypes.as_dtype(image_dtype.name)}
-    op = get_default_graph().create_op("DatasetNext", [], attrs, name=name)
-    return op.outputs[0], op.outputs[1]

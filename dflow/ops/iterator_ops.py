@@ -23,8 +23,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 from .. import dtypes
+from ..data.structure import flatten
 from ..errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
-from ..ops.registry import Spec, defop
+from .registry import Spec, defop
 
 __all__ = ["Stream", "compile_plan", "register_generator"]
 
@@ -99,8 +100,6 @@ def register_generator(generator: Callable, args: tuple) -> str:
 
 
 def _generator(plan, upstream, ctx) -> Pass:
-    from .tf_data import _flatten
-
     if plan["token"] not in _GENERATORS:
         raise InvalidArgumentError(
             "a Dataset.from_generator runs its Python generator in the process that built the graph, and "
@@ -111,7 +110,7 @@ def _generator(plan, upstream, ctx) -> Pass:
     def elements():
         for value in generator(*args):
             is_tuple = isinstance(value, list) and plan["structure"] is not None  # TF reads a list as a tuple
-            structure, leaves = _flatten(tuple(value) if is_tuple else value)
+            structure, leaves = flatten(tuple(value) if is_tuple else value)
             if structure != plan["structure"] or len(leaves) != len(plan["types"]):
                 raise InvalidArgumentError(f"from_generator: the generator yielded {value!r}, which does not "
                                            "have the structure of output_types")

@@ -1,0 +1,131 @@
+"""The optimizers' update ops (TF's ``training_ops``): ``ApplyGradientDescent``, ``ApplyMomentum``,
+``ApplyAdam``, ``ApplyAdagrad``, ``ApplyRMSProp``, ``ApplyCenteredRMSProp``, ``ApplyAdadelta``,
+``ApplyFtrlV2``.
+
+Each takes variable *references* (shared names) for the variable and its slots, so the kernel
+reads and writes the session state in one step; kernels compute new arrays and never write into
+their inputs, which other ops may share. :mod:`dflow.train.optimizers` builds them.
+"""
+
+from __future__ import annotations
+
+from ..graph import Tensor, get_default_graph
+from .registry import ShapeError, Spec, defop
+from .shape_rules import fmt
+
+__all__ = ["apply_update", "UPDATE_OPS"]
+
+UPDATE_OPS = ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "ApplyAdagrad", "ApplyRMSProp",
+              "ApplyCenteredRMSProp", "ApplyAdadelta", "ApplyFtrlV2")
+
+
+def _apply_infer(grad_index):
+    """Output: the variable's new value. The gradient must fit the variable (input 0)."""
+
+    def infer(inputs, **_):
+        var, grad = inputs[0], inputs[grad_index]
+        if var.shape is not None and grad.shape is not None and not (
+                len(var.shape) == len(grad.shape) and all(
+                    a is None or b is None or a == b for a, b in zip(var.shape, grad.shape))):
+            raise ShapeError(f"gradient of shape {fmt(grad.shape)} does not fit "
+                             f"variable of shape {fmt(var.shape)}")
+        if grad.dtype != var.dtype:
+            raise ShapeError(f"gradient is {grad.dtype.name}, the variable {var.dtype.name}")
+        return [Spec(var.shape, var.dtype)]
+
+    return infer
+
+
+def _store(state, xp, ref, old, new):
+    """Write ``new`` as ``ref`` keeping the variable's dtype (float32 stays float32)."""
+    new = xp.astype(xp.asarray(new), old.dtype, copy=False)
+    state.write_variable(ref, new)
+    return new
+
+
+# each update holds its variable's lock (state.updating) over its reads and writes
+def _gradient_descent(state, xp, var, alpha, delta):
+    with state.updating(var):
+        old = state.read_variable(var)
+        return _store(state, xp, var, old, old - alpha * delta)
+
+
+def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
+    with state.updating(var):
+        old, old_accum = state.read_variable(var), state.read_variable(accum)
+        new_accum = _store(state, xp, accum, old_accum, old_accum * momentum + grad)
+        if use_nesterov:
+            return _store(state, xp, var, old, old - (lr * grad + lr * momentum * new_accum))
+        return _store(state, xp, var, old, old - lr * new_accum)
+
+
+def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
+    lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
+    with state.updating(var):
+        old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
+        m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
+        v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
+        return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
+
+
+def _adagrad(state, xp, var, accum, lr, grad):
+    with state.updating(var):
+        old, old_accum = state.read_variable(var), state.read_variable(accum)
+        new_accum = _store(state, xp, accum, old_accum, old_accum + grad * grad)
+        return _store(state, xp, var, old, old - lr * grad / xp.sqrt(new_accum))
+
+
+def _rms_prop(state, xp, var, ms, mom, lr, rho, momentum, epsilon, grad):
+    with state.updating(var):
+        old, old_ms, old_mom = (state.read_variable(r) for r in (var, ms, mom))
+        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
+        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / xp.sqrt(new_ms + epsilon))
+        return _store(state, xp, var, old, old - new_mom)
+
+
+def _centered_rms_prop(state, xp, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
+    with state.updating(var):
+        old, old_mg, old_ms, old_mom = (state.read_variable(r) for r in (var, mg, ms, mom))
+        new_mg = _store(state, xp, mg, old_mg, rho * old_mg + (1 - rho) * grad)
+        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
+        denominator = xp.sqrt(new_ms - new_mg * new_mg + epsilon)
+        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / denominator)
+        return _store(state, xp, var, old, old - new_mom)
+
+
+def _adadelta(state, xp, var, accum, accum_update, lr, rho, epsilon, grad):
+    with state.updating(var):
+        old, old_accum, old_update = (state.read_variable(r) for r in (var, accum, accum_update))
+        new_accum = _store(state, xp, accum, old_accum, rho * old_accum + (1 - rho) * (grad * grad))
+        update = xp.sqrt(old_update + epsilon) / xp.sqrt(new_accum + epsilon) * grad
+        _store(state, xp, accum_update, old_update, rho * old_update + (1 - rho) * (update * update))
+        return _store(state, xp, var, old, old - lr * update)
+
+
+def _ftrl(state, xp, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power):
+    with state.updating(var):
+        old, old_accum, old_linear = (state.read_variable(r) for r in (var, accum, linear))
+        shrunk = grad + 2 * l2_shrinkage * old  # ApplyFtrlV2; the accumulator takes the raw gradient
+        new_accum = old_accum + grad * grad
+        sigma = (new_accum ** -lr_power - old_accum ** -lr_power) / lr
+        new_linear = _store(state, xp, linear, old_linear, old_linear + shrunk - sigma * old)
+        quadratic = new_accum ** -lr_power / lr + 2 * l2
+        pulled = (xp.sign(new_linear) * l1 - new_linear) / quadratic
+        _store(state, xp, accum, old_accum, new_accum)
+        return _store(state, xp, var, old, xp.where(xp.abs(new_linear) > l1, pulled, xp.zeros_like(pulled)))
+
+
+# inputs in TF's order; the leading ones are references (shared names), the rest values
+defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True)
+defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True)
+defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
+defop("ApplyAdagrad", _apply_infer(3), _adagrad, stateful=True)
+defop("ApplyRMSProp", _apply_infer(7), _rms_prop, stateful=True)
+defop("ApplyCenteredRMSProp", _apply_infer(8), _centered_rms_prop, stateful=True)
+defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True)
+defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True)
+
+
+def apply_update(op_type: str, inputs: list, attrs: dict | None = None) -> Tensor:
+    """The variable's new value after the update op ``op_type`` (one of :data:`UPDATE_OPS`) ran."""
+    return get_default_graph().create_op(op_type, inputs, attrs, name=op_type).outputs[0]
