@@ -108,16 +108,18 @@ def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule
 
 
 def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: int = 1,
-            stats: RunStats | None = None) -> dict:
+            stats: RunStats | None = None, compiled: bool = True) -> dict:
     """Run every op of ``plan``; return the values of ``plan.fetches`` by tensor name.
 
     ``namespaces`` maps a device type ("CPU", "GPU") to its array namespace.
+    ``compiled=False`` runs the counting loop even where a compiled stage could run
+    (the engine benchmark compares the two).
     """
     key = (frozenset(feeds), num_threads, tuple(namespaces.items()))  # namespaces: modules
-    compiled = plan.compiled.get(key, _NOT_YET)
+    compiled = compiled and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
-    if compiled is not None:
+    if compiled:
         return compiled(feeds, state, stats if stats is not None else RunStats())
     waiting = dict(plan.waiting)
     refcount = dict(plan.refcount)
