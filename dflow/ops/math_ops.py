@@ -11,6 +11,7 @@ import sys
 from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph
+from . import parallel
 from .array_ops import shape, shape_value
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
@@ -334,7 +335,7 @@ def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
         a = xp.matrix_transpose(a)
     if transpose_b:
         b = xp.matrix_transpose(b)
-    return xp.matmul(a, b)
+    return parallel.matmul(xp, a, b)
 
 
 def _matmul_grad(op, g):
