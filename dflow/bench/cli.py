@@ -129,6 +129,8 @@ def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:
     legacy.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=True,
                         help="--local --peers: the model with its two LRN layers (default) or without")
     legacy.add_argument("--rounds", type=int, default=3, help="--local --peers: timed rounds (default 3)")
+    legacy.add_argument("--baseline", metavar="PATH",
+                        help="--local --peers: also time the dflow of this source tree (before/after)")
     distributed.add_arguments(legacy, common=False)  # --batch_size --block_steps --overhead_steps --input
     p.add_argument("--num_warmup_batches", type=int, default=DEFAULT_SETTINGS["num_warmup_batches"])
     p.add_argument("--num_batches", type=int,
@@ -175,7 +177,7 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
         results = peers.run(args.batch_sizes or (1, 10, 100), warmup=args.num_warmup_batches,
                             steps=args.num_batches, rounds=args.rounds, lrn=args.lrn,
-                            echo=lambda line: print(line, flush=True))
+                            baseline=args.baseline, echo=lambda line: print(line, flush=True))
         from .local import write_results
 
         write_results(results, args.output, print)

@@ -59,30 +59,15 @@ def _synthetic_batch(batch_size: int):
             rng.integers(0, 10, batch_size).astype(numpy.int32))
 
 
-def _dflow_step(batch_size: int, lrn: bool):
-    import dflow as tf
-    from dflow.models import cifar10
-
-    graph = tf.Graph()
-    with graph.as_default():
-        images = tf.placeholder(tf.float32, [batch_size, 24, 24, 3], name="images")
-        labels = tf.placeholder(tf.int32, [batch_size], name="labels")
-        loss = cifar10.loss(cifar10.inference(images, lrn=lrn), labels)
-        train_op = tf.train.GradientDescentOptimizer(LEARNING_RATE).minimize(loss)
-        init = tf.global_variables_initializer()
-    session = tf.Session(graph=graph)
-    session.run(init)
-    x, y = _synthetic_batch(batch_size)
-    feeds = {images: x, labels: y}
+def _graph_step(tf, batch_size: int, lrn: bool):
+    session, train_op, feeds = _graph_session(tf, batch_size, lrn)
     return lambda: session.run(train_op, feeds)
 
 
-def _tensorflow_step(batch_size: int, lrn: bool):
-    """The tutorial's ``cifar10.inference`` and ``loss`` in TensorFlow 1.x graph mode."""
-    import tensorflow
-
-    tf = tensorflow.compat.v1
-    tf.disable_eager_execution()
+def _graph_session(tf, batch_size: int, lrn: bool):
+    """The tutorial's ``cifar10.inference`` and ``loss`` written once in the TF 1.x API, built
+    with ``tf`` = ``dflow`` or ``tensorflow.compat.v1``: the same graph for both. Returns the
+    initialized session, the train op and the feeds of a synthetic batch."""
     decayed = []
 
     def variable(name, shape, stddev=None, constant=None, wd=None):
@@ -106,7 +91,7 @@ def _tensorflow_step(batch_size: int, lrn: bool):
 
     def dense(x, size, name, stddev, wd, bias, relu=True):
         with tf.variable_scope(name):
-            y = tf.matmul(x, variable("weights", [x.shape[1], size], stddev, wd=wd))
+            y = tf.matmul(x, variable("weights", [int(x.shape[1]), size], stddev, wd=wd))
             y = y + variable("biases", [size], constant=bias)
             return tf.nn.relu(y) if relu else y
 
@@ -116,7 +101,7 @@ def _tensorflow_step(batch_size: int, lrn: bool):
         labels = tf.placeholder(tf.int32, [batch_size])
         x = norm(pool(conv_relu(images, [5, 5, 3, 64], 0.0, "conv1")))
         x = pool(norm(conv_relu(x, [5, 5, 64, 64], 0.1, "conv2")))
-        x = tf.reshape(x, [batch_size, -1])
+        x = tf.reshape(x, [batch_size, 6 * 6 * 64])
         x = dense(x, 384, "local3", 0.04, 0.004, 0.1)
         x = dense(x, 192, "local4", 0.04, 0.004, 0.1)
         logits = dense(x, 10, "softmax_linear", 1 / 192.0, None, 0.0, relu=False)
@@ -128,8 +113,20 @@ def _tensorflow_step(batch_size: int, lrn: bool):
     session = tf.Session(graph=graph)
     session.run(init)
     x, y = _synthetic_batch(batch_size)
-    feeds = {images: x, labels: y}
-    return lambda: session.run(train_op, feeds)
+    return session, train_op, {images: x, labels: y}
+
+
+def _dflow_step(batch_size: int, lrn: bool):
+    import dflow
+
+    return _graph_step(dflow, batch_size, lrn)
+
+
+def _tensorflow_step(batch_size: int, lrn: bool):
+    import tensorflow
+
+    tensorflow.compat.v1.disable_eager_execution()
+    return _graph_step(tensorflow.compat.v1, batch_size, lrn)
 
 
 def _pytorch_step(batch_size: int, lrn: bool):
@@ -175,9 +172,21 @@ def _version(framework: str) -> str:
     return module.__version__
 
 
-def _serve(connection, framework: str, lrn: bool) -> None:
-    """A framework's process: ``(batch, warmup, steps)`` requests in, step seconds out."""
+def _use_checkout(path: str) -> None:
+    """Import ``dflow`` from the checkout at ``path`` from now on (``--baseline``)."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "dflow" or m.startswith("dflow.")]:
+        del sys.modules[name]
+    sys.path.insert(0, os.path.abspath(path))
+
+
+def _serve(connection, framework: str, lrn: bool, checkout: str | None = None) -> None:
+    """A framework's process: ``(batch, warmup, steps)`` requests in, step seconds out.
+    With ``checkout``, the dflow of that source tree (``--baseline``) runs the step."""
     steps_at: dict[int, object] = {}
+    if checkout is not None:
+        _use_checkout(checkout)
     try:
         connection.send(("ok", _version(framework)))
         while (request := connection.recv()) is not None:
@@ -205,11 +214,11 @@ def _serve(connection, framework: str, lrn: bool) -> None:
 class _Framework:
     """One framework's process and the pipe to it."""
 
-    def __init__(self, name: str, lrn: bool):
+    def __init__(self, name: str, lrn: bool, checkout: str | None = None):
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no shared threads
-        self.name = name
+        self.name = "dflow@baseline" if checkout else name
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, name, lrn), daemon=True)
+        self._process = context.Process(target=_serve, args=(child, name, lrn, checkout), daemon=True)
         self._process.start()
         child.close()
         self.version: str | None = None
@@ -254,10 +263,16 @@ def _load() -> str:
 
 
 def run(batch_sizes=(1, 10, 100), warmup: int = 10, steps: int = 20, rounds: int = 3,
-        lrn: bool = True, frameworks: tuple[str, ...] | None = None, timeout: float = 600.0,
-        echo=print) -> dict:
+        lrn: bool = True, frameworks: tuple[str, ...] | None = None, baseline: str | None = None,
+        timeout: float = 600.0, echo=print) -> dict:
     """Interleaved rounds of every installed framework at each batch size; print a table of
-    images/sec (median, min-max over rounds) and dflow's ratios, and return the results."""
+    images/sec (median, min-max over rounds) and dflow's ratios, and return the results.
+
+    ``baseline``: a dflow source tree (another checkout, say main) timed beside this one as
+    ``dflow@baseline``: a before/after in the same rounds."""
+    if baseline is not None and not os.path.isdir(os.path.join(baseline, "dflow")):
+        raise ValueError(f"--baseline {baseline!r} is not a dflow source tree (no dflow/ in it): "
+                         "give the root of a checkout")
     if rounds < 1 or steps < 1 or warmup < 0:
         raise ValueError(f"rounds and steps must be >= 1 and warmup >= 0, got rounds={rounds}, "
                          f"steps={steps}, warmup={warmup}")
@@ -276,6 +291,8 @@ def run(batch_sizes=(1, 10, 100), warmup: int = 10, steps: int = 20, rounds: int
     results = {"model": "cifar10", "lrn": lrn, "rounds": rounds, "warmup_steps": warmup,
                "load_before": _load(), "versions": {}, "batches": []}
     workers = [_Framework(name, lrn) for name in names]
+    if baseline is not None:
+        workers.insert(1, _Framework("dflow", lrn, checkout=baseline))
     try:
         for worker in workers:
             results["versions"][worker.name] = worker.started(timeout)

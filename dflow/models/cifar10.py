@@ -29,19 +29,17 @@ NUM_CLASSES = 10
 LOSSES = "losses"
 
 
-def inference(images, data_format: str = "NHWC", num_classes: int = NUM_CLASSES, lrn: bool = True):
-    """Logits ``[batch, num_classes]`` of NHWC images ``[batch, 24, 24, 3]``.
-
-    ``lrn=False`` leaves out the two LRN layers (the variant most CPU benchmarks time)."""
+def inference(images, data_format: str = "NHWC", num_classes: int = NUM_CLASSES):
+    """Logits ``[batch, num_classes]`` of NHWC images ``[batch, 24, 24, 3]``."""
     check_data_format(data_format)
     x = from_nhwc(tf.convert_to_tensor(images), data_format)
     with tf.variable_scope("conv1") as scope:
         conv1 = _conv_relu(x, [5, 5, 3, 64], 0.0, scope.name, data_format)
     pool1 = _max_pool_3x3(conv1, data_format, "pool1")
-    norm1 = _lrn(pool1, data_format, "norm1") if lrn else pool1
+    norm1 = _lrn(pool1, data_format, "norm1")
     with tf.variable_scope("conv2") as scope:
         conv2 = _conv_relu(norm1, [5, 5, 64, 64], 0.1, scope.name, data_format)
-    norm2 = _lrn(conv2, data_format, "norm2") if lrn else conv2
+    norm2 = _lrn(conv2, data_format, "norm2")
     pool2 = _max_pool_3x3(norm2, data_format, "pool2")
     with tf.variable_scope("local3") as scope:
         reshape = flatten_nhwc(pool2, data_format)
