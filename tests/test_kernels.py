@@ -163,3 +163,13 @@ def test_parallel_branches_on_several_threads_stay_with_the_counting_executor():
     assert compile_stage(plan_branches, fed, namespaces, num_threads=2) is None
     assert compile_stage(plan_branches, fed, namespaces, num_threads=1) is not None
     assert compile_stage(plan_chain, fed, namespaces, num_threads=2) is not None
+
+
+def test_one_blas_thread_asked_for_means_no_pieces():
+    """intra_op_parallelism_threads=1 (or OPENBLAS_NUM_THREADS=1, a worker's --blas_threads 1)
+    limits BLAS to one thread: the ops then stay whole on the calling thread."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, "blas"):
+        assert parallel.cores() == 1
+        assert parallel.pieces_for(8, 100) == [slice(0, 8)]

@@ -23,7 +23,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["cores", "map_pieces", "pieces_for"]
+__all__ = ["cores", "map_pieces", "pieces_for", "matmul", "elementwise"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -31,12 +31,23 @@ _blas = None  # threadpoolctl's controllers of the BLAS libraries NumPy loaded
 _inside = threading.local()  # set on the pool's threads: no nested parallelism
 
 
-def cores() -> int:
+def _affinity() -> int:
     """Cores this process may run on (its affinity mask, not the machine's count)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def cores() -> int:
+    """How many pieces an op may run at once: the BLAS thread count this process was given
+    (``OPENBLAS_NUM_THREADS``, ``ConfigProto(intra_op_parallelism_threads=...)``, a cluster
+    worker's ``--blas_threads``), so a setting that asked for one thread gets one; at most
+    the affinity mask's cores."""
+    _setup()
+    with _lock:
+        blas = _saved_threads if _depth else max((lib.num_threads for lib in _blas), default=0)
+    return max(1, min(blas or _affinity(), _affinity()))
 
 
 def pieces_for(n: int, most: int) -> list[slice]:
@@ -58,7 +69,7 @@ def _setup():
             from threadpoolctl import ThreadpoolController
 
             _blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
-            _pool = ThreadPoolExecutor(cores(), thread_name_prefix="dflow-intra-op")
+            _pool = ThreadPoolExecutor(_affinity(), thread_name_prefix="dflow-intra-op")
     return _pool
 
 
@@ -69,12 +80,16 @@ def _single_threaded(fn, item):
 
 def map_pieces(xp, fn, items: list):
     """``fn(item)`` for each of ``items``, in order: on the NumPy namespace with several
-    items and cores, concurrently on this module's threads with BLAS at one thread each."""
-    if len(items) < 2 or cores() < 2 or not _is_numpy(xp) or getattr(_inside, "active", False):
+    cores, concurrently on this module's threads, BLAS at one thread in every piece (with
+    one item, on the calling thread: on a busy machine BLAS's threads wait at every small
+    matmul's barrier for a time slice, 10x slower at batch 1)."""
+    if not _is_numpy(xp) or getattr(_inside, "active", False) or cores() < 2:
         return [fn(item) for item in items]
     pool = _setup()
-    _blas_to_one_thread(+1)
+    _blas_to_one_thread(+1)  # even for one piece: a small op gains nothing from BLAS's threads
     try:
+        if len(items) < 2:
+            return [fn(item) for item in items]
         return list(pool.map(_single_threaded, [fn] * len(items), items))
     finally:
         _blas_to_one_thread(-1)
@@ -82,14 +97,16 @@ def map_pieces(xp, fn, items: list):
 
 _depth = 0  # map_pieces calls running (inter-op threads may run two ops at once)
 _saved: list = []
+_saved_threads = 0  # the most BLAS threads of _saved: what cores() says meanwhile
 
 
 def _blas_to_one_thread(change: int) -> None:
     """BLAS at one thread while any map_pieces runs; its own count back after the last."""
-    global _depth, _saved
+    global _depth, _saved, _saved_threads
     with _lock:
         if change > 0 and _depth == 0:
             _saved = [(lib, lib.num_threads) for lib in _blas]
+            _saved_threads = max((threads for _, threads in _saved), default=0)
             for lib, _ in _saved:
                 lib.set_num_threads(1)
         _depth += change
@@ -104,11 +121,11 @@ PARALLEL_MATMUL_FROM = 1 << 20  # multiply-adds: below, a thread hand-off (~20-5
 def matmul(xp, a, b):
     """``a @ b``; a big 2-D product on the NumPy namespace is cut along its largest dimension
     (rows of ``a``, columns of ``b``, or the summed one) into one part per core."""
-    if a.ndim != 2 or b.ndim != 2 or cores() < 2 or not _is_numpy(xp):
+    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or cores() < 2:
         return xp.matmul(a, b)
     (m, k), n = a.shape, b.shape[1]
-    if m * k * n < PARALLEL_MATMUL_FROM:
-        return xp.matmul(a, b)
+    if m * k * n < PARALLEL_MATMUL_FROM:  # whole, but with one BLAS thread (map_pieces)
+        return map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
     if k > 4 * max(m, n):  # a long sum (a weight gradient over the batch): add the parts up
         parts = map_pieces(xp, lambda s: a[:, s] @ b[s, :], pieces_for(k, k))
         total = parts[0]
@@ -132,7 +149,7 @@ def elementwise(xp, fn, *arrays):
     """``fn(*arrays)`` for an elementwise ``fn`` of same-shaped arrays; on the NumPy namespace a
     big one is cut along its first axis, one part per core."""
     first = arrays[0]
-    if first.ndim == 0 or first.size < PARALLEL_ELEMENTS_FROM or cores() < 2 or not _is_numpy(xp):
+    if first.ndim == 0 or first.size < PARALLEL_ELEMENTS_FROM or not _is_numpy(xp) or cores() < 2:
         return fn(*arrays)
     pieces = pieces_for(first.shape[0], first.shape[0])
     parts = map_pieces(xp, lambda s: fn(*(a[s, ...] for a in arrays)), pieces)
