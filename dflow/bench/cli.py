@@ -146,6 +146,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = getattr(args, "bench_command", None)
     if command is not None:
         return _module(SUBCOMMANDS[command][1]).main(args)
+    if args.peers and not args.local:
+        parser.error("--peers compares frameworks in the local benchmark: add --local")
     if args.local or args.distributed:
         return _run_legacy(args, parser)
     return _run_harness(args, parser)
@@ -166,8 +168,6 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     for key, default in _LEGACY_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, default)
-    if args.peers and not args.local:
-        parser.error("--peers compares frameworks in the local benchmark: add --local")
     if args.distributed:
         from . import distributed
 

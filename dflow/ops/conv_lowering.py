@@ -146,8 +146,8 @@ def _in_pieces(xp, fn, *arrays, size=None):
     """
     n = arrays[0].shape[0]
     pieces = _batch_pieces(n, size)
-    if len(pieces) < 2:
-        return fn(*arrays)
+    if len(pieces) < 2:  # whole, but still through map_pieces: one BLAS thread
+        return map_pieces(xp, lambda _: fn(*arrays), [None])[0]
     parts = map_pieces(xp, lambda piece: fn(*(a[piece, ...] for a in arrays)), pieces)
     out = xp.empty((n, *parts[0].shape[1:]), dtype=parts[0].dtype)
     for piece, part in zip(pieces, parts):
