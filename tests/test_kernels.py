@@ -110,7 +110,7 @@ def test_an_error_in_a_piece_reaches_the_caller(monkeypatch):
 def _plan(fetches, feeds):
     with tf.Session() as sess:
         sess.run(fetches, feeds)
-        return list(sess._plans.values())[-1], sess
+        return sess.runner.plans.values()[-1].schedule, sess
 
 
 def test_a_compiled_stage_gives_the_counting_executor_s_values_order_and_peak():

@@ -63,7 +63,7 @@ def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True) -> dict:
 
     session, train_op, feeds = _graph_session(dflow, batch_size, lrn)
     session.run(train_op, feeds)
-    plan = list(session._plans.values())[-1]
+    plan = session.runner.plans.values()[-1].schedule
     nodes = [plan.nodes[name] for name in session.last_run_stats.order]
     fed = {tensor.name: numpy.asarray(value) for tensor, value in feeds.items()}
     per_type: dict[str, float] = collections.defaultdict(float)

@@ -36,7 +36,7 @@ def kernels_by_hand(session, fetch, feeds):
     from ..runtime.executor import run_op
 
     session.run(fetch, feeds)
-    plan = list(session._plans.values())[-1]  # the step, planned by the run just above
+    plan = session.runner.plans.values()[-1].schedule  # the step, planned by the run just above
     nodes = [plan.nodes[name] for name in session.last_run_stats.order]
     last_use = {t: i for i, node in enumerate(nodes) for t in node.inputs}
     dead_after = [[t for t, last in last_use.items() if last == i] for i in range(len(nodes))]
@@ -89,16 +89,18 @@ def tiny_chain_overhead(ops: int = 1000, rounds: int = 5, steps: int = 20) -> di
     session = tf.Session(graph=graph)
     feeds = {x: 0.0}
     session.run(y, feeds)
-    plan = list(session._plans.values())[-1]
+    plan = session.runner.plans.values()[-1].schedule
     by_name = {x.name: numpy.float64(0.0)}
     planned = len(plan.nodes)
 
+    namespaces = session.runner.namespaces
+
     def run(compiled):
-        return lambda: execute(plan, by_name, session.state, session._namespaces, 1, RunStats(), compiled)
+        return lambda: execute(plan, by_name, session.state, namespaces, 1, RunStats(), compiled)
 
     adds = [node for node in plan.nodes.values() if node.type == "Add"]
     kernels = [functools.partial(get_opdef(node.type).kernel, **node.attrs) for node in adds]
-    xp = session._namespaces["CPU"]
+    xp = session.runner.namespaces["CPU"]
     (constant,) = run_op(plan.nodes[one.op.name], [], session.state, xp)  # as the plan has it
 
     def kernels_alone():  # the floor: each Add's kernel on the last one's result, nothing else
