@@ -123,9 +123,18 @@ def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:
                       help="CIFAR-10 batch 100: local Session vs 1 PS + 1 worker (images/sec, ratio, "
                            "bytes per link), and the per-step overhead of 1 PS + 2 workers")
     legacy.add_argument("--batch_sizes", type=lambda s: [int(b) for b in s.split(",")],
-                        default=[1, 10, 50, 100, 200, 400],
-                        help="--local: comma-separated (default: the seed's)")
+                        default=None,
+                        help="--local: comma-separated (default: the seed's, 1,10,50,100,200,400)")
     legacy.add_argument("--no_torch", action="store_true", help="--local: skip the PyTorch comparison")
+    legacy.add_argument("--peers", action="store_true",
+                        help="--local: dflow, PyTorch and TensorFlow compat.v1 (those installed) in "
+                             "interleaved rounds, images/sec with spread and ratios (default batch "
+                             "sizes 1,10,100)")
+    legacy.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=True,
+                        help="--local --peers: the model with its two LRN layers (default) or without")
+    legacy.add_argument("--rounds", type=int, default=3, help="--local --peers: timed rounds (default 3)")
+    legacy.add_argument("--baseline", metavar="PATH",
+                        help="--local --peers: also time the dflow of this source tree (before/after)")
     distributed.add_arguments(legacy, common=False)  # --batch_size --block_steps --overhead_steps --input
     p.add_argument("--num_warmup_batches", type=int, default=DEFAULT_SETTINGS["num_warmup_batches"])
     p.add_argument("--num_batches", type=int,
@@ -141,6 +150,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = getattr(args, "bench_command", None)
     if command is not None:
         return _module(SUBCOMMANDS[command][1]).main(args)
+    if args.peers and not args.local:
+        parser.error("--peers compares frameworks in the local benchmark: add --local")
     if args.local or args.distributed:
         return _run_legacy(args, parser)
     return _run_harness(args, parser)
@@ -165,9 +176,19 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         from . import distributed
 
         return distributed.run(args)
+    if args.peers:
+        from . import peers
+
+        results = peers.run(args.batch_sizes or (1, 10, 100), warmup=args.num_warmup_batches,
+                            steps=args.num_batches, rounds=args.rounds, lrn=args.lrn,
+                            baseline=args.baseline, echo=lambda line: print(line, flush=True))
+        from .local import write_results
+
+        write_results(results, args.output, print)
+        return 0
     from . import local
 
-    local.run(args.batch_sizes, warmup=args.num_warmup_batches, steps=args.num_batches,
+    local.run(args.batch_sizes or local.BATCH_SIZES, warmup=args.num_warmup_batches, steps=args.num_batches,
               output=args.output, torch=False if args.no_torch else None,
               echo=lambda line: print(line, flush=True))
     return 0

@@ -4,8 +4,9 @@ Measures the CIFAR-10 tutorial CNN (24x24x3, SGD) at the first seed's batch
 sizes (1, 10, 50, 100, 200, 400): warm-up steps, then the mean images/sec of
 the timed steps. Reported side by side in the same run:
 
-- the engine's overhead: ``Session.run`` against calling the same kernels by
-  hand, in the same order, with a plain dict (no scheduling, no freeing);
+- the engine's overhead (:mod:`dflow.bench.engine`): per op on a chain of 1,000
+  tiny ops, and ``Session.run`` of the step against the same kernels by hand, in
+  interleaved rounds with their spread;
 - PyTorch on the CPU with the same model and batch, when torch is installed;
 - peak memory of a training step (resident-set growth in a fresh process, and
   the executor's peak of live tensor bytes) at the largest batch.
@@ -24,7 +25,7 @@ import resource
 import time
 import traceback
 
-import numpy
+from .cifar_step import build_dflow_step, synthetic_batch
 
 __all__ = ["run", "BATCH_SIZES"]
 
@@ -40,29 +41,6 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def _synthetic_batch(batch_size: int, seed: int = 0):
-    rng = numpy.random.default_rng(seed)
-    images = rng.standard_normal((batch_size, 24, 24, 3)).astype(numpy.float32)
-    labels = rng.integers(0, 10, batch_size).astype(numpy.int32)
-    return images, labels
-
-
-def _build_dflow_step(batch_size: int, data_format: str):
-    import dflow as tf
-    from dflow.models import cifar10
-
-    graph = tf.Graph()
-    with graph.as_default():
-        images = tf.placeholder(tf.float32, [batch_size, 24, 24, 3], name="images")
-        labels = tf.placeholder(tf.int32, [batch_size], name="labels")
-        loss = cifar10.loss(cifar10.inference(images, data_format=data_format), labels)
-        train_op = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
-        init = tf.global_variables_initializer()
-    sess = tf.Session(graph=graph)
-    sess.run(init)
-    return sess, train_op, images, labels
-
-
 def _time_steps(step, warmup: int, steps: int) -> list[float]:
     for _ in range(warmup):
         step()
@@ -74,49 +52,17 @@ def _time_steps(step, warmup: int, steps: int) -> list[float]:
     return times
 
 
-def measure_dflow(batch_size: int, warmup: int, steps: int, data_format: str = "NHWC",
-                  by_hand: bool = False) -> dict:
-    """images/sec of dflow's training step (or of its kernels called by hand)."""
-    sess, train_op, images, labels = _build_dflow_step(batch_size, data_format)
-    x, y = _synthetic_batch(batch_size)
+def measure_dflow(batch_size: int, warmup: int, steps: int, data_format: str = "NHWC") -> dict:
+    """images/sec of dflow's training step."""
+    sess, train_op, images, labels = build_dflow_step(batch_size, data_format)
+    x, y = synthetic_batch(batch_size)
     feeds = {images: x, labels: y}
     rss_before = _rss_bytes()  # before the first step: freed memory often stays resident
-    if by_hand:
-        step = _kernels_by_hand(sess, train_op, feeds)
-    else:
-        step = lambda: sess.run(train_op, feeds)  # noqa: E731
-    times = _time_steps(step, warmup, steps)
-    result = _summary("dflow-by-hand" if by_hand else "dflow", batch_size, times)
+    times = _time_steps(lambda: sess.run(train_op, feeds), warmup, steps)
+    result = _summary("dflow", batch_size, times)
     result["step_memory_bytes"] = max(0, _peak_rss_bytes() - rss_before)
-    if not by_hand:
-        result["live_tensor_peak_bytes"] = sess.last_run_stats.peak_bytes
+    result["live_tensor_peak_bytes"] = sess.last_run_stats.peak_bytes
     return result
-
-
-def _kernels_by_hand(sess, train_op, feeds):
-    """The session's own plan as a flat loop, the way a careful hand-written step runs:
-    every kernel in the same order, each array dropped after its last use, nothing else."""
-    import array_api_compat.numpy as xp
-
-    from dflow.runtime.executor import run_op
-
-    sess.run(train_op, feeds)
-    plan = sess.runner.plans.values()[-1].schedule  # the train step, planned by the run just above
-    nodes = [plan.nodes[name] for name in sess.last_run_stats.order]
-    last_use = {t: i for i, node in enumerate(nodes) for t in node.inputs}
-    dead_after = [[t for t, last in last_use.items() if last == i] for i in range(len(nodes))]
-    fed = {t.name: numpy.asarray(v) for t, v in feeds.items()}
-
-    def step():
-        values = dict(fed)
-        for node, dead in zip(nodes, dead_after):
-            outputs = run_op(node, [values[t] for t in node.inputs], sess.state, xp)
-            for i, value in enumerate(outputs):
-                values[f"{node.name}:{i}"] = value
-            for t in dead:
-                del values[t]
-
-    return step
 
 
 def measure_torch(batch_size: int, warmup: int, steps: int) -> dict:
@@ -134,7 +80,7 @@ def measure_torch(batch_size: int, warmup: int, steps: int) -> dict:
         nn.Flatten(), nn.Linear(6 * 6 * 64, 384), nn.ReLU(), nn.Linear(384, 192), nn.ReLU(),
         nn.Linear(192, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = _synthetic_batch(batch_size)
+    x, y = synthetic_batch(batch_size)
     images = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
     labels = torch.from_numpy(y).long()
 
@@ -221,25 +167,26 @@ def run(batch_sizes=BATCH_SIZES, warmup: int = 10, steps: int = 20, compare_batc
         ratio = f"{ours['images_per_sec'] / theirs['images_per_sec']:.2f}" if theirs else "-"
         torch_ips = f"{theirs['images_per_sec']:.1f}" if theirs else "n/a"
         echo(f"{batch:>6} {ours['images_per_sec']:>12.1f} {torch_ips:>12} {ratio:>6}")
-    results["compare"] = _engine_overhead(compare_batch, warmup, _steps_for(compare_batch, steps), echo)
+    results["compare"] = _engine_overhead(compare_batch, _steps_for(compare_batch, steps), echo)
     results["memory"] = _memory(memory_batch, warmup=2, steps=3, torch=torch, echo=echo)
     write_results(results, output, echo)
     return results
 
 
-def _engine_overhead(batch: int, warmup: int, steps: int, echo) -> dict:
-    # interleave the two so machine noise hits both alike
-    session, by_hand = [], []
-    for _ in range(2):
-        session.append(in_fresh_process(measure_dflow, batch, warmup, steps))
-        by_hand.append(in_fresh_process(measure_dflow, batch, warmup, steps, by_hand=True))
-    session_ips = max(r["images_per_sec"] for r in session)
-    hand_ips = max(r["images_per_sec"] for r in by_hand)
-    overhead = hand_ips / session_ips
-    echo(f"engine overhead at batch {batch}: Session.run {session_ips:.1f} img/s, "
-         f"kernels by hand {hand_ips:.1f} img/s -> {overhead:.3f}x (target <= 1.05x)")
-    return {"batch_size": batch, "session_images_per_sec": session_ips,
-            "by_hand_images_per_sec": hand_ips, "overhead": overhead}
+def _engine_overhead(batch: int, steps: int, echo, rounds: int = 5) -> dict:
+    from . import engine
+
+    chain = in_fresh_process(engine.tiny_chain_overhead, 1000, rounds)
+    us, over = chain["us_per_op"], chain["overhead_us_per_op"]
+    echo(f"engine, a chain of {chain['ops']} tiny ops, us/op (median of {rounds} interleaved rounds): "
+         f"Session.run {us['session_run']:.1f}, compiled stage {us['compiled_stage']:.1f}, counting "
+         f"executor {us['counting_executor']:.1f}, kernels by hand {us['by_hand']:.1f}, bare kernels "
+         f"{us['kernels_alone']:.1f} -> overhead per op {over['session_run']:.1f} us (target <= 5)")
+    step = in_fresh_process(engine.step_overhead, batch, rounds, max(1, steps // 4))
+    spread = step["overhead_spread"]
+    echo(f"engine at batch {batch}: Session.run / kernels by hand = {spread['median']:.3f}x "
+         f"[{spread['min']:.3f}-{spread['max']:.3f}] over {rounds} interleaved rounds (target <= 1.05x)")
+    return {"tiny_chain": chain, "step": step}
 
 
 def _memory(batch: int, warmup: int, steps: int, torch: bool, echo) -> dict:

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 
+from .parallel import map_pieces, pieces_for
+
 __all__ = [
     "BATCH_PIECE", "ROWS_PIECE", "POOL_PIECE", "window_geometry",
     "conv2d", "conv2d_input_grad", "conv2d_filter_grad",
@@ -142,23 +144,20 @@ def _in_pieces(xp, fn, *arrays, size=None):
 
     The result is filled in place: concatenating would hold every piece and the whole twice.
     """
-    size = size or BATCH_PIECE
     n = arrays[0].shape[0]
-    if n <= size:
-        return fn(*arrays)
-    out = None
-    for piece in _batch_pieces(n, size):
-        part = fn(*(a[piece, ...] for a in arrays))
-        if out is None:
-            out = xp.empty((n, *part.shape[1:]), dtype=part.dtype)
+    pieces = _batch_pieces(n, size)
+    if len(pieces) < 2:  # whole, but still through map_pieces: one BLAS thread
+        return map_pieces(xp, lambda _: fn(*arrays), [None])[0]
+    parts = map_pieces(xp, lambda piece: fn(*(a[piece, ...] for a in arrays)), pieces)
+    out = xp.empty((n, *parts[0].shape[1:]), dtype=parts[0].dtype)
+    for piece, part in zip(pieces, parts):
         out[piece, ...] = part
     return out
 
 
 def _batch_pieces(n, size=None):
-    # stops stay in bounds: the array API leaves out-of-bounds slice stops unspecified
-    size = size or BATCH_PIECE
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+    """At most ``size`` images a piece, and one piece per core at least (:mod:`.parallel`)."""
+    return pieces_for(n, size or BATCH_PIECE)
 
 
 def _conv_piece(stride_h, dilation_w, channels):
@@ -325,8 +324,8 @@ def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):
         return xp.reshape(part, (kh, kw, c, o))
 
     acc = None
-    for batch in _batch_pieces(x.shape[0], _conv_piece(strides[0], dilations[1], c)):
-        part = piece(x[batch, ...], dy[batch, ...])
+    pieces = _batch_pieces(x.shape[0], _conv_piece(strides[0], dilations[1], c))
+    for part in map_pieces(xp, lambda batch: piece(x[batch, ...], dy[batch, ...]), pieces):
         acc = part if acc is None else acc + part
     return xp.zeros((kh, kw, c, o), dtype=x.dtype) if acc is None else acc  # None: empty batch
 
@@ -443,11 +442,17 @@ def _lrn_norm(xp, x, depth_radius, bias, alpha):
 
 def lrn(xp, x, depth_radius, bias, alpha, beta):
     """TF's LRN: ``x / (bias + alpha * sqr_sum) ** beta`` over the channel window ``d-r..d+r``."""
-    return _times_pow_neg(xp, x, _lrn_norm(xp, x, depth_radius, bias, alpha), beta)
+    def piece(xs):
+        return _times_pow_neg(xp, xs, _lrn_norm(xp, xs, depth_radius, bias, alpha), beta)
+
+    return _in_pieces(xp, piece, x, size=POOL_PIECE) if x.ndim else piece(x)
 
 
 def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta):
     """``dy * norm**-beta - 2*alpha*beta * x * window_sum(dy * y / norm)``."""
-    norm = _lrn_norm(xp, x, depth_radius, bias, alpha)
-    cross = _channel_window_sum(xp, dy * y / norm, depth_radius, 2.0 * alpha * beta)
-    return _times_pow_neg(xp, dy, norm, beta) - x * cross
+    def piece(dys, xs, ys):
+        norm = _lrn_norm(xp, xs, depth_radius, bias, alpha)
+        cross = _channel_window_sum(xp, dys * ys / norm, depth_radius, 2.0 * alpha * beta)
+        return _times_pow_neg(xp, dys, norm, beta) - xs * cross
+
+    return _in_pieces(xp, piece, dy, x, y, size=POOL_PIECE) if x.ndim else piece(dy, x, y)

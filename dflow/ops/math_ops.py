@@ -11,6 +11,7 @@ import sys
 from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_builders
+from . import parallel
 from .array_ops import cast, is_symbolic, shape, shape_value, sum_to_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
@@ -282,7 +283,7 @@ def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
         a = xp.matrix_transpose(a)
     if transpose_b:
         b = xp.matrix_transpose(b)
-    return xp.matmul(a, b)
+    return parallel.matmul(xp, a, b)
 
 
 def _matmul_grad(op, g):

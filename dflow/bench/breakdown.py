@@ -1,0 +1,120 @@
+"""Where a CIFAR-10 training step's time goes: ms per op type, GFLOP/s per convolution.
+
+    python -m dflow.bench.breakdown --batch_size 100 --steps 5 [--no-lrn]
+
+Runs the step's planned kernels one by one with a timer around each (the plan of
+``Session.run``, so the kernels and their order are the engine's), and sets each
+convolution's rate beside this machine's SGEMM rate, measured with a NumPy matmul of
+the same ``(M, K) x (K, N)`` sizes as the layer's im2col product and of 2048^3. Prints
+the CPU's vector flags too (AVX2, AVX-512): they decide BLAS's peak. ``docs/kernels.md``
+holds a run of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+import numpy
+
+__all__ = ["cpu_flags", "sgemm_gflops", "breakdown", "main"]
+
+_CONVS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD flags of this CPU that BLAS kernels use, from /proc/cpuinfo (Linux)."""
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16")
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in wanted if flag in flags]
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def sgemm_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
+    """GFLOP/s of a float32 NumPy matmul ``(m, k) @ (k, n)`` (the best of ``repeats``)."""
+    rng = numpy.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=numpy.float32)
+    b = rng.standard_normal((k, n), dtype=numpy.float32)
+    return 2 * m * k * n / _best_seconds(lambda: a @ b, repeats) / 1e9
+
+
+def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True) -> dict:
+    """ms per op type per step and, per convolution, its ms and GFLOP/s against SGEMM's."""
+    import array_api_compat.numpy as xp
+
+    import dflow
+    from dflow.runtime.executor import run_op
+
+    from .peers import graph_session
+
+    session, train_op, feeds = graph_session(dflow, batch_size, lrn)
+    session.run(train_op, feeds)
+    plan = session.runner.plans.values()[-1].schedule
+    nodes = [plan.nodes[name] for name in session.last_run_stats.order]
+    fed = {tensor.name: numpy.asarray(value) for tensor, value in feeds.items()}
+    per_type: dict[str, float] = collections.defaultdict(float)
+    per_conv: dict[str, list] = {}
+    for repeat in range(steps + 1):
+        values = dict(fed)
+        for node in nodes:
+            args = [values[t] for t in node.inputs]
+            start = time.perf_counter()
+            outputs = run_op(node, args, session.state, xp)
+            took = time.perf_counter() - start
+            if repeat:  # the first pass warms up
+                per_type[node.type] += took / steps
+                if node.type in _CONVS:  # a 1-D input is a shape: (n, h, w, c) or the filter's
+                    shapes = [tuple(int(d) for d in (a if a.ndim == 1 else a.shape)) for a in args]
+                    per_conv.setdefault(node.name, [node.type, shapes, 0.0])[2] += took / steps
+            for i, value in enumerate(outputs):
+                values[f"{node.name}:{i}"] = value
+    convs = []
+    for name, (op_type, shapes, seconds) in per_conv.items():
+        (n, h, w, c), (kh, kw, _, o) = shapes[0], shapes[1]  # input (or its sizes), filter (or its)
+        m, k = n * h * w, kh * kw * c  # stride 1, SAME (CIFAR-10's): one output per input pixel
+        flops = 2.0 * m * k * o
+        convs.append({"op": name, "type": op_type, "mkn": (m, k, o), "ms": seconds * 1e3,
+                      "gflops": flops / seconds / 1e9, "sgemm_gflops": sgemm_gflops(m, k, o)})
+    return {"batch_size": batch_size, "lrn": lrn, "ms_per_type": {k: v * 1e3 for k, v in per_type.items()},
+            "convolutions": convs, "sgemm_2048_gflops": sgemm_gflops(2048, 2048, 2048),
+            "cpu_flags": cpu_flags()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=True)
+    args = parser.parse_args(argv)
+    result = breakdown(args.batch_size, args.steps, args.lrn)
+    total = sum(result["ms_per_type"].values())
+    print(f"CIFAR-10 step, batch {args.batch_size}, {'with' if args.lrn else 'without'} LRN: "
+          f"{total:.1f} ms of kernels; CPU flags: {' '.join(result['cpu_flags'])}; "
+          f"SGEMM 2048^3: {result['sgemm_2048_gflops']:.1f} GFLOP/s")
+    print("| op type | ms per step | share |\n| --- | ---: | ---: |")
+    for op_type, ms in sorted(result["ms_per_type"].items(), key=lambda kv: -kv[1]):
+        if ms >= 0.05 * total / 100:
+            print(f"| {op_type} | {ms:.2f} | {ms / total:.0%} |")
+    print("\n| convolution | (M, K, N) | ms | GFLOP/s | SGEMM of that size | share of it |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: |")
+    for conv in result["convolutions"]:
+        print(f"| {conv['op']} ({conv['type']}) | {conv['mkn']} | {conv['ms']:.1f} | {conv['gflops']:.1f} | "
+              f"{conv['sgemm_gflops']:.1f} | {conv['gflops'] / conv['sgemm_gflops']:.0%} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Intra-op parallelism for the NumPy kernels: the batch split across cores.
+
+A convolution of a CIFAR-10-sized layer is dozens of small matmuls; with BLAS's own
+threads each of them ends in a barrier, and on a busy machine (a neighbour holding a
+core) every barrier waits a scheduler time slice: the 5x5x64x64 convolution at batch
+100 took 958 ms with 2 OpenBLAS threads against 155 ms with one, beside ~12 runnable
+processes on 2 cores (``docs/kernels.md``). So the heavy kernels cut the batch into
+one piece per core and run the pieces on this module's threads, each piece's BLAS
+calls single-threaded: no barrier inside an op, and a descheduled thread delays only
+its own piece. NumPy and BLAS release the GIL, so the pieces truly overlap.
+
+Only the NumPy namespace goes parallel; any other (``array_api_strict`` in the tests,
+CuPy) runs the same pieces one after the other, so results are identical.
+
+>>> import array_api_compat.numpy as xp
+>>> list(map_pieces(xp, lambda s: s.stop - s.start, [slice(0, 3), slice(3, 5)]))
+[3, 2]
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["cores", "map_pieces", "pieces_for", "matmul", "elementwise"]
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_blas = None  # threadpoolctl's controllers of the BLAS libraries NumPy loaded
+_inside = threading.local()  # set on the pool's threads: no nested parallelism
+
+
+def _affinity() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cores() -> int:
+    """How many pieces an op may run at once: the BLAS thread count this process was given
+    (``OPENBLAS_NUM_THREADS``, ``ConfigProto(intra_op_parallelism_threads=...)``, a cluster
+    worker's ``--blas_threads``), so a setting that asked for one thread gets one; at most
+    the affinity mask's cores."""
+    _setup()
+    with _lock:
+        blas = _saved_threads if _depth else max((lib.num_threads for lib in _blas), default=0)
+    return max(1, min(blas or _affinity(), _affinity()))
+
+
+def pieces_for(n: int, most: int) -> list[slice]:
+    """Slices of ``range(n)``: at most ``most`` long each, and at least one per core when the
+    namespace will run them in parallel (so a batch of 100 still uses both cores)."""
+    size = max(1, min(most, -(-n // cores())))
+    # stops stay in bounds: the array API leaves out-of-bounds slice stops unspecified
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _is_numpy(xp) -> bool:
+    return getattr(xp, "__name__", "").startswith(("numpy", "array_api_compat.numpy"))
+
+
+def _setup():
+    global _pool, _blas
+    with _lock:
+        if _pool is None:
+            from threadpoolctl import ThreadpoolController
+
+            _blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+            _pool = ThreadPoolExecutor(_affinity(), thread_name_prefix="dflow-intra-op")
+    return _pool
+
+
+def _single_threaded(fn, item):
+    _inside.active = True
+    return fn(item)
+
+
+def map_pieces(xp, fn, items: list):
+    """``fn(item)`` for each of ``items``, in order: on the NumPy namespace with several
+    cores, concurrently on this module's threads, BLAS at one thread in every piece (with
+    one item, on the calling thread: on a busy machine BLAS's threads wait at every small
+    matmul's barrier for a time slice, 10x slower at batch 1)."""
+    if not _is_numpy(xp) or getattr(_inside, "active", False) or cores() < 2:
+        return [fn(item) for item in items]
+    pool = _setup()
+    _blas_to_one_thread(+1)  # even for one piece: a small op gains nothing from BLAS's threads
+    try:
+        if len(items) < 2:
+            return [fn(item) for item in items]
+        return list(pool.map(_single_threaded, [fn] * len(items), items))
+    finally:
+        _blas_to_one_thread(-1)
+
+
+_depth = 0  # map_pieces calls running (inter-op threads may run two ops at once)
+_saved: list = []
+_saved_threads = 0  # the most BLAS threads of _saved: what cores() says meanwhile
+
+
+def _blas_to_one_thread(change: int) -> None:
+    """BLAS at one thread while any map_pieces runs; its own count back after the last."""
+    global _depth, _saved, _saved_threads
+    with _lock:
+        if change > 0 and _depth == 0:
+            _saved = [(lib, lib.num_threads) for lib in _blas]
+            _saved_threads = max((threads for _, threads in _saved), default=0)
+            for lib, _ in _saved:
+                lib.set_num_threads(1)
+        _depth += change
+        if _depth == 0:
+            for lib, threads in _saved:
+                lib.set_num_threads(threads)
+
+
+PARALLEL_MATMUL_FROM = 1 << 20  # multiply-adds: below, a thread hand-off (~20-50 us) costs more
+
+
+def matmul(xp, a, b):
+    """``a @ b``; a big 2-D product on the NumPy namespace is cut along its largest dimension
+    (rows of ``a``, columns of ``b``, or the summed one) into one part per core."""
+    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or cores() < 2:
+        return xp.matmul(a, b)
+    (m, k), n = a.shape, b.shape[1]
+    if m * k * n < PARALLEL_MATMUL_FROM:  # whole, but with one BLAS thread (map_pieces)
+        return map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
+    if k > 4 * max(m, n):  # a long sum (a weight gradient over the batch): add the parts up
+        parts = map_pieces(xp, lambda s: a[:, s] @ b[s, :], pieces_for(k, k))
+        total = parts[0]
+        for part in parts[1:]:
+            total += part
+        return total
+    import numpy  # the namespace is NumPy's here: its matmul writes into the output's parts
+
+    out = numpy.empty((m, n), dtype=numpy.result_type(a, b))
+    if m >= n:
+        map_pieces(xp, lambda s: numpy.matmul(a[s, :], b, out=out[s, :]), pieces_for(m, m))
+    else:
+        map_pieces(xp, lambda s: numpy.matmul(a, b[:, s], out=out[:, s]), pieces_for(n, n))
+    return out
+
+
+PARALLEL_ELEMENTS_FROM = 1 << 17  # elements: below, one core finishes before a hand-off would
+
+
+def elementwise(xp, fn, *arrays):
+    """``fn(*arrays)`` for an elementwise ``fn`` of same-shaped arrays; on the NumPy namespace a
+    big one is cut along its first axis, one part per core."""
+    first = arrays[0]
+    if first.ndim == 0 or first.size < PARALLEL_ELEMENTS_FROM or not _is_numpy(xp) or cores() < 2:
+        return fn(*arrays)
+    pieces = pieces_for(first.shape[0], first.shape[0])
+    parts = map_pieces(xp, lambda s: fn(*(a[s, ...] for a in arrays)), pieces)
+    out = xp.empty(first.shape, dtype=parts[0].dtype)
+    for s, part in zip(pieces, parts):
+        out[s, ...] = part
+    return out

@@ -1,0 +1,175 @@
+"""The batch-split kernels (dflow/ops/parallel.py) and compiled stages (runtime/executor.py).
+
+Every kernel that cuts its work across cores gives, cut in any number of pieces on
+NumPy's threads, the numbers of one piece, and on array_api_strict (where the pieces run
+one after the other) the same numbers again; a compiled stage gives the counting
+executor's values, order and peak bytes, and its errors name the op.
+"""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as xp_numpy
+import array_api_strict
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+import dflow as tf
+from dflow.ops import parallel
+from dflow.ops.registry import get_opdef
+from dflow.runtime.executor import RunStats, compile_stage, execute
+from dflow.runtime.state import SessionState
+
+RNG = np.random.default_rng(7)
+CONV = dict(strides=[1, 1, 1, 1], padding="SAME", data_format="NHWC", dilations=[1, 1, 1, 1])
+POOL = dict(ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME", data_format="NHWC")
+LRN = dict(depth_radius=4, bias=1.0, alpha=0.001 / 9.0, beta=0.75)
+
+
+def normal(*shape):
+    return RNG.standard_normal(shape)
+
+
+def kernel(xp, op_type, *arrays, **attrs):
+    out = get_opdef(op_type).kernel(xp, *(xp.asarray(a) for a in arrays), **attrs)
+    return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
+
+
+def cases():
+    """(name, op type, inputs, attrs): the CIFAR-10 layers, small, and MatMul's three cuts."""
+    x1, x2 = normal(5, 8, 8, 3), normal(5, 6, 6, 16)
+    w1, w2 = normal(5, 5, 3, 16), normal(3, 3, 16, 8)
+    dy1, dy2 = normal(5, 8, 8, 16), normal(5, 6, 6, 8)
+    pooled = kernel(xp_numpy, "MaxPool", dy1, **POOL)
+    lrn = kernel(xp_numpy, "LRN", x2, **LRN)
+    plain = dict(transpose_a=False, transpose_b=False)
+    return [
+        ("conv rgb", "Conv2D", [x1, w1], CONV),
+        ("conv rows", "Conv2D", [x2, w2], CONV),
+        ("conv input grad", "Conv2DBackpropInput", [np.array(x2.shape), w2, dy2], CONV),
+        ("conv filter grad rgb", "Conv2DBackpropFilter", [x1, np.array(w1.shape), dy1], CONV),
+        ("conv filter grad rows", "Conv2DBackpropFilter", [x2, np.array(w2.shape), dy2], CONV),
+        ("max pool", "MaxPool", [dy1], POOL),
+        ("max pool grad", "MaxPoolGrad", [dy1, pooled, 2 * pooled], POOL),
+        ("lrn", "LRN", [x2], LRN),
+        ("lrn grad", "LRNGrad", [dy2[..., :1] * x2, x2, lrn], LRN),
+        ("relu", "Relu", [x2], {}),
+        ("relu grad", "ReluGrad", [dy2, x2[..., :8]], {}),
+        ("matmul rows", "MatMul", [normal(40, 6), normal(6, 5)], plain),
+        ("matmul columns", "MatMul", [normal(5, 6), normal(6, 40)], plain),
+        ("matmul sum", "MatMul", [normal(50, 4), normal(50, 3)], dict(transpose_a=True, transpose_b=False)),
+    ]
+
+
+CASES = cases()
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch):
+    """Every op big enough to cut: the thresholds that keep tiny ops whole, at zero."""
+    monkeypatch.setattr(parallel, "PARALLEL_MATMUL_FROM", 0)
+    monkeypatch.setattr(parallel, "PARALLEL_ELEMENTS_FROM", 0)
+
+
+@pytest.mark.parametrize("name, op_type, inputs, attrs", CASES, ids=[c[0] for c in CASES])
+def test_pieces_on_threads_give_one_piece_s_numbers(monkeypatch, small_thresholds, name, op_type,
+                                                    inputs, attrs):
+    monkeypatch.setattr(parallel, "cores", lambda: 1)
+    whole = kernel(xp_numpy, op_type, *inputs, **attrs)
+    monkeypatch.setattr(parallel, "cores", lambda: 3)  # 5 images: pieces of 2, 2 and 1
+    cut = kernel(xp_numpy, op_type, *inputs, **attrs)
+    np.testing.assert_allclose(cut, whole, rtol=1e-12, atol=1e-12)
+    strict = kernel(array_api_strict, op_type, *inputs, **attrs)  # pieces one after the other
+    np.testing.assert_allclose(strict, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_blas_gets_its_threads_back_after_a_cut_op(monkeypatch, small_thresholds):
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    seen = []
+    parallel.map_pieces(xp_numpy, lambda s: seen.append(
+        [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]),
+        [slice(0, 1), slice(1, 2)])
+    assert seen == [[1] * len(before)] * 2  # inside: one BLAS thread per piece
+    assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == before
+
+
+def test_an_error_in_a_piece_reaches_the_caller(monkeypatch):
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+
+    def fails_on_second(piece):
+        if piece.start:
+            raise ValueError("piece 2 failed")
+        return piece
+
+    with pytest.raises(ValueError, match="piece 2 failed"):
+        parallel.map_pieces(xp_numpy, fails_on_second, [slice(0, 1), slice(1, 2)])
+
+
+# ---- compiled stages ------------------------------------------------------------------------------
+def _plan(fetches, feeds):
+    with tf.Session() as sess:
+        sess.run(fetches, feeds)
+        return sess.runner.plans.values()[-1].schedule, sess
+
+
+def test_a_compiled_stage_gives_the_counting_executor_s_values_order_and_peak():
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float64, [4, 6])
+        parts = tf.split(x, 3, axis=1)  # an op with several outputs, one of them unused
+        y = tf.nn.relu(tf.matmul(parts[0], tf.ones([2, 3], tf.float64)) + parts[1][:, :1])
+        feeds = {x: normal(4, 6)}
+        plan, _ = _plan([y, parts[0]], feeds)
+    fed = {x.name: feeds[x]}
+    compiled, counted = RunStats(), RunStats()
+    fast = execute(plan, fed, SessionState(), {"CPU": xp_numpy}, stats=compiled)
+    slow = execute(plan, fed, SessionState(), {"CPU": xp_numpy}, stats=counted, compiled=False)
+    assert compile_stage(plan, set(fed), {"CPU": xp_numpy}) is not None
+    assert fast.keys() == slow.keys() == {y.name, parts[0].name}
+    for name in fast:
+        np.testing.assert_array_equal(fast[name], slow[name])
+    assert compiled.order == counted.order and compiled.ops_run == counted.ops_run
+    assert compiled.peak_bytes == counted.peak_bytes > 0
+
+
+def test_a_fed_tensor_can_be_fetched_from_a_compiled_stage():
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float64, [2])
+        y = x * 2.0
+        with tf.Session() as sess:
+            got_x, got_y = sess.run([x, y], {x: [1.0, 2.0]})
+    np.testing.assert_array_equal(got_x, [1.0, 2.0])
+    np.testing.assert_array_equal(got_y, [2.0, 4.0])
+
+
+def test_a_kernel_error_in_a_compiled_stage_names_the_op():
+    with tf.Graph().as_default():
+        a = tf.placeholder(tf.float32, [None, 3])
+        b = tf.placeholder(tf.float32, [None, 3])
+        bad = tf.matmul(a, b, name="the_matmul")
+        with tf.Session() as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="MatMul op 'the_matmul' failed"):
+                sess.run(bad, {a: np.ones((2, 3)), b: np.ones((2, 3))})
+
+
+def test_parallel_branches_on_several_threads_stay_with_the_counting_executor():
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float64, [3])
+        branches = tf.add(tf.sin(x), tf.cos(x))
+        chain = tf.sin(tf.cos(x))
+        plan_branches, _ = _plan(branches, {x: np.ones(3)})
+        plan_chain, _ = _plan(chain, {x: np.ones(3)})
+    namespaces, fed = {"CPU": xp_numpy}, {x.name}
+    assert compile_stage(plan_branches, fed, namespaces, num_threads=2) is None
+    assert compile_stage(plan_branches, fed, namespaces, num_threads=1) is not None
+    assert compile_stage(plan_chain, fed, namespaces, num_threads=2) is not None
+
+
+def test_one_blas_thread_asked_for_means_no_pieces():
+    """intra_op_parallelism_threads=1 (or OPENBLAS_NUM_THREADS=1, a worker's --blas_threads 1)
+    limits BLAS to one thread: the ops then stay whole on the calling thread."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, "blas"):
+        assert parallel.cores() == 1
+        assert parallel.pieces_for(8, 100) == [slice(0, 8)]
