@@ -71,6 +71,10 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     faults.add_argument("--sync_timeout", type=float, default=300.0,
                         help="seconds a synchronous replica waits for the others before it fails "
                              "(default 300; a dead one is noticed within seconds through liveness)")
+    faults.add_argument("--elastic", action="store_true",
+                        help="with --variable_update allreduce: when a worker dies, the others rebuild the "
+                             "ring without it and go on to --steps with a smaller global batch (as Horovod "
+                             "Elastic) instead of waiting for it to come back (needs --checkpoint_dir)")
 
 
 def add_tls_arguments(group) -> None:
@@ -127,6 +131,9 @@ def check_cluster_arguments(args, parser) -> None:
     if args.max_failures < 0 or args.sync_timeout <= 0:
         parser.error(f"--max_failures must be 0 or more and --sync_timeout positive, got --max_failures "
                      f"{args.max_failures} --sync_timeout {args.sync_timeout:g}")
+    if args.elastic and args.variable_update != "allreduce":
+        parser.error("--elastic goes on with the surviving workers of an allreduce ring: it needs "
+                     "--variable_update allreduce")
     if args.variable_update in SYNCHRONOUS_UPDATES:
         args.sync = True
     if not args.local and not args.cluster:  # (a running cluster's roles are known once connected)
@@ -206,6 +213,7 @@ class _Recovery:
     def __init__(self, lost, died_at: float, number: int, max_failures: int):
         self.lost, self.died_at, self.step_reached = lost, died_at, 0
         self.detected_at, self.number, self.max_failures = time.time(), number, max_failures
+        self.elastic: str | None = None  # how an elastic run goes on, said once it has restored
 
     def announce(self) -> None:
         print(f"failure {self.number}/{self.max_failures}: {self.lost} (detected "
@@ -216,21 +224,27 @@ class _Recovery:
         print(f"recovered from the loss of {self.lost.role} in {time.time() - self.detected_at:.1f} s: "
               f"restored {path or 'the initial values (no checkpoint yet)'} (step {step}); training had "
               f"reached step {self.step_reached}: {max(self.step_reached - step, 0)} steps lost", flush=True)
+        if self.elastic:
+            print(self.elastic, flush=True)
 
 
 def _train_on(cluster, args, settings, steps: int, report) -> int:
     import distributed
+
+    import dflow as tf
 
     from .distributed.liveness import RoleLostError, RoleWatch
     from .distributed.replicate import start_replicas
 
     progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
     view, failures = _Progress(steps, args.logdir), 0
+    group = tf.train.ElasticGroup(cluster.spec) if getattr(args, "elastic", False) else None
     with _interrupt_at_safe_points() as interrupted:
         while True:
-            watch, run = RoleWatch(cluster.client), uuid.uuid4().hex[:8]
-            futures = start_replicas(_replica, cluster, cluster.target, cluster.spec, args, settings, steps,
-                                     progress.name, run)
+            watch, run = RoleWatch(cluster.client, group and group.roles), uuid.uuid4().hex[:8]
+            spec = group.spec(cluster.spec) if group else cluster.spec
+            futures = start_replicas(_replica, cluster, cluster.target, spec, args, settings, steps,
+                                     progress.name, run, task_indices=group and group.tasks)
             try:
                 _follow(progress, futures, view, interrupted, watch)
                 results = [f.result(timeout=GATHER_TIMEOUT_S) for f in futures]
@@ -246,9 +260,14 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                     return 1
                 view.recovering = _Recovery(lost, _died_at(cluster, lost), failures, args.max_failures)
                 view.recovering.announce()
-                stopped = _stop(cluster, futures, run, watch, _saver_in_chiefs_place(watch))
+                gone = [error.role for error in watch.lost()] or [lost.role]
+                saver = group.stand_in(gone) if group else _saver_in_chiefs_place(watch)
+                stopped = _stop(cluster, futures, run, watch, saver)
                 view.recovering.step_reached = max([view.last_step, *stopped])
-                problem = _bring_back(cluster, watch.started)
+                if group:  # the ring goes on without the dead: no waiting for them
+                    problem = _go_on_without(cluster, group, gone, settings["batch_size"], view.recovering)
+                else:
+                    problem = _bring_back(cluster, watch.started)
                 if problem:
                     print(f"dflow train: error: {problem}", file=sys.stderr)
                     return 1
@@ -266,9 +285,9 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                 raise
             finally:
                 cluster.client.cancel(futures)
-    for task, result in enumerate(results):
+    for result in results:
         staleness = result["staleness"]
-        print(f"worker {task}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "
+        print(f"worker {result['task']}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "
               f"mean {np.mean(staleness) if staleness else 0:.2f} max {max(staleness, default=0)}")
     report(*results[0]["evaluation"])
     return 0
@@ -302,6 +321,23 @@ def _bring_back(cluster, roles: dict[str, str]) -> str | None:
         tf.Session.reset(cluster.target)
     except (TimeoutError, OSError, OpError) as error:
         return f"the cluster did not come back: {error}"
+    return None
+
+
+def _go_on_without(cluster, group, gone: list[str], batch_size: int, recovery) -> str | None:
+    """An elastic run's recovery: the lost workers leave the ring, every task's variables and
+    collectives start over (the new chief restores the checkpoint its survivors saved as they
+    stopped); or why not. Only the members are reset: a lost role coming back meanwhile (a
+    nanny's restart) is left out of the ring."""
+    from .distributed.liveness import roles_alive
+
+    try:
+        group.leave(gone)
+        alive = roles_alive(cluster.client)
+        cluster.client.run(_reset_task, workers=[alive[role] for role in group.roles if role in alive])
+    except (ValueError, TimeoutError, OSError) as error:
+        return f"the elastic run cannot go on: {error}"
+    recovery.elastic = group.describe(batch_size)
     return None
 
 
@@ -343,6 +379,12 @@ def _cancel_waits(dask_worker) -> None:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is not None:
         plugin.cancel_waits()
+
+
+def _reset_task(dask_worker) -> None:
+    from .distributed.worker import PLUGIN_NAME
+
+    dask_worker.plugins[PLUGIN_NAME].reset()
 
 
 def _replica_roles(futures) -> list[str]:
@@ -438,25 +480,28 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
 
     model = get_model(args.model)
     data = _load(settings["dataset"], model)
-    chief = task_index == 0
     tf.set_random_seed(args.seed)  # the chief's initializers give the weights local training would
     update = tf.train.VariableUpdate(args.variable_update, spec_of_cluster, task_index, sync=args.sync,
                                      devices_per_node=args.devices_per_node,
                                      sync_timeout=getattr(args, "sync_timeout", 300.0))
+    chief = update.saves_checkpoints  # task 0, or the first survivor of an elastic ring
     with tf.device(update.device()):
         g = _build(tf, model, settings, args, optimizer_wrapper=update.optimizer)
     # saves in the chief's place if the chief dies (its own saver is CheckpointSaverHook's)
     stand_in = tf.train.Saver() if args.checkpoint_dir and not update.saves_checkpoints else None
     hooks = [tf.train.StopAtStepHook(last_step=steps)] + update.hooks()
     batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
-                                 shard=(task_index, args.workers))  # each worker reads its own examples
+                                 shard=update.shard)  # each worker reads its own examples
     images_per_step = update.images_per_step(settings["batch_size"])
     queue = distributed.Queue(progress_name) if chief else None
     losses, staleness, local_steps = [], [], 0
     checkpoint_dir = args.checkpoint_dir if update.saves_checkpoints else None
+    # a ring that lost a member cannot make a new session with it: the client recovers instead
+    ring = args.variable_update in SYNCHRONOUS_UPDATES
     with tf.train.MonitoredTrainingSession(
             target, is_chief=update.is_chief, hooks=hooks, checkpoint_dir=checkpoint_dir,
-            save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None) as sess:
+            save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None,
+            max_recoveries=0 if ring else 3) as sess:
         last_step, last_time = int(sess.run(g.global_step)), time.perf_counter()
         global_step = last_step
         if queue is not None:  # where the chief starts: a checkpoint it restored, or step 0
@@ -472,7 +517,11 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
             try:
                 _, loss, step = sess.run([g.train_op, g.loss, g.global_step], feed)
             except tf.errors.CancelledError:
-                break  # sync training ended while this replica waited at the barrier
+                break  # sync training ended while this replica waited at the barrier (or collective)
+            except tf.errors.UnavailableError:
+                if not (ring and _stopped_soon(run)):
+                    raise
+                break  # a member of the ring died: stop with the last whole step, as the client asks
             if not np.isfinite(loss):
                 raise FloatingPointError(f"the loss is {loss} on worker {task_index} near step {step}; "
                                          "try a lower --learning_rate")
@@ -490,8 +539,18 @@ def _replica(task_index: int, target: str, spec_of_cluster, args, settings, step
             _save_in_chiefs_place(tf, stand_in, sess, g, args.checkpoint_dir)
         evaluation = (_evaluate(sess, g, data, model.num_classes is None)
                       if chief and run not in _STOPPED_RUNS else None)
-    return {"steps": local_steps, "loss": float(np.mean(losses[-20:])) if losses else float("nan"),
-            "staleness": staleness, "evaluation": evaluation, "global_step": global_step}
+    return {"task": task_index, "steps": local_steps,
+            "loss": float(np.mean(losses[-20:])) if losses else float("nan"), "staleness": staleness,
+            "evaluation": evaluation, "global_step": global_step}
+
+
+def _stopped_soon(run: str) -> bool:
+    """Whether the client asks the replicas of ``run`` to stop within ROLE_LOSS_GRACE_S (a replica
+    that found a dead peer itself may be before the client's notice)."""
+    deadline = time.monotonic() + ROLE_LOSS_GRACE_S
+    while run not in _STOPPED_RUNS and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return run in _STOPPED_RUNS
 
 
 def _save_in_chiefs_place(tf, saver, sess, g, checkpoint_dir: str) -> None:

@@ -320,3 +320,34 @@ def test_a_worker_its_nanny_restarts_at_a_new_address_is_recovered(tmp_path, run
                recover_s=recovered - killed, steps_lost=int(line[5]))
     finally:
         cluster.close()
+
+
+# ---- elastic allreduce: the ring goes on without the dead worker ----------------------------------------
+ELASTIC = re.compile(r"^elastic: going on with (\d+) of (\d+) workers \(([^)]*)\); the global batch is now "
+                     r"(\d+) images \(it was (\d+)\)", re.M)
+
+
+def test_an_elastic_ring_goes_on_without_a_killed_chief(tmp_path, runs):
+    """3 allreduce workers, the chief (worker/0) SIGKILLed: worker/1 and worker/2 rebuild the ring and
+    train to the step budget on a smaller global batch; nothing waits for worker/0 to come back."""
+    steps = 160
+    run = runs(*train_args(tmp_path, "--workers", "3", "--steps", str(steps), *MODES["allreduce"],
+                           "--elastic"))
+    run.wait_for_step(CHECKPOINT_EVERY + 20)
+    killed = run.kill_role("worker/0")
+    detected, failure = run.wait_for(FAILURE.pattern, timeout=DETECT_LIMIT_S * 3, after=killed)
+    assert failure[3] == "worker/0", failure[0]
+    recovered, line = run.wait_for(RECOVERED.pattern, after=killed)
+    restored, reached, lost = int(line[3]), int(line[4]), int(line[5])
+    assert line[1] == "worker/0" and lost == reached - restored
+    assert lost <= CHECKPOINT_EVERY + 20, run.output
+    assert run.finish() == 0, run.output
+    (going_on,) = ELASTIC.findall(run.output)
+    assert going_on[:3] == ("2", "3", "worker/1, worker/2"), going_on
+    assert int(going_on[3]) * 3 == int(going_on[4]) * 2, going_on  # the global batch shrank by a third
+    assert re.search(rf"^step {steps}/{steps} ", run.output, re.M) and "test accuracy" in run.output
+    finished = re.findall(r"^worker (\d+): \d+ steps", run.output, re.M)
+    assert finished == ["1", "2"], run.output  # the dead chief did not come back into the ring
+    assert "Traceback" not in run.output, run.output
+    report("elastic allreduce, 3 workers, kill worker/0", detect_s=detected - killed,
+           recover_s=recovered - killed, steps_lost=lost, restored_step=restored)
