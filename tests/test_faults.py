@@ -323,8 +323,8 @@ def test_a_worker_its_nanny_restarts_at_a_new_address_is_recovered(tmp_path, run
 
 
 # ---- elastic allreduce: the ring goes on without the dead worker ----------------------------------------
-ELASTIC = re.compile(r"^elastic: going on with (\d+) of (\d+) workers \(([^)]*)\); the global batch is now "
-                     r"(\d+) images \(it was (\d+)\)", re.M)
+ELASTIC = re.compile(r"^elastic: going on with (\d+) of (\d+) workers \(([^)]*)\); global batch now "
+                     r"(\d+) images \(was (\d+)\)", re.M)
 
 
 def test_an_elastic_ring_goes_on_without_a_killed_chief(tmp_path, runs):

@@ -171,11 +171,16 @@ class ElasticGroup:
     then those left after each loss (the ring is rebuilt without the dead; the global batch
     shrinks with it).
 
-    >>> group = ElasticGroup(tf.train.ClusterSpec({"worker": ["a:1", "b:1", "c:1"]}))
-    >>> group.leave(["worker/1"])
-    ['worker/1']
-    >>> group.roles, group.spec(tf.train.ClusterSpec({"worker": ["a:1", "b:2", "c:1"]})).as_dict()
-    (['worker/0', 'worker/2'], {'worker': {0: 'a:1', 2: 'c:1'}})
+    >>> from dflow.train import ClusterSpec
+    >>> group = ElasticGroup(ClusterSpec({"worker": ["a:1", "b:1", "c:1"]}))
+    >>> group.stand_in(["worker/0"])  # the chief died: worker/1 saves as it stops
+    1
+    >>> group.leave(["worker/0", "ps/0"])
+    ['worker/0']
+    >>> group.roles, group.spec(ClusterSpec({"worker": ["a:2", "b:1", "c:1"]})).as_dict()
+    (['worker/1', 'worker/2'], {'worker': {1: 'b:1', 2: 'c:1'}})
+    >>> group.describe(batch_size=50)
+    'elastic: going on with 2 of 3 workers (worker/1, worker/2); global batch now 100 images (was 150)'
     """
 
     def __init__(self, spec):
@@ -213,5 +218,5 @@ class ElasticGroup:
     def describe(self, batch_size: int) -> str:
         """How the training goes on: with whom, and the global batch then."""
         return (f"elastic: going on with {len(self.tasks)} of {self.started_with} workers "
-                f"({', '.join(self.roles)}); the global batch is now {batch_size * len(self.tasks)} images "
-                f"(it was {batch_size * self.started_with})")
+                f"({', '.join(self.roles)}); global batch now {batch_size * len(self.tasks)} images "
+                f"(was {batch_size * self.started_with})")
