@@ -35,9 +35,11 @@ FAILURE = re.compile(r"failure (\d+)/(\d+): (\S+) \(at (\S+)\) died or left the 
 class Run:
     """A ``dflow`` command in a process group of its own, its output lines timestamped as they come."""
 
-    def __init__(self, *argv: str):
+    def __init__(self, *argv: str, scratch=None):
         path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
+        if scratch is not None:  # where Dask's workers and scheduler keep their scratch directories
+            env["DASK_TEMPORARY_DIRECTORY"] = str(scratch)
         self.process = subprocess.Popen([sys.executable, "-m", "dflow", *argv], stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
         self.lines: list[tuple[float, str]] = []
@@ -145,8 +147,8 @@ class Run:
 def runs():
     started: list[Run] = []
 
-    def start(*argv: str) -> Run:
-        started.append(Run(*argv))
+    def start(*argv: str, scratch=None) -> Run:
+        started.append(Run(*argv, scratch=scratch))
         return started[-1]
 
     yield start
@@ -161,6 +163,12 @@ def train_args(checkpoint_dir, *extra: str) -> list[str]:
     return ["train", "--model", "deep_mnist", "--dataset", "digits", "--workers", "2", "--steps", str(STEPS),
             "--checkpoint_every", str(CHECKPOINT_EVERY), "--log_every", "10",
             "--checkpoint_dir", str(checkpoint_dir), *extra]
+
+
+def scratch_left(scratch) -> list[str]:
+    """The scratch directories Dask's workers and scheduler left (its lock files stay, empty)."""
+    where = scratch / "dask-scratch-space"
+    return sorted(name for name in os.listdir(where) if not name.endswith(".lock")) if where.exists() else []
 
 
 def report(scenario: str, **numbers) -> None:
@@ -214,7 +222,7 @@ SIGNALS = pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.
 
 @SIGNALS
 def test_a_signal_to_the_process_group_saves_a_checkpoint_and_exits(tmp_path, runs, signum, code):
-    run = runs(*train_args(tmp_path, "--steps", "100000"))
+    run = runs(*train_args(tmp_path / "checkpoints", "--steps", "100000"), scratch=tmp_path)
     _, step = run.wait_for(r"^step (\d+)/")
     signalled = run.signal_group(signum)
     assert run.finish(timeout=30) == code, run.output
@@ -224,7 +232,8 @@ def test_a_signal_to_the_process_group_saves_a_checkpoint_and_exits(tmp_path, ru
     assert "Traceback" not in run.output and "KeyboardInterrupt" not in run.output, run.output
     assert "WARNING" not in run.output, run.output
     assert run.orphans() == []
-    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp")]
+    assert not [name for name in os.listdir(tmp_path / "checkpoints") if name.startswith(".tmp")]
+    assert scratch_left(tmp_path) == []
     report(f"{signal.Signals(signum).name} to dflow train's group", exit_s=took,
            final_checkpoint=int(saved[1]))
 
@@ -331,8 +340,8 @@ def test_an_elastic_ring_goes_on_without_a_killed_chief(tmp_path, runs):
     """3 allreduce workers, the chief (worker/0) SIGKILLed: worker/1 and worker/2 rebuild the ring and
     train to the step budget on a smaller global batch; nothing waits for worker/0 to come back."""
     steps = 160
-    run = runs(*train_args(tmp_path, "--workers", "3", "--steps", str(steps), *MODES["allreduce"],
-                           "--elastic"))
+    run = runs(*train_args(tmp_path / "checkpoints", "--workers", "3", "--steps", str(steps),
+                           *MODES["allreduce"], "--elastic"), scratch=tmp_path)
     run.wait_for_step(CHECKPOINT_EVERY + 20)
     killed = run.kill_role("worker/0")
     detected, failure = run.wait_for(FAILURE.pattern, timeout=DETECT_LIMIT_S * 3, after=killed)
@@ -349,5 +358,6 @@ def test_an_elastic_ring_goes_on_without_a_killed_chief(tmp_path, runs):
     finished = re.findall(r"^worker (\d+): \d+ steps", run.output, re.M)
     assert finished == ["1", "2"], run.output  # the dead chief did not come back into the ring
     assert "Traceback" not in run.output, run.output
+    assert scratch_left(tmp_path) == []  # also the killed worker's (its restart purged it)
     report("elastic allreduce, 3 workers, kill worker/0", detect_s=detected - killed,
            recover_s=recovered - killed, steps_lost=lost, restored_step=restored)
