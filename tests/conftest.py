@@ -1,4 +1,5 @@
 import importlib.util
+import signal
 
 import numpy as np
 import pytest
@@ -12,6 +13,15 @@ def _gpu_available() -> bool:
     import cupy
 
     return cupy.is_available()
+
+
+def pytest_configure(config):
+    # A shell without job control starts background jobs (`tox &`) with SIGINT ignored, and an
+    # ignored signal stays ignored across exec: the tests' `dflow train` children would never see
+    # their Ctrl-C. A handler of our own is reset to the default at exec, which Python turns into
+    # KeyboardInterrupt, as in a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
