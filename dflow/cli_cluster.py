@@ -221,9 +221,11 @@ class _Recovery:
               flush=True)
 
     def report(self, path: str | None, step: int) -> None:
+        # (a checkpoint saved as the replicas stopped may be a step past the last one they reported)
+        reached = max(self.step_reached, step)
         print(f"recovered from the loss of {self.lost.role} in {time.time() - self.detected_at:.1f} s: "
               f"restored {path or 'the initial values (no checkpoint yet)'} (step {step}); training had "
-              f"reached step {self.step_reached}: {max(self.step_reached - step, 0)} steps lost", flush=True)
+              f"reached step {reached}: {reached - step} steps lost", flush=True)
         if self.elastic:
             print(self.elastic, flush=True)
 

@@ -24,7 +24,11 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, CHECKPOINT_EVERY = 300, 40
-RUN_LIMIT_S = 420  # a whole run on a loaded 2-core machine, recoveries included
+# a run may go on as slowly as a loaded machine makes it (20 images/sec beside other work): a wait
+# for a line, or for the end, fails when the command printed nothing for STALL_S (a progress line
+# comes every 10 steps), and RUN_CAP_S bounds a whole run; the properties timed are fixed deadlines
+STALL_S = 180
+RUN_CAP_S = 1500
 DETECT_LIMIT_S = 20  # the issue's "within seconds", with room for a loaded machine
 RECOVERED = re.compile(r"recovered from the loss of (\S+) in ([\d.]+) s: restored .* \(step (\d+)\); "
                        r"training had reached step (\d+): (\d+) steps lost")
@@ -43,6 +47,7 @@ class Run:
         self.process = subprocess.Popen([sys.executable, "-m", "dflow", *argv], stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
         self.lines: list[tuple[float, str]] = []
+        self.started = time.monotonic()
         self.changed = threading.Condition()
         self.seen: set[int] = set()  # every descendant's pid, for the no-orphans check
         threading.Thread(target=self._read, daemon=True).start()
@@ -60,10 +65,21 @@ class Run:
     def output(self) -> str:
         return "\n".join(line for _, line in self.lines if line is not None)
 
-    def wait_for(self, pattern: str, timeout: float = RUN_LIMIT_S,
+    def _deadline(self, timeout: float | None, began: float) -> float:
+        """When a wait begun at ``began`` gives up: ``timeout`` s later, or (None) STALL_S after the
+        command's last line (RUN_CAP_S after it started at the latest)."""
+        if timeout is not None:
+            return began + timeout
+        last = self.lines[-1][0] if self.lines else self.started
+        return min(max(last, began) + STALL_S, self.started + RUN_CAP_S)
+
+    def _gave_up(self, timeout: float | None) -> str:
+        return f"within {timeout} s" if timeout is not None else f"(nothing printed for {STALL_S} s)"
+
+    def wait_for(self, pattern: str, timeout: float | None = None,
                  after: float = 0.0) -> tuple[float, re.Match]:
         """The time and match of the first line after ``after`` that matches ``pattern``."""
-        regex, deadline = re.compile(pattern), time.monotonic() + timeout
+        regex, began = re.compile(pattern), time.monotonic()
         with self.changed:
             while True:
                 for when, line in self.lines:
@@ -71,17 +87,17 @@ class Run:
                         raise AssertionError(f"the command ended before {pattern!r}:\n{self.output}")
                     if when >= after and regex.search(line):
                         return when, regex.search(line)
-                left = deadline - time.monotonic()
+                left = self._deadline(timeout, began) - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"no line matched {pattern!r} within {timeout} s:\n{self.output}")
+                    raise AssertionError(f"no line matched {pattern!r} {self._gave_up(timeout)}:\n"
+                                         f"{self.output}")
                 self.changed.wait(left)
 
-    def wait_for_step(self, step: int, timeout: float = RUN_LIMIT_S) -> float:
+    def wait_for_step(self, step: int) -> float:
         """When a progress line at ``step`` or later came."""
-        deadline = time.monotonic() + timeout
         after = 0.0
         while True:
-            when, match = self.wait_for(r"^step (\d+)/", deadline - time.monotonic(), after)
+            when, match = self.wait_for(r"^step (\d+)/", after=after)
             if int(match[1]) >= step:
                 return when
             after = when + 1e-9
@@ -116,11 +132,17 @@ class Run:
         os.killpg(self.process.pid, signum)
         return time.monotonic()
 
-    def finish(self, timeout: float = RUN_LIMIT_S) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"the command still ran after {timeout} s:\n{self.output}") from None
+    def finish(self, timeout: float | None = None) -> int:
+        """The command's exit status, once it ends."""
+        began = time.monotonic()
+        while True:
+            left = self._deadline(timeout, began) - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"the command still ran {self._gave_up(timeout)}:\n{self.output}")
+            try:
+                return self.process.wait(min(left, 5.0))
+            except subprocess.TimeoutExpired:
+                continue
 
     def orphans(self) -> list[int]:
         """Processes this run started that outlive it (waiting a little for them to exit)."""
