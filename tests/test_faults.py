@@ -275,12 +275,14 @@ def test_a_signal_to_the_process_group_stops_bench(runs, signum, code):
 
 def test_an_unreachable_scheduler_is_one_line_within_seconds(runs):
     run = runs("train", "--model", "mnist_dnn", "--dataset", "digits", "--cluster", "tcp://127.0.0.1:1")
-    began = time.monotonic()
-    assert run.finish(timeout=60) == 1
-    took = time.monotonic() - began
+    assert run.finish(timeout=90) == 1  # (Python's start alone takes 10-15 s on a loaded machine)
     errors = [line for line in run.output.splitlines() if line.startswith("dflow train: error")]
     assert len(errors) == 1 and "tcp://127.0.0.1:1" in errors[0], run.output
     assert "Traceback" not in run.output
+    # from the first line (settings read, data loaded) to the error: the connection's wait (was 122 s)
+    began, _ = run.wait_for(r"^training ")
+    ended, _ = run.wait_for(r"^dflow train: error")
+    took = ended - began
     assert took < 30, took
     report("unreachable scheduler", error_s=took)
 
