@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["DeviceSpec", "merge_device"]
+__all__ = ["DeviceSpec"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,3 @@ class DeviceSpec:
 
     def __str__(self) -> str:
         return self.to_string()
-
-
-def merge_device(outer: str, inner: str) -> str:
-    """The device an op gets from ``inner`` nested in ``outer`` (inner fields win)."""
-    merged = DeviceSpec.from_string(outer).make_merged_spec(DeviceSpec.from_string(inner))
-    return merged.to_string()

@@ -158,7 +158,8 @@ def test_each_worker_reads_and_sends_exactly_the_parameters(async_run):
     assert record["param_bytes"] == MNIST_DNN_PARAM_BYTES
     for worker in ("worker/0", "worker/1"):
         assert record["bytes_per_step"][f"{worker}->ps/0"] == MNIST_DNN_PARAM_BYTES  # the gradients
-        assert record["bytes_per_step"][f"ps/0->{worker}"] == MNIST_DNN_PARAM_BYTES  # the variable reads
+        # the variable reads, and the global step that MonitoredTrainingSession fetches with each step
+        assert record["bytes_per_step"][f"ps/0->{worker}"] == MNIST_DNN_PARAM_BYTES + 8
 
 
 @pytest.mark.slow

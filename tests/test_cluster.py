@@ -38,8 +38,9 @@ def test_local_cluster_gives_each_process_its_role_resources_and_blas_threads():
             dask_worker.name, dict(dask_worker.state.total_resources), os.environ["OMP_NUM_THREADS"]))
         by_role = {name: (resources, threads) for name, resources, threads in seen.values()}
         workers_threads = str(max(1, os.cpu_count() // 2))
-        assert by_role == {"ps/0": ({"ps": 1}, "1"), "worker/0": ({"worker": 1}, workers_threads),
-                           "worker/1": ({"worker": 1}, workers_threads)}
+        assert by_role == {"ps/0": ({"ps": 1, "ps/0": 1}, "1"),
+                           "worker/0": ({"worker": 1, "worker/0": 1}, workers_threads),
+                           "worker/1": ({"worker": 1, "worker/1": 1}, workers_threads)}
         assert tf.train.replica_device_setter(cluster=cluster.spec) is not None
 
         # a Server for a role that exists refers to it; for a new role it starts a worker process

@@ -6,15 +6,15 @@ import contextlib
 import os
 import time
 
+import distributed
 import numpy as np
 import pytest
 from conftest import local_cluster_fixture
 from distributed.comm.core import CommClosedError
 
 import dflow as tf
-from dflow.distributed.partition import describe, partition, place
 from dflow.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
-from dflow.runtime.session import prune
+from dflow.runtime.passes import Devices, make_plan, place, prune
 
 PS0, PS1, W0, W1 = "/job:ps/task:0", "/job:ps/task:1", "/job:worker/task:0", "/job:worker/task:1"
 
@@ -98,19 +98,23 @@ SHARED_CASES = {
 }
 
 
-def _run_case(build, target):
+def _run_case(build, target, runner=""):
     with tf.Graph().as_default():
         runs, feeds = build()
         # in this process, the cases' /job:ps devices need soft placement (without it: an error, as in TF)
-        with tf.Session(target, config=tf.ConfigProto(allow_soft_placement=True)) as sess:
+        config = tf.ConfigProto(allow_soft_placement=True, runner=runner)
+        with tf.Session(target, config=config) as sess:
             return [sess.run(fetches, feeds) for fetches in runs]
 
 
 @pytest.mark.parametrize("case", sorted(SHARED_CASES))
-def test_shared_suite_local_and_cluster_agree(case, target):
-    local = _run_case(SHARED_CASES[case], "")
-    remote = _run_case(SHARED_CASES[case], target)
-    _assert_close(local, remote)
+def test_shared_suite_local_and_cluster_agree(case, cluster):
+    """Every case through the three runners: in this process, straight to the workers, as Dask tasks."""
+    local = _run_case(SHARED_CASES[case], "", "local")
+    for runner in ("direct", "dask"):
+        remote = _run_case(SHARED_CASES[case], cluster.target, runner)
+        tf.Session.reset(cluster.target)
+        _assert_close(local, remote)
 
 
 def _assert_close(a, b):
@@ -138,7 +142,7 @@ def test_parameter_server_step_has_three_stages_and_variables_live_on_the_ps(clu
     with tf.Session(target) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(train, {x: np.ones((3, 2), np.float32)})
-        stages = sess._plans[((train.name,), (x.name,))].partition.stages
+        stages = sess.runner.plan([train], {x.name}).stages
         assert [s.level for s in stages[PS1]] == [0, 2]
         assert {s.level for s in stages[W0]} >= {1}
         traffic = sess.last_run_stats.bytes_sent
@@ -151,6 +155,26 @@ def test_parameter_server_step_has_three_stages_and_variables_live_on_the_ps(clu
     by_task = {cluster.spec.task_address("ps", 1): ["weights"]}
     for address, names in held.items():
         assert names == by_task.get(address, []), (address, names)
+
+
+def test_dask_runner_stages_show_in_the_task_stream_each_on_its_roles_worker(cluster, target):
+    x = tf.placeholder(tf.float32, [None, 2])
+    with tf.device(PS1):
+        w = tf.Variable(tf.ones([2, 1]), name="weights")
+    with tf.device(W1):
+        loss = tf.reduce_sum(tf.matmul(x, w))
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.Session(target, config=tf.ConfigProto(runner="dask")) as sess:
+        sess.run(w.initializer)
+        with distributed.get_task_stream(cluster.client) as stream:
+            assert sess.run([train, loss], {x: np.ones((3, 2), np.float32)})[1] == 6.0
+        assert float(sess.run(w)[0, 0]) == pytest.approx(1.0 - 0.1 * 3)
+    role_at = {address: info["name"] for address, info in tf.cluster.worker_infos(cluster.client).items()}
+    ran = {" ".join(str(t["key"]).split(":")[:2]): role_at[t["worker"]] for t in stream.data}
+    # the step's stages, named by role and kind, each on the worker its role's resource names
+    assert {"ps/1 read-variables", "worker/1 forward-backward", "ps/1 apply-updates"} <= set(ran)
+    assert all(label.split()[0] == role for label, role in ran.items()), ran
+    assert any("step 2" in str(t["key"]) for t in stream.data)
 
 
 def test_variables_persist_across_sessions_and_are_shared_by_name(target):
@@ -174,7 +198,8 @@ def test_ops_without_a_job_run_on_worker_0_and_updates_follow_their_variable():
         update = tf.assign(v, 2.0)
     y = v * 3.0
     tasks = {PS0: {}, PS1: {}, W0: {}, W1: {}}
-    placement = place(prune(tf.get_default_graph(), [y, update], set()), W0, tasks)
+    placed = place(prune(tf.get_default_graph().nx, [y.name, update.name], set()), Devices(W0, tasks))
+    placement = dict(placed.nodes(data="device"))
     assert placement["v"] == placement[update.op.name] == placement["v/read"] == f"{PS1}/device:CPU:0"
     assert placement[y.op.name] == f"{W0}/device:CPU:0"
 
@@ -187,8 +212,7 @@ def test_stages_form_a_dag_with_sends_matching_receives():
         b = a * 2.0
     with tf.device(PS0):
         c = b + a
-    ops = prune(tf.get_default_graph(), [c], {x.name})
-    part = partition(ops, place(ops, W0, {PS0: {}, W0: {}}), {x.name}, [c.name])
+    part = make_plan(tf.get_default_graph(), [c], {x.name}, Devices(W0, {PS0: {}, W0: {}}))
     # W0's constant 2.0 needs nothing from PS0: it runs in a stage of its own at level 0
     assert [(s.task, s.level) for t in part.tasks for s in part.stages[t]] == [
         (PS0, 0), (PS0, 2), (W0, 0), (W0, 1)]
@@ -204,13 +228,13 @@ def test_described_placement_lists_whole_op_names_and_counts_the_rest():
         total = x
         for i in range(60):
             total = tf.add(total, 1.0, name=f"step_{i:02d}")
-    ops = prune(tf.get_default_graph(), [total], {x.name})
-    text = describe(partition(ops, place(ops, W0, {W0: {}}), {x.name}, [total.name]))
+    plan = make_plan(tf.get_default_graph(), [total], {x.name}, Devices(W0, {W0: {}}))
+    text = plan.describe()
     listed = text[text.index("(") + 1:text.rindex(")")]
     shown, rest = listed.split(", ... and ")
     assert text.startswith(f"{W0} stage 0: 120 ops (") and len(shown) <= 200
     assert rest == f"{120 - len(shown.split(', '))} more"
-    assert all(name in {op.name for op in ops} for name in shown.split(", "))  # none cut in the middle
+    assert all(name in plan.graph for name in shown.split(", "))  # none cut in the middle
 
 
 # ---- what goes wrong ------------------------------------------------------------------------
@@ -247,12 +271,14 @@ def test_errors_on_a_worker_reach_the_client_with_their_type(target):
 
 
 @pytest.mark.slow
-def test_a_killed_worker_gives_a_clear_error_and_no_hang():
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+def test_a_killed_worker_gives_a_clear_error_and_no_hang(runner):
     with tf.cluster.local(ps=1, workers=1) as c:
         with tf.device(PS0):
             v = tf.Variable(1.0, name="v")
         y = v * 2.0
-        with tf.Session(c.target, config=tf.ConfigProto(operation_timeout_in_ms=20_000)) as sess:
+        config = tf.ConfigProto(operation_timeout_in_ms=20_000, runner=runner)
+        with tf.Session(c.target, config=config) as sess:
             sess.run(tf.global_variables_initializer())
             assert float(sess.run(y)) == 2.0
             with contextlib.suppress(CommClosedError):  # it dies before it can answer

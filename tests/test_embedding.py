@@ -57,7 +57,7 @@ def test_kernels_run_on_array_api_strict(row):
     feeds = dict(zip(xs, inputs))
     with tf.Session() as sess:
         expected = sess.run([y, *grads], feeds)
-        plan = list(sess._plans.values())[-1]
+        plan = sess.runner.plans.values()[-1].schedule
     strict_feeds = {t.name: array_api_strict.asarray(v) for t, v in feeds.items()}
     out = execute(plan, strict_feeds, SessionState(), {"CPU": array_api_strict})
     for want, tensor in zip(expected, (y, *grads)):

@@ -35,7 +35,7 @@ def test_gpu_ops_match_cpu():
 
 
 def _nodes(sess):
-    return [n for plan in sess._plans.values() for n in plan.nodes.values()]
+    return [n for plan in sess.runner.plans.values() for n in plan.schedule.nodes.values()]
 
 
 def test_cuda_cluster_computes_on_its_gpu_worker():

@@ -358,7 +358,7 @@ def test_queue_runners_refuse_cluster_sessions_with_a_clear_error():
     runner = tf.train.QueueRunner(queue, [queue.enqueue(tf.constant(1))])
 
     class ClusterSession:  # what a Session(cluster.target) looks like to the runner
-        _cluster = object()
+        runner = object()  # not a LocalRunner
 
     with pytest.raises(NotImplementedError, match="local sessions only"):
         runner.create_threads(ClusterSession())

@@ -91,8 +91,8 @@ def test_plan_is_cached_per_signature(monkeypatch):
     y = x * 2.0
     with tf.Session() as sess:
         calls = []
-        original = sess._make_plan
-        monkeypatch.setattr(sess, "_make_plan", lambda *a: calls.append(1) or original(*a))
+        original = sess.runner.plans._make
+        monkeypatch.setattr(sess.runner.plans, "_make", lambda *a: calls.append(1) or original(*a))
         for i in range(5):
             sess.run(y, {x: float(i)})
         sess.run([y], {x: 1.0})  # same flat signature, another structure: same plan

@@ -66,7 +66,8 @@ def _slurm_job_of_each_role(cluster) -> dict[str, str]:
         os.environ.get("OMP_NUM_THREADS")))
     by_role = {name: rest for name, *rest in seen.values()}
     assert {role: tuple(rest) for role, (_, *rest) in by_role.items()} == {
-        "ps/0": ({"ps": 1}, "1"), "worker/0": ({"worker": 1}, "1"), "worker/1": ({"worker": 1}, "1")}
+        "ps/0": ({"ps": 1, "ps/0": 1}, "1"), "worker/0": ({"worker": 1, "worker/0": 1}, "1"),
+        "worker/1": ({"worker": 1, "worker/1": 1}, "1")}
     return {role: job_id for role, (job_id, *_) in by_role.items()}
 
 

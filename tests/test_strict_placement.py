@@ -10,9 +10,9 @@ import pytest
 from conftest import local_cluster_fixture
 
 import dflow as tf
-from dflow.distributed.partition import partition, place, stages_from_json, stages_to_json
+from dflow.distributed.partition import stages_from_json, stages_to_json
 from dflow.runtime.devices import gpu_namespace
-from dflow.runtime.session import prune
+from dflow.runtime.passes import Devices, make_plan
 from dflow.runtime.state import SessionState
 
 SOFT = tf.ConfigProto(allow_soft_placement=True)
@@ -110,9 +110,8 @@ def test_a_plan_travels_to_its_workers_as_json_and_comes_back_the_same():
         loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - tf.constant([b"not", b"used"]).shape[0]))
         train = tf.train.AdamOptimizer(0.1).minimize(loss)
     tasks = {"/job:ps/task:0": {}, "/job:worker/task:0": {}}
-    ops = prune(tf.get_default_graph(), [train, loss], {x.name})
-    part = partition(ops, place(ops, "/job:worker/task:0", tasks), {x.name}, [loss.name])
-    for stages in part.stages.values():
+    plan = make_plan(tf.get_default_graph(), [train, loss], {x.name}, Devices("/job:worker/task:0", tasks))
+    for stages in plan.stages.values():
         text = stages_to_json(stages)
         assert isinstance(text, str) and json.loads(text)
         again = stages_from_json(text)

@@ -489,7 +489,7 @@ def test_the_new_kernels_without_gradients_run_on_array_api_strict():
              b: np.array([[True, False, True], [True, True, True]]), ints: np.array([7, -7, 5], np.int32)}
     with tf.Session() as sess:
         expected = sess.run(fetches + [assert_op], feeds)[:-1]
-        plan = list(sess._plans.values())[-1]
+        plan = sess.runner.plans.values()[-1].schedule
     strict_feeds = {t.name: array_api_strict.asarray(v) for t, v in feeds.items()}
     out = execute(plan, strict_feeds, SessionState(), {"CPU": array_api_strict})
     for tensor, want in zip(fetches, expected):

@@ -125,7 +125,9 @@ def dying_replica(task_index, target, spec):
     with tf.device(update.device()):
         x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
         train_op = update.optimizer(tf.train.GradientDescentOptimizer(0.5)).minimize(model(x, y))
-    with tf.train.MonitoredTrainingSession(target, hooks=update.hooks()) as sess:
+    # no recovery: nothing starts this replica again, so a recovered survivor would wait out the
+    # collective's deadline for a peer that comes back without it
+    with tf.train.MonitoredTrainingSession(target, hooks=update.hooks(), max_recoveries=0) as sess:
         if task_index == 1:
             os._exit(1)  # its worker process dies between steps
         sess.run(train_op, dict(zip((x, y), batch(0, task_index))))

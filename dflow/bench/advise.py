@@ -50,8 +50,10 @@ from ..train.variable_update import PS_STRATEGIES
 from . import report
 from .network import RATES
 
-__all__ = ["Prediction", "Advice", "predict", "core_sharing", "advise", "compare", "ps_loads",
-           "parse_bandwidth", "model_variable_bytes", "format_advice", "format_compare", "add_arguments",
+__all__ = ["Prediction", "Advice", "predict", "simulate_prediction", "core_sharing", "advise", "compare",
+           "ps_loads",
+           "parse_bandwidth", "model_variable_bytes", "advise_cluster", "format_advice", "format_compare",
+           "add_arguments",
            "main", "VARIABLE_UPDATES", "NETWORK_BYTES_PER_SEC"]
 
 VARIABLE_UPDATES = ("parameter_server", "distributed_replicated", "allreduce")
@@ -169,6 +171,61 @@ def predict(step_time_s: float, variable_bytes: float | Sequence[int], bandwidth
                       devices * batch_size / (compute + communication))
 
 
+def simulate_prediction(step_time_s: float, variable_bytes, bandwidth: str | float, batch_size: int,
+                        num_workers: int, num_ps: int = 1, variable_update: str = "parameter_server",
+                        ps_strategy: str = "round_robin", devices_per_node: int = 1,
+                        latency_s: float = LATENCY_S, cores: int | None = None, sync: bool = True,
+                        hardware=None) -> Prediction:
+    """:func:`predict`'s question answered by ``dflow bench simulate`` on dflow's own runtime.
+
+    ``variable_bytes`` is a model name (its real plan: :func:`dflow.bench.simulate.model_plan`),
+    the variables' sizes in creation order, or their total. Every role is a node of its own
+    with one link of ``bandwidth`` (``tf.cluster.local`` with ``--network``), or ``hardware``'s
+    nodes; a PS step is dflow's three stages, without per-variable overlap.
+
+    >>> p = simulate_prediction(0.1, [2_000_000, 2_000_000], "1gbit", 100, num_workers=4, num_ps=2)
+    >>> round(p.communication_s, 3)  # each PS link sends 4 x 2 MB of reads (68 ms); the last
+    ... # worker's gradients follow its compute (17 ms); serializing, applying, latencies: 16 ms
+    0.101
+    """
+    import dataclasses
+
+    from .hardware import LOOPBACK
+    from .simulate import ModelPlan, model_plan, simulate
+
+    if isinstance(variable_bytes, str):
+        plan = model_plan(variable_bytes)
+    else:
+        sizes = [variable_bytes] if isinstance(variable_bytes, int | float) else list(variable_bytes)
+        plan = ModelPlan.uniform("variables", sizes, [1.0] * len(sizes))
+    link = parse_bandwidth(bandwidth)
+    node = hardware or dataclasses.replace(LOOPBACK, nic_bytes_per_sec=link, bus_bytes_per_sec=link,
+                                           latency_s=latency_s)
+    compute = step_time_s * core_sharing(num_workers * devices_per_node, cores)
+    if variable_update in ("allreduce", "replicated"):
+        from ..train.allreduce import DEFAULT_FUSION_BYTES
+
+        result = simulate(plan, node, compute, batch_size, num_workers, 0, variable_update,
+                          devices_per_node=devices_per_node, fusion_bytes=DEFAULT_FUSION_BYTES)
+        num_ps, ps_strategy = 0, None
+    elif variable_update in ("parameter_server", "distributed_replicated"):
+        result = simulate(plan, node, compute, batch_size, num_workers, num_ps, variable_update, ps_strategy,
+                          devices_per_node, sync, colocate_ps=hardware is not None,
+                          overlap=hardware is not None)
+    else:
+        raise ValueError(f"variable_update must be one of {VARIABLE_UPDATES}, got {variable_update!r}")
+    return Prediction(variable_update, num_workers, num_ps, ps_strategy, devices_per_node, batch_size,
+                      compute, result.step_s - compute, result.busiest_nic_bytes_per_step,
+                      result.images_per_sec)
+
+
+def _engine(name: str):
+    engines = {"simulate": simulate_prediction, "formula": predict}
+    if name not in engines:
+        raise ValueError(f"engine must be one of {', '.join(engines)}, got {name!r}")
+    return engines[name]
+
+
 # ---- advice ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Advice:
@@ -190,14 +247,18 @@ def _best_ps(candidates: list[Prediction]) -> Prediction:
 
 def advise(step_time_s: float, variable_bytes: float | Sequence[int], bandwidth: str | float, batch_size: int,
            workers: Sequence[int] = (1, 2, 4, 8), devices_per_node: int = 1,
-           latency_s: float = LATENCY_S) -> Advice:
+           latency_s: float = LATENCY_S, engine: str = "simulate") -> Advice:
     """Predict every update, PS count 1..N and placement for each worker count; recommend.
+
+    ``engine``: ``simulate`` (:func:`simulate_prediction`, the default) or ``formula``
+    (:func:`predict`).
 
     >>> a = advise(0.1, [3_000_000, 1_000, 1_000_000, 1_000], "1gbit", 100, workers=[4])
     >>> best = a.recommended_ps[(4, "parameter_server")]
     >>> best.num_ps, best.ps_strategy
     (2, 'greedy')
     """
+    model = _engine(engine)
     predictions, recommended, recommended_ps = [], {}, {}
     for n in workers:
         common = dict(step_time_s=step_time_s, variable_bytes=variable_bytes, bandwidth=bandwidth,
@@ -205,12 +266,12 @@ def advise(step_time_s: float, variable_bytes: float | Sequence[int], bandwidth:
                       latency_s=latency_s)
         per_update = []
         for update in ("parameter_server", "distributed_replicated"):
-            candidates = [predict(**common, num_ps=m, variable_update=update, ps_strategy=s)
+            candidates = [model(**common, num_ps=m, variable_update=update, ps_strategy=s)
                           for m in range(1, n + 1) for s in PS_STRATEGIES]
             predictions += candidates
             recommended_ps[(n, update)] = _best_ps(candidates)
             per_update.append(recommended_ps[(n, update)])
-        ring = predict(**common, variable_update="allreduce")
+        ring = model(**common, variable_update="allreduce")
         predictions.append(ring)
         recommended[n] = max([*per_update, ring], key=lambda p: p.images_per_sec)
     return Advice(predictions, recommended, recommended_ps)
@@ -291,15 +352,20 @@ def _machine_cores(record: dict) -> int | None:
 
 
 def _prediction(s: dict, compute: float, link: float, sizes, latency_s: float,
-                cores: int | None) -> Prediction:
+                cores: int | None, engine: str = "simulate") -> Prediction:
     """The model's prediction for a record's settings."""
+    if s["variable_update"] == "replicated" and engine == "simulate":  # in-graph: a ring over one node's bus
+        return simulate_prediction(compute, sizes, link, s["batch_size"], 1, 0, "replicated",
+                                   devices_per_node=_devices({"settings": s}), latency_s=latency_s,
+                                   cores=cores)
     if s["variable_update"] == "replicated":  # in-graph: the node's devices reduce as a ring
         return predict(compute, sizes, link, s["batch_size"], _devices({"settings": s}), 0, "allreduce",
                        latency_s=latency_s, cores=cores)
     update = s["variable_update"] if s["variable_update"] in VARIABLE_UPDATES else "parameter_server"
-    return predict(compute, sizes, link, s["batch_size"], s["num_workers"], max(1, s.get("num_ps", 1)),
-                   update, s.get("ps_strategy", "round_robin"), s.get("devices_per_node", 1),
-                   latency_s, cores)
+    extra = {"sync": s.get("sync", True)} if engine == "simulate" else {}
+    return _engine(engine)(compute, sizes, link, s["batch_size"], s["num_workers"],
+                           max(1, s.get("num_ps", 1)), update, s.get("ps_strategy", "round_robin"),
+                           s.get("devices_per_node", 1), latency_s, cores, **extra)
 
 
 def _unshared_compute_s(base: dict, cores: int | None) -> float:
@@ -309,7 +375,7 @@ def _unshared_compute_s(base: dict, cores: int | None) -> float:
 
 def compare(records: Sequence[dict], bandwidth: str | float | None = None,
             variable_bytes: dict[str, Sequence[int]] | None = None,
-            latency_s: float = LATENCY_S) -> list[dict]:
+            latency_s: float = LATENCY_S, engine: str = "simulate", own_compute: bool = False) -> list[dict]:
     """Each record's measured images/sec beside the model's prediction, with the error.
 
     The prediction for a point uses only what a single-worker run tells: the compute time
@@ -319,6 +385,10 @@ def compare(records: Sequence[dict], bandwidth: str | float | None = None,
     else measured from the baseline's bytes and communication time). Where the record ran on
     one machine (``cluster="local"``), its ``machine.cores`` are shared: the baseline's compute
     is divided by its own :func:`core_sharing` and each point's multiplied by its own.
+    ``engine``: ``simulate`` (the default) or ``formula`` (:func:`predict`). ``own_compute``:
+    feed each point its own measured ``compute_s_per_step`` (the cores as that run shared
+    them) instead of the baseline's scaled by :func:`core_sharing`, so that only the
+    communication and its overlap are predicted.
     """
     groups: dict[tuple, list[dict]] = {}
     for record in records:
@@ -332,9 +402,11 @@ def compare(records: Sequence[dict], bandwidth: str | float | None = None,
         sizes = (variable_bytes or {}).get(s["model"]) or int(base["param_bytes"])
         cores = _machine_cores(record)
         compute = _unshared_compute_s(base, cores)
+        if own_compute and record.get("compute_s_per_step"):
+            compute, cores = record["compute_s_per_step"], None
         if _communicates(s):
             link = _link_bandwidth(base, groups[key], bandwidth)
-            predicted = _prediction(s, compute, link, sizes, latency_s, cores).images_per_sec
+            predicted = _prediction(s, compute, link, sizes, latency_s, cores, engine).images_per_sec
         else:  # nothing shared but the cores: each device alone
             devices = _devices(record)
             predicted = devices * s["batch_size"] / (compute * core_sharing(devices, cores))
@@ -383,18 +455,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--param_bytes", type=int, help="the variables' total bytes (instead of --model)")
     parser.add_argument("--bandwidth", help="link bytes/sec or 1gbit, 10gbit, 2GB/s (default for advice: "
                                             "1gbit; for --sweep: each record's network or its measurement)")
-    parser.add_argument("--batch_size", type=int, default=100, help="per device (default 100)")
+    parser.add_argument("--batch_size", type=int, help="per device (default 100; --hardware: 64)")
     parser.add_argument("--workers", default="1,2,4,8", type=lambda s: [int(n) for n in s.split(",")],
                         help="comma-separated worker counts (default 1,2,4,8)")
     parser.add_argument("--devices_per_node", type=int, default=1)
     parser.add_argument("--latency_ms", type=float, default=LATENCY_S * 1e3,
                         help="per message (default: 1 ms, loopback)")
     parser.add_argument("--sweep", help="a sweep's PRESET.jsonl: show predicted vs measured per point")
+    parser.add_argument("--hardware", help="a cluster preset of dflow.bench.hardware (piz_daint, p2.xlarge, "
+                                           "p2.8xlarge, dgx1, h100_ib400, ...): advise from the simulator "
+                                           "for the --workers GPU counts (--model, default inception3)")
+    parser.add_argument("--own_compute", action="store_true",
+                        help="--sweep: feed each point its own measured compute per step (predict only "
+                             "the communication) instead of the baseline's shared by the cores")
+    parser.add_argument("--formula", dest="engine", action="store_const", const="formula", default="simulate",
+                        help="the closed-form model instead of the simulator (dflow bench simulate)")
+
+
+# ---- advice on a cluster preset ------------------------------------------------------------------
+def _remedy(result: dict) -> str:
+    """What would lift a simulated run's bound, from what bounds it."""
+    bound = result["bottleneck"]
+    if bound == "compute":
+        return "compute-bound: more GPUs scale it"
+    if "CPU" in bound:
+        return "a PS's CPU: more PS tasks, greedy placement, or allreduce (no PS)"
+    if "connection" in bound:
+        return "one gRPC connection per worker-PS pair: more PS tasks, or allreduce over MPI/NCCL"
+    if "bus" in bound:
+        return "the node's bus: NVLink, or fewer devices per node"
+    if result["variable_update"] == "parameter_server" and result["devices_per_node"] > 1:
+        return f"{bound}: sum the node's gradients first (distributed_replicated), or a faster NIC"
+    return f"{bound}: a faster NIC, allreduce (2(n-1)/n bytes a link), or local aggregation"
+
+
+def advise_cluster(model: str, hardware: str, gpus: Sequence[int], step_time_s: float | None = None,
+                   batch_size: int = 64) -> list[dict]:
+    """Per GPU count, the simulator's best setup on a cluster preset (every update, PS counts
+    1..workers, greedy placement), the best of each update, what bounds it and what would help."""
+    from .hardware import get_hardware
+    from .simulate import simulate_counts
+
+    node = get_hardware(hardware)
+    rows = []
+    for update in ("parameter_server", "distributed_replicated", "allreduce"):
+        rows += simulate_counts(model, node, gpus, step_time_s, batch_size, update)
+    best = {}
+    for row in rows:
+        if row["images_per_sec"] > best.get(row["gpus"], {}).get("images_per_sec", 0):
+            best[row["gpus"]] = row
+    for row in rows:
+        row["best"] = "<- best" if best[row["gpus"]] is row else ""
+        row["what_would_help"] = _remedy(row)
+    return sorted(rows, key=lambda r: (r["gpus"], -r["images_per_sec"]))
 
 
 def main(args: argparse.Namespace, echo=print) -> int:
     """Run ``dflow bench advise``: the advice table, the comparison with a sweep, or both."""
     latency = args.latency_ms / 1e3
+    if args.hardware:
+        try:
+            rows = advise_cluster(args.model or "inception3", args.hardware, args.workers, args.step_time,
+                                  args.batch_size or 64)
+        except ValueError as error:
+            echo(f"dflow bench advise: {error}")
+            return 2
+        echo(report.markdown_table(rows, ["gpus", "variable_update", "num_ps", "devices_per_node",
+                                          "images_per_sec", "scaling_efficiency", "bottleneck", "utilization",
+                                          "what_would_help", "best"]))
+        return 0
+    args.batch_size = args.batch_size or 100
     if args.step_time is None and args.sweep is None:
         echo("dflow bench advise: give --step_time (with --model or --param_bytes) or --sweep FILE.jsonl")
         return 2
@@ -405,11 +535,11 @@ def main(args: argparse.Namespace, echo=print) -> int:
             echo("dflow bench advise: --step_time needs the variables: --model NAME or --param_bytes N")
             return 2
         advice = advise(args.step_time, variables, args.bandwidth or "1gbit", args.batch_size, args.workers,
-                        args.devices_per_node, latency)
+                        args.devices_per_node, latency, args.engine)
         echo(format_advice(advice))
     if args.sweep is not None:
         records = report.load_records(args.sweep)
         for model in {r["settings"]["model"] for r in records} - set(sizes):
             sizes[model] = model_variable_bytes(model)
-        echo(format_compare(compare(records, args.bandwidth, sizes, latency)))
+        echo(format_compare(compare(records, args.bandwidth, sizes, latency, args.engine, args.own_compute)))
     return 0

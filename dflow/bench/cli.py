@@ -4,6 +4,7 @@
     $ dflow bench --model mnist_dnn --variable_update allreduce --num_workers 2 --num_ps 0
     $ dflow bench sweep tiny                  # a seed's experiment as a grid of runs
     $ dflow bench advise --sweep bench_results/tiny.jsonl
+    $ dflow bench simulate --hardware p2.xlarge --gpus 8,64   # a cluster simulated from dflow's plans
     $ dflow bench modes --model cifar10 --num_workers 2 --techniques
     $ dflow bench --local                     # the single-process benchmark against PyTorch
     $ dflow bench --distributed               # local Session vs 1 PS + 1 worker
@@ -28,6 +29,9 @@ SUBCOMMANDS = {
               "sweeps"),
     "modes": ("the variable-update modes side by side: images/sec and bytes per worker per step "
               "against what each mode must send", "modes"),
+    "simulate": ("simulate distributed training steps on a cluster preset (Piz Daint, AWS p2, DGX, H100) "
+                 "from dflow's own plans; --reproduce bugliarello2017 checks it against the seed's tables",
+                 "simulate"),
     "advise": ("predict images/sec for N workers x M PS from a step time and the variables' bytes, "
                "and advise a PS count and placement", "advise"),
 }

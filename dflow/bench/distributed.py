@@ -4,9 +4,11 @@ Reported side by side in one run (the CIFAR-10 tutorial CNN, SGD, synthetic data
 
 - images/sec at batch 100 of a local ``Session`` and of the same step on the
   embedded cluster with 1 PS + 1 worker (``tf.cluster.local``, variables placed
-  by ``replica_device_setter``), and their ratio (target: >= 0.85). Both
+  by ``replica_device_setter``) through both runners, the direct path
+  (``DirectRunner``) and Dask tasks (``DaskRunner``), and their ratios (targets:
+  direct >= 0.85 x local; Dask >= 0.95 x direct and >= 0.90 x local). The three
   sessions live in one fresh process and take turns in blocks of steps, so a
-  shared machine's drift falls on both alike; both get their data the same way
+  shared machine's drift falls on all alike; all get their data the same way
   (fed through placeholders, or pulled by the in-graph ``DatasetNext`` op);
 - where the distributed step's time goes: each task's compute and wait, and
   the time nothing computes (the step's wall time minus its largest compute);
@@ -18,7 +20,8 @@ Reported side by side in one run (the CIFAR-10 tutorial CNN, SGD, synthetic data
   ops compute in microseconds (a 4-float variable on the PS, a tiny loss and
   its gradient on each worker, the averaged update on the PS), so what it
   measures is the messaging of a PS step: the client's calls, the PS's reads
-  to both workers, their gradients back, the replies (target: < 10 ms).
+  to both workers, their gradients back, the replies (target: < 10 ms), through
+  both runners.
 
 BLAS threads (the step is mostly GEMM): the local session uses OpenBLAS's
 default, one per core; ``tf.cluster.local`` gives each worker
@@ -44,6 +47,8 @@ __all__ = ["run", "add_arguments", "main", "compare_cifar10", "measure_overhead"
 
 OVERHEAD_TARGET_MS = 10.0
 RATIO_TARGET = 0.85
+DASK_DIRECT_TARGET = 0.95  # DaskRunner's images/sec against DirectRunner's (issue 15)
+DASK_LOCAL_TARGET = 0.90  # and against the local session's
 INPUTS = ("feed", "dataset")
 
 
@@ -92,20 +97,21 @@ def parameter_bytes(graph) -> int:
                for v in graph.get_collection("trainable_variables"))
 
 
-def _session(graph, target: str = ""):
+def _session(graph, target: str = "", runner: str = ""):
     import dflow as tf
 
     with graph.as_default():
         init = tf.global_variables_initializer()
-    sess = tf.Session(target, graph=graph)
+    sess = tf.Session(target, graph=graph, config=tf.ConfigProto(runner=runner))
     sess.run(init)
     return sess
 
 
-# ---- CIFAR-10: local session vs 1 PS + 1 worker -------------------------------------------------
+# ---- CIFAR-10: local session vs 1 PS + 1 worker, on the direct path and as Dask tasks ----------------
 def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, block: int = 10,
                     input_mode: str = "feed") -> dict:
-    """The local and the distributed step, taking turns in blocks of ``block`` steps.
+    """The local step and the distributed one through both runners, taking turns in blocks of
+    ``block`` steps.
 
     Starts its own cluster: run it in a fresh process (``in_fresh_process``) or under
     ``if __name__ == "__main__":``.
@@ -126,19 +132,23 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
         setter = tf.train.replica_device_setter(worker_device="/job:worker/task:0", cluster=cluster.spec)
         with remote_graph.as_default(), tf.device(setter):
             remote_op, remote_feeds = _cifar10_step(batch_size, input_mode, store)
-        local, remote = _session(local_graph), _session(remote_graph, cluster.target)
+        local = _session(local_graph)
+        direct = _session(remote_graph, cluster.target, "direct")
+        dask = _session(remote_graph, cluster.target, "dask")  # the same variables, on the same PS
         try:
-            local_times, remote_times, remote_stats = _take_turns(
-                lambda: local.run(local_op, local_feeds),
-                lambda: _run_with_stats(remote, remote_op, remote_feeds), warmup, steps, block)
-            result = _cifar10_result(batch_size, input_mode, local_times, remote_times, remote_stats,
+            times, stats = _take_turns({
+                "local": lambda: local.run(local_op, local_feeds),
+                "direct": lambda: _run_with_stats(direct, remote_op, remote_feeds),
+                "dask": lambda: dask.run(remote_op, remote_feeds)}, warmup, steps, block)
+            result = _cifar10_result(batch_size, input_mode, times, stats["direct"],
                                      parameter_bytes(remote_graph), remote_feeds)
-            result["placement"] = remote.describe_placement(remote_op, remote_feeds)
+            result["placement"] = direct.describe_placement(remote_op, remote_feeds)
             result["blas_threads"] = {"local": _blas_threads(), "cluster": _cluster_blas_threads(cluster)}
             result["allocator_tuned"] = allocator_tuned
         finally:
             local.close()
-            remote.close()
+            direct.close()
+            dask.close()
     return result
 
 
@@ -147,19 +157,21 @@ def _run_with_stats(sess, op, feeds):
     return sess.last_run_stats
 
 
-def _take_turns(run_local, run_remote, warmup: int, steps: int, block: int):
-    """Step times of both, alternating blocks; the distributed steps' RunStats too."""
+def _take_turns(runs: dict, warmup: int, steps: int, block: int) -> tuple[dict, dict]:
+    """Step times of each of ``runs`` (name -> function), in turns of ``block`` steps; and what
+    each step returned."""
     for _ in range(warmup):
-        run_local()
-        run_remote()
-    local_times, remote_times, remote_stats = [], [], []
-    while len(local_times) < steps:
-        n = min(block, steps - len(local_times))
-        local_times += _timed(run_local, n)[0]
-        times, stats = _timed(run_remote, n)
-        remote_times += times
-        remote_stats += stats
-    return local_times, remote_times, remote_stats
+        for run in runs.values():
+            run()
+    times: dict[str, list] = {name: [] for name in runs}
+    results: dict[str, list] = {name: [] for name in runs}
+    while len(times[next(iter(runs))]) < steps:
+        n = min(block, steps - len(times[next(iter(runs))]))
+        for name, run in runs.items():
+            measured, returned = _timed(run, n)
+            times[name] += measured
+            results[name] += returned
+    return times, results
 
 
 def _timed(step, n: int) -> tuple[list[float], list]:
@@ -171,15 +183,18 @@ def _timed(step, n: int) -> tuple[list[float], list]:
     return times, results
 
 
-def _cifar10_result(batch_size, input_mode, local_times, remote_times, remote_stats, params, feeds) -> dict:
-    local_s, remote_s = statistics.median(local_times), statistics.median(remote_times)
+def _cifar10_result(batch_size, input_mode, times: dict, remote_stats, params, feeds) -> dict:
+    medians = {name: statistics.median(t) for name, t in times.items()}
     tasks = sorted(remote_stats[-1].compute_s)
-    idle = [wall - max(s.compute_s.values()) for wall, s in zip(remote_times, remote_stats)]
+    idle = [wall - max(s.compute_s.values()) for wall, s in zip(times["direct"], remote_stats)]
     return {
-        "model": "cifar10", "batch_size": batch_size, "input": input_mode, "steps": len(local_times),
-        "local": _summary(batch_size, local_times),
-        "distributed": {**_summary(batch_size, remote_times), "ps": 1, "workers": 1},
-        "ratio": local_s / remote_s,
+        "model": "cifar10", "batch_size": batch_size, "input": input_mode, "steps": len(times["local"]),
+        "local": _summary(batch_size, times["local"]),
+        "distributed": {**_summary(batch_size, times["direct"]), "ps": 1, "workers": 1, "runner": "direct"},
+        "dask": {**_summary(batch_size, times["dask"]), "ps": 1, "workers": 1, "runner": "dask"},
+        "ratio": medians["local"] / medians["direct"],
+        "dask_ratio": medians["local"] / medians["dask"],
+        "dask_vs_direct": medians["direct"] / medians["dask"],
         "compute_ms": {t: 1000 * statistics.median(s.compute_s[t] for s in remote_stats) for t in tasks},
         "waited_ms": {t: 1000 * statistics.median(s.waited_s[t] for s in remote_stats) for t in tasks},
         "not_computing_ms": 1000 * statistics.median(idle),
@@ -242,24 +257,31 @@ def _tiny_step(workers: int):
 
 
 def measure_overhead(workers: int = 2, warmup: int = 20, steps: int = 200) -> dict:
-    """Wall time of a tiny PS step on ``1 PS + workers`` (starts its own cluster)."""
+    """Wall time of a tiny PS step on ``1 PS + workers`` (starts its own cluster), on the direct
+    path and as Dask tasks, taking turns in blocks of 20 steps."""
     import dflow as tf
 
     with tf.cluster.local(ps=1, workers=workers) as cluster:
         graph = tf.Graph()
         with graph.as_default():
             train_op = _tiny_step(workers)
-        sess = _session(graph, cluster.target)
+        direct = _session(graph, cluster.target, "direct")
+        dask = _session(graph, cluster.target, "dask")
         try:
-            _timed(lambda: sess.run(train_op), warmup)
-            times, stats = _timed(lambda: _run_with_stats(sess, train_op, {}), steps)
+            times, results = _take_turns({"direct": lambda: _run_with_stats(direct, train_op, {}),
+                                          "dask": lambda: dask.run(train_op)}, warmup, steps, 20)
         finally:
-            sess.close()
+            direct.close()
+            dask.close()
     params = parameter_bytes(graph)
+    stats = results["direct"]
     compute = [sum(s.compute_s.values()) for s in stats]
-    return {"ps": 1, "workers": workers, "steps": steps, "step_seconds": times,
-            "median_ms": 1000 * statistics.median(times),
-            "p90_ms": 1000 * float(numpy.percentile(times, 90)),
+    return {"ps": 1, "workers": workers, "steps": steps, "step_seconds": times["direct"],
+            "median_ms": 1000 * statistics.median(times["direct"]),
+            "p90_ms": 1000 * float(numpy.percentile(times["direct"], 90)),
+            "dask_step_seconds": times["dask"],
+            "dask_median_ms": 1000 * statistics.median(times["dask"]),
+            "dask_p90_ms": 1000 * float(numpy.percentile(times["dask"], 90)),
             "compute_ms": 1000 * statistics.median(compute),  # all tasks' ops together
             "parameter_bytes": params, "links": link_report(stats[-1].bytes_sent, params)}
 
@@ -308,8 +330,13 @@ def _print_cifar10(r: dict, warmup: int, block: int, echo) -> None:
     local, remote = r["local"], r["distributed"]
     echo(f"{'local Session':24}{1000 * local['median_step_seconds']:>9.1f}{local['images_per_sec']:>12.1f}"
          f"{1.0:>7.2f}")
-    echo(f"{'1 PS + 1 worker':24}{1000 * remote['median_step_seconds']:>9.1f}"
+    echo(f"{'1 PS + 1 worker, direct':24}{1000 * remote['median_step_seconds']:>9.1f}"
          f"{remote['images_per_sec']:>12.1f}{r['ratio']:>7.2f}  (target >= {RATIO_TARGET})")
+    dask = r["dask"]
+    echo(f"{'1 PS + 1 worker, Dask':24}{1000 * dask['median_step_seconds']:>9.1f}"
+         f"{dask['images_per_sec']:>12.1f}{r['dask_ratio']:>7.2f}  (target >= {DASK_LOCAL_TARGET})")
+    echo(f"Dask tasks / direct path: {r['dask_vs_direct']:.2f} x the images/sec "
+         f"(target >= {DASK_DIRECT_TARGET})")
     per_task = ", ".join(f"{task} computes {ms:.1f} ms, waits {r['waited_ms'][task]:.1f} ms"
                          for task, ms in r["compute_ms"].items())
     echo(f"distributed step: {per_task}; nothing computes for {r['not_computing_ms']:.1f} ms "
@@ -330,7 +357,8 @@ def _print_links(links: list[dict], params: int, workers: int, echo) -> None:
 def _print_overhead(r: dict, echo) -> None:
     echo(f"per-step overhead, 1 PS + {r['workers']} workers, a step of tiny ops (their compute "
          f"{r['compute_ms']:.2f} ms): {r['median_ms']:.1f} ms median, {r['p90_ms']:.1f} ms p90 "
-         f"over {r['steps']} steps (target < {OVERHEAD_TARGET_MS:g} ms)")
+         f"over {r['steps']} steps on the direct path (target < {OVERHEAD_TARGET_MS:g} ms); as Dask tasks "
+         f"{r['dask_median_ms']:.1f} ms median, {r['dask_p90_ms']:.1f} ms p90")
     _print_links(r["links"], r["parameter_bytes"], r["workers"], echo)
 
 

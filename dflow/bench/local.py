@@ -101,7 +101,7 @@ def _kernels_by_hand(sess, train_op, feeds):
     from dflow.runtime.executor import run_op
 
     sess.run(train_op, feeds)
-    plan = list(sess._plans.values())[-1]  # the train step, planned by the run just above
+    plan = sess.runner.plans.values()[-1].schedule  # the train step, planned by the run just above
     nodes = [plan.nodes[name] for name in sess.last_run_stats.order]
     last_use = {t: i for i, node in enumerate(nodes) for t in node.inputs}
     dead_after = [[t for t, last in last_use.items() if last == i] for i in range(len(nodes))]

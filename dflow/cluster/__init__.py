@@ -29,10 +29,11 @@ import os
 import sys
 import time
 
-from .spec import ClusterSpec, role_name, task_of, worker_infos
+from .spec import ClusterSpec, role_name, role_resources, task_of, worker_infos
 
 __all__ = ["Cluster", "ClusterSpec", "Server", "local", "cuda", "slurm", "connect", "worker_command",
-           "role_name", "task_of", "worker_infos", "blas_env", "tls_security", "tls_env", "LOOPBACK"]
+           "role_name", "role_resources", "task_of", "worker_infos", "blas_env", "tls_security", "tls_env",
+           "LOOPBACK"]
 
 START_TIMEOUT_S = 120.0  # how long a launcher waits for all its workers
 LOOPBACK = "127.0.0.1"  # where clusters listen unless told otherwise: no other machine reaches it
@@ -165,7 +166,7 @@ def local(ps: int = 1, workers: int = 2, threads_per_worker: int = 1, blas_threa
     host = dask_cluster.scheduler_address.rpartition("://")[2].rpartition(":")[0]
     for job, i in roles:  # subprocesses, not multiprocessing's spawn: see worker_process.py
         dask_cluster.worker_spec[role_name(job, i)] = {"cls": WorkerProcess, "options": {
-            "nthreads": threads_per_worker, "resources": {job: 1}, "host": host,
+            "nthreads": threads_per_worker, "resources": role_resources(job, i), "host": host,
             "env": {**_blas_env(job, workers, blas_threads), **tls_env(security)}, "death_timeout": timeout}}
     return _start(dask_cluster, roles, timeout)
 
@@ -203,11 +204,12 @@ def cuda(ps: int = 1, workers: int | None = None, threads_per_worker: int = 1,
     gpu_specs = list(dask_cluster.worker_spec.values())
     dask_cluster.worker_spec.clear()
     for i, spec in enumerate(gpu_specs):
-        spec["options"] = {**spec["options"], "resources": {"worker": 1, "GPU": 1}}
+        spec["options"] = {**spec["options"], "resources": role_resources("worker", i, gpus=1)}
         dask_cluster.worker_spec[role_name("worker", i)] = spec
     for i in range(ps):
         dask_cluster.worker_spec[role_name("ps", i)] = {"cls": distributed.Nanny, "options": {
-            "nthreads": threads_per_worker, "resources": {"ps": 1}, "host": host, "security": security,
+            "nthreads": threads_per_worker, "resources": role_resources("ps", i), "host": host,
+            "security": security,
             "env": {"CUDA_VISIBLE_DEVICES": "", **_blas_env("ps", len(gpu_specs), None)}}}
     roles = _roles(ps, len(gpu_specs))
     return _start(dask_cluster, roles, timeout)
@@ -298,7 +300,7 @@ def _configured_security(address: str):
 def worker_command(scheduler: str, job: str, task: int, nthreads: int = 1, gpus: int = 0,
                    blas_threads: int = 1, extra: list[str] | None = None) -> tuple[list[str], dict]:
     """The ``dask worker`` command line and environment that give a worker process a dflow role."""
-    resources = f"{job}=1" + (f" GPU={gpus}" if gpus else "")
+    resources = " ".join(f"{key}={value}" for key, value in role_resources(job, task, gpus).items())
     argv = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--name", role_name(job, task),
             "--resources", resources, "--nthreads", str(nthreads), "--nworkers", "1", *(extra or [])]
     env = {**os.environ, **blas_env(blas_threads)}

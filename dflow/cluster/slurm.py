@@ -2,7 +2,7 @@
 
 The Dask scheduler runs in this process; each role (``ps/0``, ``worker/1``) is one
 ``sbatch`` job running one Dask worker whose name is the role (dask-jobqueue passes
-``--name <worker_spec key>``) and whose resource is the job (``--resources ps=1``).
+``--name <worker_spec key>``) and whose resources are the job and the role (``--resources "ps=1 ps/0=1"``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import subprocess
 
-from . import START_TIMEOUT_S, Cluster, _roles, _security, blas_env, role_name
+from . import START_TIMEOUT_S, Cluster, _roles, _security, blas_env, role_name, role_resources
 
 __all__ = ["slurm"]
 
@@ -134,7 +134,8 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     extra_args, prologue = (template.get(key, _config(template["config_name"], key.replace("_", "-")))
                             for key in ("worker_extra_args", "job_script_prologue"))
     return {**template, "job_name": f"{job_name}-{job}-{task}",
-            "worker_extra_args": list(extra_args or []) + ["--resources", f"{job}=1"],
+            "worker_extra_args": list(extra_args or []) + ["--resources", " ".join(
+                f"{key}={value}" for key, value in role_resources(job, task).items())],
             "job_script_prologue": list(prologue or []) + blas}
 
 

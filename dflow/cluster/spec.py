@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 
-__all__ = ["ClusterSpec", "role_name", "task_of", "worker_infos"]
+__all__ = ["ClusterSpec", "role_name", "role_resources", "task_of", "worker_infos"]
 
 
 def worker_infos(client) -> dict[str, dict]:
@@ -28,6 +28,17 @@ def worker_infos(client) -> dict[str, dict]:
 def role_name(job: str, task: int) -> str:
     """The Dask worker name that carries a role: ``("ps", 0)`` -> ``"ps/0"``."""
     return f"{job}/{int(task)}"
+
+
+def role_resources(job: str, task: int, gpus: int = 0) -> dict[str, int]:
+    """The Dask resources a role's worker offers: its job (``{"ps": 1}``), the role itself
+    (``{"ps/0": 1}``, which pins a step's stages to it through Dask's scheduler: see
+    :mod:`dflow.distributed.dask_runner`) and its GPUs.
+
+    >>> role_resources("worker", 1, gpus=1)
+    {'worker': 1, 'worker/1': 1, 'GPU': 1}
+    """
+    return {job: 1, role_name(job, task): 1, **({"GPU": gpus} if gpus else {})}
 
 
 def task_of(worker_name) -> tuple[str, int] | None:

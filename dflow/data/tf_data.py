@@ -308,7 +308,7 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
     """``function`` applied to placeholders of ``dataset``'s element, as ops in the default graph;
     the ops its result needs become the traced function ``{"nodes", "args", "outputs"}``."""
     from ..ops.array_ops import placeholder
-    from ..runtime.session import prune, to_node
+    from ..runtime.passes import prune, to_node
 
     graph = get_default_graph()
     name = getattr(function, "__name__", "fn").strip("<>")
@@ -321,14 +321,16 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
         structure, leaves = _flatten(result)
         outputs = [convert_to_tensor(v) for v in leaves]
     fed = {a.name for a in args}
-    for op in prune(graph, outputs, fed):
+    with graph._lock:
+        ops = [op for _, op in prune(graph.nx, [t.name for t in outputs], fed).nodes(data="op")]
+    for op in ops:
         if op.type in ("Placeholder",) and op.outputs[0].name not in fed:
             raise ValueError(f"the function passed to Dataset.{what} uses the placeholder {op.name}, which "
                              "dflow cannot feed inside a dataset: pass its value through "
                              "from_tensor_slices and an initializable iterator instead")
     nodes = [{"name": n.name, "type": n.type, "attrs": n.attrs, "inputs": list(n.inputs),
               "control_inputs": list(n.control_inputs), "num_outputs": n.num_outputs}
-             for n in map(to_node, prune(graph, outputs, fed))]  # plain data: graph_to_dict writes it
+             for n in map(to_node, ops)]  # plain data: graph_to_dict writes it
     function_plan = {"nodes": nodes, "args": [a.name for a in args], "outputs": [t.name for t in outputs]}
     return function_plan, structure, [(t.dtype, t.shape.dims) for t in outputs]
 

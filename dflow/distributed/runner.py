@@ -1,12 +1,14 @@
-"""The client side of a distributed step: plan on the cluster's tasks, then run.
+"""The direct path of a distributed step: plan on the cluster's tasks, then run.
 
-``tf.Session(target)`` with a Dask scheduler address hands its pruned ops to a
-:class:`ClusterRunner`. Planning places and partitions them
-(:mod:`~dflow.distributed.partition`) and registers each task's stages on its
-worker, once per (fetches, feeds) signature. A step is then one ``dflow_run``
-call per task, all sent at once, straight to the workers: the tasks pass
-values to each other directly, and only the fed values go out and the fetched
-ones come back. The scheduler is not on this path.
+``tf.Session(target)`` with a Dask scheduler address runs its steps with a
+:class:`DirectRunner` (the default; ``ConfigProto(runner="dask")`` picks
+:class:`~dflow.distributed.dask_runner.DaskRunner`, which shares its planning).
+Planning runs the passes of :mod:`~dflow.runtime.passes` over the cluster's tasks
+and registers each task's stages on its worker, once per (fetches, feeds)
+signature. A step is then one ``dflow_run`` call per task, all sent at once,
+straight to the workers: the tasks pass values to each other directly, and only
+the fed values go out and the fetched ones come back. The scheduler is not on
+this path.
 
 The same runner drives between-graph replicas: inside a Dask worker (a
 program started by :func:`dflow.replicate`), its own task's stages run in
@@ -19,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Collection
 
 import distributed
 from distributed.comm.core import CommClosedError
@@ -29,7 +31,8 @@ from distributed.utils import sync
 from ..cluster.spec import ClusterSpec, task_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
-from .partition import MissingTaskError, Partition, describe, partition, place, stages_to_json
+from ..runtime.passes import Devices, MissingTaskError, Plan, PlanCache, make_plan
+from .partition import stages_to_json
 from .worker import (
     CONNECT_TIMEOUT_S,
     PLUGIN_NAME,
@@ -41,7 +44,7 @@ from .worker import (
     serialized,
 )
 
-__all__ = ["ClusterRunner", "RemotePlan", "install", "cluster_tasks", "role_of"]
+__all__ = ["DirectRunner", "install", "cluster_tasks", "role_of"]
 
 log = logging.getLogger("dflow")
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
@@ -65,22 +68,14 @@ def install(client: distributed.Client) -> None:
     client.register_plugin(DflowWorker(), name=PLUGIN_NAME)
 
 
-@dataclass
-class RemotePlan:
-    plan_id: str
-    partition: Partition
-    feeds: dict[str, tuple[str, ...]]  # task -> fed tensors its stages consume
+class DirectRunner:
+    """Plans and runs steps of ``graph`` on the Dask cluster at ``target`` for one Session."""
 
-    def describe(self) -> str:
-        return describe(self.partition)
-
-
-class ClusterRunner:
-    """Plans and runs steps on the Dask cluster at ``target`` for one Session."""
-
-    def __init__(self, target: str, timeout_s: float | None = None):
+    def __init__(self, target: str, graph, config, timeout_s: float | None = None):
         from ..cluster.server import resolve_target
 
+        self.graph, self.config = graph, config
+        self.plans = PlanCache(self._make_plan)
         self.timeout = timeout_s or DEFAULT_TIMEOUT_S
         target, named_worker = resolve_target(target)  # grpc://host:port: a TF task's address
         self.worker = _current_worker(target)
@@ -94,7 +89,7 @@ class ClusterRunner:
                 client = self._own_client = distributed.Client(target, set_as_default=False)
             self._rpc, self._loop = client.rpc, client.loop
         self.client = client
-        self._plans: dict[str, RemotePlan] = {}  # registered by this runner, unregistered at close
+        self._plans: dict[str, Plan] = {}  # registered by this runner, unregistered at close
         install(client)
         self.tasks = cluster_tasks(client)
         own = (role_of(self.worker.name) if self.worker is not None
@@ -109,13 +104,14 @@ class ClusterRunner:
                 sync(self._loop, self._unregister, list(self._plans.values()))
         finally:
             self._plans.clear()
+            self.plans.clear()
             if self._own_client is not None:
                 self._own_client.close()
 
-    async def _unregister(self, plans: list[RemotePlan]) -> None:
+    async def _unregister(self, plans: list[Plan]) -> None:
         by_task: dict[str, list[str]] = {}
         for plan in plans:
-            for task in plan.partition.stages:
+            for task in plan.stages:
                 by_task.setdefault(task, []).append(plan.plan_id)
         calls = [self._call(task, "dflow_unregister", plan_ids=ids) for task, ids in by_task.items()]
         try:
@@ -125,24 +121,26 @@ class ClusterRunner:
                      UNREGISTER_TIMEOUT_S)
 
     # ---- planning ----------------------------------------------------------------
-    def plan(self, ops, fed: set[str], fetches: list[str], allow_soft_placement: bool) -> RemotePlan:
-        placement = self._place(ops, allow_soft_placement)
-        part = partition(ops, placement, fed, fetches)
-        plan = RemotePlan(uuid.uuid4().hex, part, {
-            task: tuple(sorted({n for s in stages for n in s.from_client}))
-            for task, stages in part.stages.items()})
+    def plan(self, fetches: list, fed: Collection[str]) -> Plan:
+        """The plan of the step fetching ``fetches``, registered on its tasks (once per signature)."""
+        return self.plans.get(fetches, fed)
+
+    def _make_plan(self, fetches: list, fed: Collection[str]) -> Plan:
+        plan = self._plan_when_tasks_joined(fetches, fed)
+        if self.config.log_device_placement:
+            log.info("placement:\n%s", plan.describe())
         addresses = {task: info["address"] for task, info in self.tasks.items()}
         sync(self._loop, self._register, plan, addresses)
         self._plans[plan.plan_id] = plan
         return plan
 
-    def _register_again(self, plan: RemotePlan, error: BaseException) -> bool:
+    def _register_again(self, plan: Plan, error: BaseException) -> bool:
         """After a step failed because a task lost ``plan`` (it restarted, at the same address or at a
         new one under the same role): register the plan again with the tasks' current addresses.
         False when that cannot help (the task is not back)."""
-        before = {task: self.tasks[task]["address"] for task in plan.partition.tasks}
+        before = {task: self.tasks[task]["address"] for task in plan.tasks}
         self.tasks = cluster_tasks(self.client)
-        if any(task not in self.tasks for task in plan.partition.tasks):
+        if any(task not in self.tasks for task in plan.tasks):
             return False
         moved = any(self.tasks[task]["address"] != address for task, address in before.items())
         if not (isinstance(error, PlanNotFoundError) or moved):
@@ -152,13 +150,14 @@ class ClusterRunner:
         sync(self._loop, self._register, plan, addresses)
         return True
 
-    def _place(self, ops, allow_soft_placement: bool) -> dict[str, str]:
-        """Place ``ops``; a task they need that has not joined yet (its process starting in any
+    def _plan_when_tasks_joined(self, fetches: list, fed: Collection[str]) -> Plan:
+        """Plan the step; a task it needs that has not joined yet (its process starting in any
         order, as TF scripts are) is waited for, up to TASK_WAIT_S."""
         deadline, said = time.monotonic() + TASK_WAIT_S, None
         while True:
             try:
-                return place(ops, self.default_task, self.tasks, allow_soft_placement)
+                devices = Devices(self.default_task, self.tasks)
+                return make_plan(self.graph, fetches, fed, devices, self.config.allow_soft_placement)
             except MissingTaskError as error:
                 if time.monotonic() > deadline:
                     raise MissingTaskError(f"{error.message} (waited {TASK_WAIT_S:.0f} s for it to join: "
@@ -169,18 +168,19 @@ class ClusterRunner:
                 time.sleep(0.2)
                 self.tasks = cluster_tasks(self.client)
 
-    async def _register(self, plan: RemotePlan, addresses: dict) -> None:
+    async def _register(self, plan: Plan, addresses: dict) -> None:
         await asyncio.gather(*(
             self._call(task, "dflow_register", plan_id=plan.plan_id, stages=stages_to_json(stages),
                        addresses=addresses)
-            for task, stages in plan.partition.stages.items()))
+            for task, stages in plan.stages.items()))
 
     # ---- running -------------------------------------------------------------------
-    def run(self, plan: RemotePlan, feeds: dict, stats: RunStats) -> dict:
+    def run(self, plan: Plan, feeds: dict, stats: RunStats | None = None) -> dict:
         """One step: the fetched values by tensor name; ``stats`` gets the bytes sent per
         (from, to) link and the staleness of the step's updates."""
+        stats = stats if stats is not None else RunStats()
         try:
-            return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
+            return self._run_once(plan, feeds, stats)
         except PlanNotFoundError as error:  # the task is there but forgot the plan: transparent
             if not self._register_again(plan, error):
                 raise
@@ -192,14 +192,18 @@ class ClusterRunner:
                                        "state: the next step runs there (initialize or restore the "
                                        "variables it held first)") from None
             raise
+        return self._run_once(plan, feeds, stats)
+
+    def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
         return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
 
-    async def _step(self, plan: RemotePlan, run_id: str, feeds: dict, stats: RunStats) -> dict:
+    async def _step(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats) -> dict:
         here = self._here()
         calls = {}
         traffic = stats.bytes_sent
-        for task in plan.partition.tasks:
-            task_feeds = {name: feeds[name] for name in plan.feeds[task]}
+        fed_by_task = plan.feeds
+        for task in plan.tasks:
+            task_feeds = {name: feeds[name] for name in fed_by_task[task]}
             if task == here:
                 loop = asyncio.get_running_loop()
                 plugin = self.worker.plugins[PLUGIN_NAME]
@@ -209,7 +213,7 @@ class ClusterRunner:
                 call = self._call(task, "dflow_run", plan_id=plan.plan_id, run_id=run_id,
                                   feeds=serialized(task_feeds), timeout=self.timeout)
                 if task_feeds:
-                    traffic[(here or "client", task)] = sum(nbytes(v) for v in task_feeds.values())
+                    _count(traffic, here or "client", task, sum(nbytes(v) for v in task_feeds.values()))
             calls[asyncio.ensure_future(call)] = task
         values: dict = {}
         pending = set(calls)
@@ -229,9 +233,11 @@ class ClusterRunner:
                 if reply["staleness"] is not None:
                     stats.staleness = max(stats.staleness or 0, reply["staleness"])
                 for dest, count in reply["sent"].items():
-                    traffic[(task, dest)] = count
+                    _count(traffic, task, dest, count)
                 if task != here and reply["fetches"]:
-                    traffic[(task, here or "client")] = sum(nbytes(v) for v in reply["fetches"].values())
+                    # (added up: a client inside a worker's process, as a between-graph replica
+                    # is, receives its fetches on the link that carried its variable reads)
+                    _count(traffic, task, here or "client", sum(nbytes(v) for v in reply["fetches"].values()))
         return values
 
     async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
@@ -279,6 +285,10 @@ class ClusterRunner:
             return dict(zip(self.tasks, replies))
 
         return sync(self._loop, ask)
+
+
+def _count(traffic: dict, source: str, dest: str, nbytes_sent: int) -> None:
+    traffic[(source, dest)] = traffic.get((source, dest), 0) + nbytes_sent
 
 
 def _server_role(target: str) -> str | None:

@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 
 from distributed import WorkerPlugin
@@ -50,16 +50,18 @@ from .. import errors
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
+from ..runtime.runners import cancel_waits
 from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
 
 __all__ = ["DflowWorker", "PLUGIN_NAME", "PlanNotFoundError", "serialized", "deserialized", "nbytes",
-           "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain"]
+           "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain", "run_stage", "select"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
 CONNECT_TIMEOUT_S = 5.0  # a live peer on any network answers a connect well within this
+KEPT_STEPS = 1000  # steps whose kept values a worker holds at most (only failed steps leave any)
 
 
 class PlanNotFoundError(FailedPreconditionError):
@@ -130,6 +132,9 @@ class DflowWorker(WorkerPlugin):
         self.state = self._fresh_state()
         self.plans: dict[str, tuple[list, dict]] = {}
         self.mailbox = Mailbox()
+        # values a Dask-run stage keeps for a later stage of this task in the same step (by run
+        # id): they stay here instead of travelling in the stage's result (DaskRunner)
+        self.kept: OrderedDict[str, dict] = OrderedDict()
         self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
@@ -198,9 +203,7 @@ class DflowWorker(WorkerPlugin):
         """End every wait of this task's steps (barriers, accumulators, queues, collectives in
         flight): they raise CancelledError. The replicas of a run that lost a role stop at once
         instead of waiting for the dead one (the chief then saves a checkpoint as it stops)."""
-        from ..runtime.session import _cancel_waits
-
-        _cancel_waits(self.state)
+        cancel_waits(self.state)
         self.state.communicator.cancel(reason)
 
     def unregister(self, plan_ids: list) -> int:
@@ -231,9 +234,7 @@ class DflowWorker(WorkerPlugin):
         return "OK"
 
     def reset(self) -> str:
-        from ..runtime.session import _cancel_waits
-
-        _cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
+        cancel_waits(self.state)  # a step blocked at a barrier of the old state ends (CancelledError)
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"
@@ -250,15 +251,41 @@ class DflowWorker(WorkerPlugin):
         return {name: {"shape": list(getattr(v, "shape", ())), "dtype": str(getattr(v, "dtype", "?"))}
                 for name, v in self.state.variables.items()}
 
-    # ---- one step of one plan (on a stage thread) -------------------------------------
-    def run_stages(self, plan_id: str, run_id: str, feeds: dict, timeout: float, loop) -> dict:
-        """Run this task's stages of ``plan_id``: the fetched values and the bytes sent per task."""
+    def _plan(self, plan_id: str) -> tuple[list, dict]:
         try:
-            stages, addresses = self.plans[plan_id]
+            return self.plans[plan_id]
         except KeyError:
             raise PlanNotFoundError(
                 f"worker {self.worker.name} does not know plan {plan_id}: it restarted since the "
                 "session planned this step, or the plan's session closed") from None
+
+    # ---- one stage of a step, as a Dask task (DaskRunner) -------------------------------
+    def run_stage(self, plan_id: str, index: int, run_id: str, feeds: dict, upstream: tuple) -> dict:
+        """Run stage ``index`` of this task's stages of ``plan_id``; return what it sends to other
+        tasks and what the client fetches (what later stages here use stays here)."""
+        stages, _ = self._plan(plan_id)
+        stage = stages[index]
+        inputs = {name: feeds[name] for name in stage.from_client}
+        for values in upstream:
+            inputs.update(values)
+        last = index == len(stages) - 1
+        inputs.update(self.kept.pop(run_id, {}) if last else self.kept.get(run_id, {}))
+        if stage.applies_updates:
+            with self._updates_lock:
+                self.updates_applied += 1
+        values = execute(stage.schedule, inputs, self.state, self.namespaces)
+        if stage.keeps and not last:
+            self.kept.setdefault(run_id, {}).update({n: values[n] for n in stage.keeps})
+            while len(self.kept) > KEPT_STEPS:  # steps that failed before their last stage here
+                self.kept.popitem(last=False)
+        out = {n: None if n.startswith("^") else values[n] for names in stage.sends.values() for n in names}
+        out.update({n: values[n] for n in stage.fetches})
+        return out
+
+    # ---- one step of one plan (on a stage thread) -------------------------------------
+    def run_stages(self, plan_id: str, run_id: str, feeds: dict, timeout: float, loop) -> dict:
+        """Run this task's stages of ``plan_id``: the fetched values and the bytes sent per task."""
+        stages, addresses = self._plan(plan_id)
         kept, received, fetched, sent = {}, {}, {}, defaultdict(int)
         deliveries, timeline = [], []
         staleness = None  # updates other steps applied here between this step's reads and its own
@@ -312,6 +339,19 @@ class DflowWorker(WorkerPlugin):
         return {"fetches": fetched, "sent": dict(sent), "staleness": staleness, "compute_s": compute_s,
                 "waited_s": waited_s, "collective_s": collective_s,
                 "timeline": timeline}
+
+
+def run_stage(plan_id: str, index: int, run_id: str, feeds: dict, *upstream: dict) -> dict:
+    """A Dask task: stage ``index`` of this worker's stages of ``plan_id`` (registered before),
+    given the results of the stages it receives from (:mod:`~dflow.distributed.dask_runner`)."""
+    from distributed import get_worker
+
+    return get_worker().plugins[PLUGIN_NAME].run_stage(plan_id, index, run_id, feeds, upstream)
+
+
+def select(values: dict, names: list) -> dict:
+    """A Dask task: the fetched values out of a stage's result, so that only they reach the client."""
+    return {name: values[name] for name in names}
 
 
 def _require_plain(handler: str, **arguments) -> None:

@@ -1,6 +1,7 @@
-"""``Session``: prune the graph to what the fetches need, plan once per
-(fetches, feeds) signature, and run the plan with the dependency-counting
-executor in this process.
+"""``Session``: run the steps of a graph through a runner (:mod:`~dflow.runtime.runners`):
+the passes of :mod:`~dflow.runtime.passes` plan each (fetches, feeds) signature once, and
+the dependency-counting executor runs the plan in this process, or the cluster's workers
+run its stages (``ConfigProto(runner=...)`` picks how).
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,17 +25,16 @@ from threadpoolctl import threadpool_limits
 
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
-from ..placement import DeviceSpec
-from .devices import gpu_namespace, numpy_namespace, to_namespace
-from .executor import OpNode, RunStats, Schedule, execute, schedule
+from .devices import numpy_namespace, to_namespace
+from .executor import RunStats
 from .run_options import fill_run_metadata
+from .runners import LocalRunner, Runner, make_runner
 from .state import SessionState
 
 __all__ = ["Session", "InteractiveSession", "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions",
            "get_default_session"]
 
 log = logging.getLogger("dflow")
-LOCAL_TASK = "/job:localhost/replica:0/task:0"  # the one task of a session that runs in this process
 
 
 @dataclass
@@ -104,6 +103,10 @@ class ConfigProto:
     use_per_session_threads: bool = False
     placement_period: int = 0
     experimental: Any = None
+    # dflow's own: what runs a step (dflow.runtime.runners.RUNNERS): "local", "direct" (stages
+    # registered on the workers, one RPC per task) or "dask" (each stage one Dask task);
+    # "" is local without a target, else direct (the README's "How a step runs" says why)
+    runner: str = ""
 
     def __post_init__(self):
         if self.gpu_options is None:
@@ -150,22 +153,10 @@ class Session:
         self.graph = graph or get_default_graph()
         self.config = config or ConfigProto()
         self.target = target
-        self._cluster = None
-        if target:
-            from ..distributed.runner import ClusterRunner  # imports distributed: only when asked
-
-            self._cluster = ClusterRunner(target, self.config.operation_timeout_in_ms / 1000)
-        threads = self.config.inter_op_parallelism_threads
-        self.num_threads = threads if threads > 0 else 1
-        self.state = self._new_state()
+        self.runner: Runner = make_runner(target, self.graph, self.config)
         self._stats = threading.local()  # per thread: a chief's queue runner runs steps beside the loop's
-        self._plans: dict[tuple, Schedule] = {}
         self._closed = False
         self._contexts: list = []
-        self._warned_devices: set[str] = set()
-        self._namespaces = {"CPU": numpy_namespace}
-        if gpu_namespace() is not None:
-            self._namespaces["GPU"] = gpu_namespace()
         self._blas_limit = None
         if self.config.intra_op_parallelism_threads > 0:
             self._blas_limit = threadpool_limits(self.config.intra_op_parallelism_threads, "blas")
@@ -204,17 +195,21 @@ class Session:
         if self._blas_limit is not None and not self._closed:
             self._blas_limit.restore_original_limits()
         self._closed = True
-        _cancel_waits(self.state)
-        self.state = self._new_state()
-        self._plans.clear()
-        if self._cluster is not None:
-            self._cluster.close()
+        self.runner.close()
 
-    def _new_state(self) -> SessionState:
-        state = SessionState()
-        if self.config.operation_timeout_in_ms > 0:
-            state.operation_timeout_s = self.config.operation_timeout_in_ms / 1000
-        return state
+    @property
+    def state(self) -> SessionState | None:
+        """The variables and resources of a session that runs in this process (None on a cluster,
+        whose tasks hold them)."""
+        return getattr(self.runner, "state", None)
+
+    @state.setter
+    def state(self, state: SessionState) -> None:
+        """Share another local session's variables (tests run between-graph replicas in one process)."""
+        if not isinstance(self.runner, LocalRunner):
+            raise ValueError("only a session that runs in this process holds its state; a cluster's tasks "
+                             "hold theirs")
+        self.runner.state = state
 
     @staticmethod
     def reset(target: str, containers=None, config: ConfigProto | None = None) -> None:
@@ -224,9 +219,9 @@ class Session:
 
         >>> tf.Session.reset(cluster.target)  # doctest: +SKIP
         """
-        from ..distributed.runner import ClusterRunner
+        from ..distributed.runner import DirectRunner
 
-        runner = ClusterRunner(target)
+        runner = DirectRunner(target, get_default_graph(), config or ConfigProto())
         try:
             runner.reset()
         finally:
@@ -248,16 +243,10 @@ class Session:
             raise RuntimeError("Attempted to use a closed Session")
         flat, rebuild = _flatten_fetches(fetches, self.graph)
         feeds = self._convert_feeds(feed_dict or {})
-        key = (tuple(f.name for f in flat), tuple(sorted(feeds)))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._make_plan(flat, feeds)
+        plan = self.runner.plan(flat, feeds)
         stats = RunStats()
-        if self._cluster is not None:
-            values = self._cluster.run(plan, feeds, stats)
-            values.update({name: feeds[name] for name in key[0] if name in feeds})
-        else:
-            values = execute(plan, feeds, self.state, self._namespaces, self.num_threads, stats)
+        values = self.runner.run(plan, feeds, stats)
+        values.update({f.name: feeds[f.name] for f in flat if f.name in feeds})
         self._stats.last = stats
         if run_metadata is not None:
             fill_run_metadata(run_metadata, stats)
@@ -280,72 +269,13 @@ class Session:
         /job:ps/task:0 stage 2: 8 ops (GradientDescent/update_w/ApplyGradientDescent, ...)
         bytes per step: /job:ps/task:0 -> /job:worker/task:0: 4,300,840 ...
         """
-        if self._cluster is None:
-            return "this session runs in one process: every op on its CPU (or GPU)"
         flat, _ = _flatten_fetches(fetches, self.graph)
-        feeds = self._convert_feeds(feed_dict or {})
-        key = (tuple(f.name for f in flat), tuple(sorted(feeds)))
-        plan = self._plans.get(key) or self._make_plan(flat, feeds)
-        lines = [plan.describe()]
+        lines = [self.runner.plan(flat, self._convert_feeds(feed_dict or {})).describe()]
         traffic = self.last_run_stats.bytes_sent
         if traffic:
             lines.append("bytes per step (last run):")
             lines += [f"  {src} -> {dst}: {count:,}" for (src, dst), count in sorted(traffic.items())]
         return "\n".join(lines)
-
-    def _make_plan(self, fetches: list, feeds: dict) -> Schedule:
-        ops = prune(self.graph, fetches, set(feeds))
-        for op in ops:
-            if op.type == "Placeholder" and op.outputs[0].name not in feeds:
-                t = op.outputs[0]
-                raise InvalidArgumentError(
-                    f"You must feed a value for placeholder tensor '{op.name}' with dtype "
-                    f"{t.dtype.name} and shape {t.shape}", op=op.name)
-        fetch_names = [f.name for f in fetches if isinstance(f, Tensor)]
-        if self._cluster is not None:
-            plan = self._cluster.plan(ops, set(feeds), fetch_names, self.config.allow_soft_placement)
-            if self.config.log_device_placement:
-                log.info("placement:\n%s", plan.describe())
-            return plan
-        nodes = [to_node(op, self._device_type(op)) for op in ops]
-        if self.config.log_device_placement:
-            # to stderr in TF's form, as TF prints it whatever the logging setup
-            for node in nodes:
-                print(f"{node.name}: ({node.type}): /job:localhost/replica:0/task:0/device:"
-                      f"{node.device_type}:0", file=sys.stderr)
-        return schedule(nodes, set(feeds), fetch_names)
-
-    def _device_type(self, op: Operation) -> str:
-        """Where a local session runs ``op``: a GPU op on the GPU when CuPy sees one. An op on a
-        device this process (``/job:localhost/replica:0/task:0``) lacks is an error naming the op
-        and device, as in TF, unless ``allow_soft_placement``: then it runs on the CPU (logged
-        once). TF refuses another job's device (``/job:ps/task:7``) even then; dflow runs it, so a
-        cluster's graph can be rehearsed in one process when asked."""
-        spec = DeviceSpec.from_string(op.device)
-        other_task = (spec.job not in (None, "localhost") or spec.replica not in (None, 0)
-                      or spec.task not in (None, 0))
-        if spec.device_type == "GPU" and "GPU" in self._namespaces and not other_task:
-            return "GPU"
-        if spec.device_type in (None, "CPU") and not spec.device_index and not other_task:
-            return "CPU"
-        if not self.config.allow_soft_placement:
-            where = ("This session runs the graph in this process (job localhost): give tf.Session the "
-                     "cluster's target (tf.Session(cluster.target)) to run it on that job's tasks"
-                     if other_task else "This process has no such device (no GPU, or no CuPy, for /gpu:N)")
-            raise InvalidArgumentError(f"{self._unavailable(op)} {where}; ConfigProto("
-                                       "allow_soft_placement=True) runs the op on this process's CPU instead",
-                                       op=op.name)
-        if op.device not in self._warned_devices:
-            self._warned_devices.add(op.device)
-            log.warning("soft placement: %s is not a device of this process, so its ops run on the CPU",
-                        op.device)
-        return "GPU" if spec.device_type == "GPU" and "GPU" in self._namespaces else "CPU"
-
-    def _unavailable(self, op: Operation) -> str:
-        """TF's words for an op placed on a device this process lacks."""
-        devices = [f"{LOCAL_TASK}/device:{kind}:0" for kind in sorted(self._namespaces)]
-        return (f"Cannot assign a device for operation {op.name}: Operation was explicitly assigned to "
-                f"{op.device} but available devices are [ {', '.join(devices)} ].")
 
     def _convert_feeds(self, feed_dict: dict) -> dict:
         feeds = {}
@@ -391,35 +321,6 @@ class InteractiveSession(Session):
         if self in _default_sessions.stack:
             _default_sessions.stack.remove(self)
         super().close()
-
-
-def _cancel_waits(state: SessionState) -> None:
-    """End every wait in a closing session's resources (a queue's blocked dequeue or enqueue, in
-    the training loop or a queue runner's thread): they raise CancelledError instead of hanging."""
-    for resource in list(state.resources.values()):
-        cancel = getattr(resource, "cancel", None)
-        if cancel is not None:
-            cancel()
-
-
-def prune(graph: Graph, fetches: list, fed: set[str]) -> list[Operation]:
-    """The ops the fetches need, in creation (topological) order; fed tensors cut the graph."""
-    needed: set[Operation] = set()
-    stack = [f.op if isinstance(f, Tensor) else f for f in fetches
-             if not (isinstance(f, Tensor) and f.name in fed)]
-    while stack:
-        op = stack.pop()
-        if op in needed:
-            continue
-        needed.add(op)
-        stack.extend(t.op for t in op.inputs if t.name not in fed)
-        stack.extend(op.control_inputs)
-    return sorted(needed, key=lambda op: op._id)
-
-
-def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
-    return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs),
-                  tuple(c.name for c in op.control_inputs), len(op.outputs), device_type)
 
 
 def _to_host(value):

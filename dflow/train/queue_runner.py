@@ -142,8 +142,11 @@ class QueueRunner:
 
 
 def _refuse_cluster_sessions(sess) -> None:
+    from ..runtime.runners import LocalRunner
+
     inner = getattr(sess, "_session", sess)  # a MonitoredTrainingSession's session
-    if getattr(inner, "_cluster", None) is not None:
+    runner = getattr(inner, "runner", None)
+    if runner is not None and not isinstance(runner, LocalRunner):
         raise NotImplementedError(
             "queue runners (tf.train.start_queue_runners, string_input_producer, shuffle_batch) run in "
             "local sessions only in dflow: on a cluster, read a prepared store with "

@@ -1,0 +1,632 @@
+"""``dflow bench simulate``: a discrete-event simulation of distributed training steps.
+
+The plan comes from dflow itself, not from a formula: :func:`model_plan` builds the real
+graph of a model and reads its variables (sizes, creation order) and its layers (the
+FLOPs of each ``Conv2D``/``MatMul``, the variables each one uses, in forward order);
+:func:`place_variables` puts the variables on the PS tasks with the device function
+training uses (``replica_device_setter`` with round-robin or
+``GreedyLoadBalancingStrategy(byte_size_load_fn)``). :func:`simulate` then plays every
+replica's steps against shared resources:
+
+- each node's NIC, full duplex (an ``out`` and an ``in`` channel, each FIFO at the
+  preset's bytes/sec), with a per-message latency; a message holds its sender's ``out``
+  and its receiver's ``in`` at once. PS tasks live on the worker nodes (PS ``j`` on node
+  ``j % nodes``), as seed 001 ran them: a PS's traffic shares its node's NIC with the
+  worker there, and a read from a PS on one's own node crosses no NIC;
+- each PS task's CPU, which receives and applies every gradient (bytes / apply rate);
+- each device's compute: one step time (measured, or the first row of a table), one third
+  forward and two thirds backward, split over the layers in proportion to their FLOPs;
+- each node's bus (PCIe, NVLink) for the copies between its devices.
+
+One step of a replica, with the overlap the runtime has: all variable reads are requested
+at the step's start and a layer's forward runs once its variables have arrived (the PS
+step's level-0 stage sends them all at once, see ``dflow.distributed.partition``); the
+backward pass runs in reverse layer order and each layer's gradients are sent as soon as
+they exist, overlapping the layers still to compute; the PS applies each gradient as it
+arrives. Synchronous steps (``SyncReplicasOptimizer``) start together after every apply
+of the step is done; asynchronous replicas start their next step after their own applies.
+
+``distributed_replicated`` sums a node's gradients over its bus first (a ring among its
+devices) and its first device alone talks to the PS, then broadcasts the refreshed
+variables before the forward pass; ``allreduce`` is Horovod's ring: each bucket of
+``fusion_bytes`` gradients, in backward order, costs ``2 (n-1)/n`` bytes per link and
+``2 (n-1)`` latencies, over the NICs between nodes and the bus inside one.
+
+>>> from dflow.bench.hardware import LOOPBACK  # 2 GB/s links and PS CPU, 1 ms a message
+>>> plan = ModelPlan.uniform("toy", [4_000_000], flops=[1.0])
+>>> r = simulate(plan, LOOPBACK, step_time_s=0.1, batch_size=100, num_workers=2, num_ps=1,
+...              colocate_ps=False, overlap=False)
+>>> round(r.step_s, 3)  # 2 ms serialize, 2 x 2 ms reads, 100 compute, 2 grad, 2 apply, 3 x 1 latency
+0.113
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from .hardware import Hardware
+
+__all__ = ["Layer", "ModelPlan", "SimResult", "model_plan", "place_variables", "simulate", "best_setup",
+           "ps_candidates", "calibrate_step_time", "SIM_UPDATES", "FORWARD_SHARE"]
+
+#: ``--variable_update`` values the simulator plays (dflow's names)
+SIM_UPDATES = ("parameter_server", "distributed_replicated", "allreduce", "replicated")
+#: forward : backward = 1 : 2 (a backward pass computes the input and the weight gradients,
+#: each as costly as the forward; the common rule, e.g. Kaplan et al. 2020 "6N per token")
+FORWARD_SHARE = 1 / 3
+#: Horovod's default tensor fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB)
+HOROVOD_FUSION_BYTES = 64 * 2**20
+ASYNC_STEPS = 4
+#: a step within 5% of its compute is compute-bound; slower, the busiest resource is named
+COMPUTE_BOUND = 0.95
+STEPS = 3  # the first starts from idle links; the step time is the mean of the others
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A compute op of the forward pass, its FLOPs per example and the variables it uses."""
+
+    name: str
+    flops: float
+    variables: tuple[int, ...]  # indices into ModelPlan.sizes
+
+
+@dataclass
+class ModelPlan:
+    """A model's variables (all of them, in creation order: what the device setter sees) and
+    its layers in forward order."""
+
+    model: str
+    sizes: list[int]  # bytes per variable
+    trainable: list[bool]
+    layers: list[Layer]
+    variable_ops: list = field(default_factory=list, repr=False)  # the graph's VariableV2 ops
+
+    @classmethod
+    def uniform(cls, model: str, sizes: Sequence[int], flops: Sequence[float]) -> ModelPlan:
+        """A plan without a graph: variable ``i`` used by layer ``i`` (for tests and docs)."""
+        layers = [Layer(f"layer{i}", f, (i,)) for i, f in enumerate(flops)]
+        return cls(model, list(sizes), [True] * len(sizes), layers)
+
+    @property
+    def trainable_bytes(self) -> int:
+        return sum(s for s, t in zip(self.sizes, self.trainable) if t)
+
+
+@functools.lru_cache(maxsize=8)
+def model_plan(model: str) -> ModelPlan:
+    """Build ``model``'s graph (one example) and read its variables and layers from it.
+
+    A variable belongs to the layer of its first consumer: the ``Conv2D``/``MatMul`` that
+    takes it, or the last one created before the op that takes it (batch norm's beta, a bias).
+    """
+    import dflow as tf
+    from dflow.models import get_model
+
+    spec = get_model(model)
+    graph = tf.Graph()
+    with graph.as_default():
+        spec(tf.placeholder(tf.float32, [1, *spec.input_shape]))
+    ops = graph.get_operations()
+    position = {op.name: i for i, op in enumerate(ops)}
+    variable_ops = [op for op in ops if op.type == "VariableV2"]
+    trainable_names = {v.op.name for v in graph.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES)}
+    sizes = [op.outputs[0].shape.num_elements() * op.outputs[0].dtype.size for op in variable_ops]
+    compute = [op for op in ops if op.type in ("Conv2D", "MatMul")]
+    compute_at = [position[op.name] for op in compute]
+    members: dict[int, list[int]] = defaultdict(list)
+    for index, op in enumerate(variable_ops):
+        if op.name not in trainable_names:
+            continue
+        first_use = min((position[c.name] for c in _users(op)), default=position[op.name])
+        layer = max((i for i, at in enumerate(compute_at) if at <= first_use), default=0)
+        members[layer].append(index)
+    layers = [Layer(op.name, _flops(op), tuple(members[i])) for i, op in enumerate(compute)]
+    trainable = [op.name in trainable_names for op in variable_ops]
+    return ModelPlan(model, sizes, trainable, layers, variable_ops)
+
+
+def _users(variable_op) -> list:
+    """The ops taking a variable's value (through its read op) or its reference."""
+    users = []
+    for consumer in variable_op.outputs[0].consumers():
+        if consumer.type in ("ReadVariable", "Identity"):
+            users += consumer.outputs[0].consumers()
+        elif consumer.type not in ("Assign",):
+            users.append(consumer)
+    return users
+
+
+def _flops(op) -> float:
+    """Multiply-adds x 2 of one example's ``Conv2D`` (output pixels x kernel) or ``MatMul``."""
+    if op.type == "MatMul":
+        k, n = op.inputs[1].shape.as_list()
+        return 2.0 * k * n
+    kh, kw, c_in, c_out = op.inputs[1].shape.as_list()
+    out = op.outputs[0].shape.as_list()
+    pixels = out[2] * out[3] if op.get_attr("data_format") == "NCHW" else out[1] * out[2]
+    return 2.0 * kh * kw * c_in * c_out * pixels
+
+
+def place_variables(plan: ModelPlan, num_ps: int, ps_strategy: str = "round_robin") -> list[int]:
+    """The PS task of every variable, as ``VariableUpdate("parameter_server").device()`` places
+    them: ``replica_device_setter`` over ``num_ps`` tasks, round-robin or greedy by bytes.
+
+    >>> place_variables(ModelPlan.uniform("toy", [400, 4, 400, 4], [1] * 4), 2, "greedy")
+    [0, 1, 1, 0]
+    """
+    from ..placement import DeviceSpec
+    from ..train.device_setter import GreedyLoadBalancingStrategy, byte_size_load_fn, replica_device_setter
+
+    if num_ps < 1:
+        raise ValueError(f"a PS update needs num_ps >= 1, got {num_ps}")
+    if not plan.variable_ops:  # a plan without a graph: the same rules on the sizes
+        loads, tasks = [0] * num_ps, []
+        for i, size in enumerate(plan.sizes):
+            tasks.append(loads.index(min(loads)) if ps_strategy == "greedy" else i % num_ps)
+            loads[tasks[-1]] += size
+        return tasks
+    strategy = GreedyLoadBalancingStrategy(num_ps, byte_size_load_fn) if ps_strategy == "greedy" else None
+    device_function = replica_device_setter(ps_tasks=num_ps, ps_strategy=strategy)
+    return [DeviceSpec.from_string(device_function(op)).task for op in plan.variable_ops]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One simulated configuration: throughput, what bounds it, and the bytes on the links."""
+
+    workers: int  # nodes
+    devices_per_node: int
+    gpus: int
+    num_ps: int
+    variable_update: str
+    ps_strategy: str | None
+    sync: bool
+    batch_size: int
+    step_s: float
+    images_per_sec: float
+    bottleneck: str
+    utilization: float
+    compute_s: float
+    busiest_nic_bytes_per_step: float  # the most bytes one node's NIC carries one way per step
+    busiest_ps_bytes_per_step: float  # gradient bytes the busiest PS task receives per step
+
+    @property
+    def scaling_efficiency(self) -> float:
+        return self.step_s and self.compute_s / self.step_s
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "scaling_efficiency": self.scaling_efficiency}
+
+
+class _Channel:
+    """A FIFO resource: work starts when it is free, and it counts its busy time."""
+
+    __slots__ = ("name", "free", "busy", "bytes")
+
+    def __init__(self, name: str):
+        self.name, self.free, self.busy, self.bytes = name, 0.0, 0.0, 0.0
+
+
+class _Network:
+    """The nodes' NICs (full duplex) and buses."""
+
+    def __init__(self, nodes: int, hardware: Hardware):
+        self.hw = hardware
+        self.out = [_Channel(f"node {n} NIC out") for n in range(nodes)]
+        self.into = [_Channel(f"node {n} NIC in") for n in range(nodes)]
+        self.bus = [_Channel(f"node {n} bus") for n in range(nodes)]
+        self.streams: dict[tuple[int, int], _Channel] = {}
+
+    def send(self, ready: float, src: int, dst: int, nbytes: float) -> float:
+        """When ``nbytes`` sent at ``ready`` from node ``src`` arrive at ``dst``."""
+        if src == dst:  # host memory to the device: pipelined, no NIC
+            return ready + nbytes / self.hw.bus_bytes_per_sec
+        # each direction serves its messages in turn, without waiting for the other end: a
+        # message is in when its sender's out, its receiver's in and (TF's gRPC) the pair's
+        # connection have all carried it. TCP flows share a NIC; reserving every resource at
+        # once would leave idle gaps no NIC has.
+        done = ready
+        duration = nbytes / self.hw.nic_bytes_per_sec
+        channels = [(self.out[src], duration), (self.into[dst], duration)]
+        if self.hw.stream_bytes_per_sec:
+            pair = self.streams.get((src, dst))
+            if pair is None:
+                pair = self.streams[(src, dst)] = _Channel(f"connection node {src} -> node {dst}")
+            channels.append((pair, nbytes / self.hw.stream_bytes_per_sec))
+        for channel, busy in channels:
+            channel.free = max(ready, channel.free) + busy
+            channel.busy += busy
+            channel.bytes += nbytes
+            done = max(done, channel.free)
+        return done + self.hw.latency_s
+
+    def on_bus(self, ready: float, node: int, duration: float) -> float:
+        bus = self.bus[node]
+        start = max(ready, bus.free)
+        bus.free = start + duration
+        bus.busy += duration
+        return bus.free
+
+
+def _layer_times(plan: ModelPlan, compute_s: float) -> tuple[list[float], list[float]]:
+    total = sum(layer.flops for layer in plan.layers) or 1.0
+    forward = [compute_s * FORWARD_SHARE * layer.flops / total for layer in plan.layers]
+    backward = [compute_s * (1 - FORWARD_SHARE) * layer.flops / total for layer in plan.layers]
+    return forward, backward
+
+
+def simulate(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size: int, num_workers: int,
+             num_ps: int = 1, variable_update: str = "parameter_server", ps_strategy: str = "greedy",
+             devices_per_node: int | None = None, sync: bool = True, fusion_bytes: int = HOROVOD_FUSION_BYTES,
+             colocate_ps: bool = True, overlap: bool = True, steps: int = STEPS) -> SimResult:
+    """Play ``steps`` training steps of ``num_workers`` nodes and ``num_ps`` PS tasks.
+
+    ``step_time_s`` is one device's compute for one batch of ``batch_size``;
+    ``devices_per_node`` defaults to the hardware's. ``colocate_ps``: PS tasks on the worker
+    nodes (seed 001), else each on a node of its own (``tf.cluster.local``'s roles).
+    ``overlap``: TensorFlow's per-variable sends, overlapping reads with the forward pass and
+    gradients with the backward pass; False: dflow's runtime, whose PS step is three stages
+    (read, compute, apply: ``dflow.distributed.partition``), each task's values to another in
+    one message at a stage's end. Returns the mean step time of all but the first step, and
+    what bounded it.
+    """
+    if variable_update not in SIM_UPDATES:
+        raise ValueError(f"variable_update must be one of {', '.join(SIM_UPDATES)}, got {variable_update!r}")
+    if num_workers < 1 or step_time_s <= 0 or batch_size < 1:
+        raise ValueError("num_workers and batch_size must be >= 1 and step_time_s > 0")
+    per_node = devices_per_node or hardware.devices_per_node
+    steps = steps if sync else max(steps, 3 * ASYNC_STEPS)  # replicas drift apart: a longer window
+    if variable_update == "replicated" and num_workers > 1:
+        raise ValueError("replicated reduces inside one node: use num_workers=1, or allreduce / "
+                         "distributed_replicated across nodes")
+    if variable_update in ("allreduce", "replicated"):
+        return _simulate_ring(plan, hardware, step_time_s, batch_size, num_workers, per_node, variable_update,
+                              fusion_bytes, steps)
+    return _simulate_ps(plan, hardware, step_time_s, batch_size, num_workers, per_node, num_ps,
+                        variable_update, ps_strategy, sync, colocate_ps, overlap, steps)
+
+
+def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_ps, update, ps_strategy,
+                 sync, colocate_ps, overlap, steps) -> SimResult:
+    placement = place_variables(plan, num_ps, ps_strategy)
+    ps_node = [j % nodes if colocate_ps else nodes + j for j in range(num_ps)]
+    net = _Network(nodes if colocate_ps else nodes + num_ps, hardware)
+    cpu = [_Channel(f"ps {j} CPU (on node {ps_node[j]})") for j in range(num_ps)]
+    forward, backward = _layer_times(plan, step_time_s)
+    layers = [[(v, plan.sizes[v], placement[v]) for v in layer.variables] for layer in plan.layers]
+    if not overlap:  # one layer of the whole model, one message per PS task each way
+        per_ps: dict[int, list] = {}
+        for v, size, ps in (item for layer in layers for item in layer):
+            per_ps.setdefault(ps, [v, 0, ps])[1] += size
+        layers, forward, backward = [[tuple(m) for m in per_ps.values()]], [sum(forward)], [sum(backward)]
+    trainable = [v for layer in layers for v in layer]
+    # a replica is a device (parameter_server) or a node's leader for its devices (distributed_replicated)
+    aggregated = update == "distributed_replicated"
+    replicas = nodes if aggregated else nodes * per_node
+    node_of = [r if aggregated else r // per_node for r in range(replicas)]
+    ring = 2 * (per_node - 1) / per_node / hardware.bus_bytes_per_sec if aggregated and per_node > 1 else 0.0
+    broadcast = plan.trainable_bytes / hardware.bus_bytes_per_sec if aggregated and per_node > 1 else 0.0
+    images = batch_size * (per_node if aggregated else 1)
+
+    events: list[tuple] = []
+    sequence = 0
+    pending_reads = [0] * replicas
+    arrivals: list[dict[int, float]] = [{} for _ in range(replicas)]
+    pending_applies = [0] * replicas
+    step_of = [0] * replicas
+    step_start = [0.0] * replicas
+    last_apply = [0.0] * replicas
+    step_ends: list[list[float]] = [[] for _ in range(replicas)]
+    ps_bytes = [0.0] * num_ps
+
+    def serialize(t: float, ps: int, size: float) -> float:
+        """The PS task's CPU copies a variable into its reply (TF's gRPC: a protobuf) first."""
+        channel = cpu[ps]
+        channel.free = max(t, channel.free) + size / hardware.ps_apply_bytes_per_sec
+        channel.busy += size / hardware.ps_apply_bytes_per_sec
+        return channel.free
+
+    def start_step(r: int, t: float) -> None:
+        nonlocal sequence
+        step_start[r] = t
+        pending_reads[r] = len(trainable)
+        arrivals[r] = {}
+        for i, (v, size, ps) in enumerate(trainable):  # interleaved over replicas: fair at message grain
+            heapq.heappush(events, (t, i * replicas + r, sequence, "read", r, v, size, ps))
+            sequence += 1
+
+    def start_all(t: float) -> None:
+        """A synchronous step's start: nothing else is in flight, so every read is sent now, in
+        the order the heap would pop them (variable by variable, replica by replica)."""
+        for r in range(replicas):
+            step_start[r] = t
+            arrivals[r] = {}
+        for v, size, ps in trainable:
+            for r in range(replicas):
+                arrivals[r][v] = net.send(serialize(t, ps, size), ps_node[ps], node_of[r], size)
+        for r in range(replicas):
+            compute(r)
+
+    def compute(r: int) -> None:
+        """All reads of ``r`` are in: play its forward and backward passes, queue its gradients."""
+        nonlocal sequence
+        node, arrived = node_of[r], arrivals[r]
+        t = step_start[r]
+        if aggregated:  # the leader refreshes its node's copies before the forward pass
+            t = net.on_bus(max(arrived.values(), default=t), node, broadcast)
+        ready_at = []
+        for i, layer in enumerate(layers):
+            t = max([t, *(arrived[v] for v, _, _ in layer)]) + forward[i]
+        for i in reversed(range(len(layers))):
+            t += backward[i]
+            ready_at.append((i, t))
+        pending_applies[r] = len(trainable)
+        for i, t_ready in ready_at:
+            for v, size, ps in layers[i]:
+                if ring:  # the node's devices sum this gradient first
+                    t_ready = net.on_bus(t_ready, node, ring * size)
+                heapq.heappush(events, (t_ready, 0, sequence, "grad", r, v, size, ps))
+                sequence += 1
+
+    if sync:
+        start_all(0.0)
+    else:
+        for r in range(replicas):
+            start_step(r, 0.0)
+    done_replicas = 0
+    while events:
+        t, _, _, kind, r, v, size, ps = heapq.heappop(events)
+        if kind == "read":
+            arrivals[r][v] = net.send(serialize(t, ps, size), ps_node[ps], node_of[r], size)
+            pending_reads[r] -= 1
+            if pending_reads[r] == 0:
+                compute(r)
+        else:  # a gradient: to its PS, whose CPU applies it (in the order sent: close enough)
+            arrival = net.send(t, node_of[r], ps_node[ps], size)
+            channel = cpu[ps]
+            start = max(arrival, channel.free)
+            channel.free = start + size / hardware.ps_apply_bytes_per_sec
+            channel.busy += channel.free - start
+            if step_of[r] == steps - 1:
+                ps_bytes[ps] += size
+            last_apply[r] = max(last_apply[r], channel.free)
+            pending_applies[r] -= 1
+            if pending_applies[r]:
+                continue
+            step_ends[r].append(last_apply[r])
+            step_of[r] += 1
+            if not sync:
+                if step_of[r] < steps:
+                    start_step(r, last_apply[r] + hardware.latency_s)
+                continue
+            done_replicas += 1
+            if done_replicas == replicas:  # the barrier: every replica's applies of this step are done
+                done_replicas = 0
+                end = max(last_apply) + hardware.latency_s
+                if step_of[0] < steps:
+                    start_all(end)
+    if sync:
+        ends = [max(step_ends[r][k] for r in range(replicas)) for k in range(steps)]
+        step = (ends[-1] - ends[0]) / (steps - 1)
+        rate = replicas * images / step
+    else:  # the steps every replica finished after the last one's first, over that window
+        begin, end = max(e[0] for e in step_ends), max(e[-1] for e in step_ends)
+        finished = sum(sum(1 for t in e if t > begin) for e in step_ends)
+        rate = finished * images / (end - begin)
+        step = replicas * images / rate
+    window = step * (steps - 1)
+    channels = [*net.out, *net.into, *cpu, *(net.bus if aggregated and per_node > 1 else [])]
+    return _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step, rate, step_time_s,
+                   channels, window, steps, max(c.bytes for c in [*net.out, *net.into]) / steps,
+                   max(ps_bytes))
+
+
+def _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step, rate, compute_s, channels,
+            window, steps, nic_bytes, ps_bytes) -> SimResult:
+    """The result, with the busiest resource over the steps (busy time / elapsed time)."""
+    elapsed = window * steps / (steps - 1)
+    busiest = max(channels, key=lambda c: c.busy, default=None)
+    utilization = busiest.busy / elapsed if busiest else 0.0
+    bottleneck = busiest.name if busiest else "compute"
+    if compute_s / step >= COMPUTE_BOUND or not busiest:  # else the busiest resource, though it may idle
+        bottleneck, utilization = "compute", compute_s / step
+    return SimResult(nodes, per_node, nodes * per_node, num_ps, update, ps_strategy, sync, batch_size, step,
+                     rate, bottleneck, min(1.0, utilization), compute_s, nic_bytes, ps_bytes)
+
+
+def _simulate_ring(plan, hardware, step_time_s, batch_size, nodes, per_node, update, fusion_bytes,
+                   steps) -> SimResult:
+    """Horovod's ring allreduce. Every replica computes and reduces alike (each bucket waits for
+    all of them, and they are identical), so one replica's timeline is every one's."""
+    n = nodes * per_node
+    forward, backward = _layer_times(plan, step_time_s)
+    collective = _Channel("ring allreduce (NIC)" if nodes > 1 else "ring allreduce (bus)")
+    link = hardware.bus_bytes_per_sec if nodes == 1 else min(hardware.nic_bytes_per_sec,
+                                                             hardware.bus_bytes_per_sec)
+    t = 0.0
+    ends = []
+    for _ in range(steps):
+        start = t
+        t = start + sum(forward)
+        bucket = 0.0
+        for i in reversed(range(len(plan.layers))):
+            t += backward[i]
+            bucket += sum(plan.sizes[v] for v in plan.layers[i].variables)
+            if bucket >= fusion_bytes or i == 0:
+                duration = 2 * (n - 1) / n * bucket / link + 2 * (n - 1) * hardware.latency_s
+                begin = max(t, collective.free)
+                collective.free = begin + duration
+                collective.busy += duration
+                collective.bytes += 2 * (n - 1) / n * bucket if n > 1 else 0
+                bucket = 0.0
+        t = max(t, collective.free)
+        ends.append(t)
+    step = (ends[-1] - ends[0]) / (steps - 1)
+    return _result(nodes, per_node, 0, update, None, True, batch_size, step, n * batch_size / step,
+                   step_time_s, [collective], step * (steps - 1), steps,
+                   collective.bytes / steps if nodes > 1 else 0.0, 0.0)  # inside one node: the bus
+
+
+# ---- searching setups ---------------------------------------------------------------------------
+def ps_candidates(max_ps: int) -> list[int]:
+    """PS counts tried for up to ``max_ps``: every count to 4, then about 1.5x apart, and ``max_ps``.
+
+    >>> ps_candidates(128)
+    [1, 2, 3, 4, 6, 9, 14, 21, 32, 48, 72, 108, 128]
+    """
+    counts, n = list(range(1, min(max_ps, 4) + 1)), 4
+    while n < max_ps:
+        n = max(n + 1, round(n * 1.5))
+        counts.append(min(n, max_ps))
+    return sorted(set(counts))
+
+
+def best_setup(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size: int, gpus: int,
+               updates: Sequence[str] = ("parameter_server", "distributed_replicated"),
+               ps_strategy: str = "greedy", sync: bool = True, max_ps: int | None = None,
+               min_ps: int = 1) -> tuple[SimResult, list[SimResult]]:
+    """The fastest setup for ``gpus`` devices over ``updates`` and PS counts (as seed 001 searched:
+    1 to the number of workers; ``min_ps``..``max_ps`` when given), and every setup tried."""
+    per_node = min(hardware.devices_per_node, gpus)
+    nodes = math.ceil(gpus / per_node)
+    tried = []
+    for update in updates:
+        if update in ("allreduce", "replicated"):
+            if update == "replicated" and nodes > 1:
+                continue
+            tried.append(simulate(plan, hardware, step_time_s, batch_size, nodes, 0, update,
+                                  devices_per_node=per_node))
+            continue
+        for m in ps_candidates(max_ps or (nodes if update == "distributed_replicated" else gpus)):
+            if m < (min_ps or 1):
+                continue
+            tried.append(simulate(plan, hardware, step_time_s, batch_size, nodes, m, update, ps_strategy,
+                                  per_node, sync))
+    best = max(tried, key=lambda r: r.images_per_sec)
+    return best, tried
+
+
+
+
+
+def calibrate_step_time(plan: ModelPlan, hardware: Hardware, images_per_sec: float, batch_size: int) -> float:
+    """One device's compute per step such that the simulated one-device run (one PS on its
+    node, as a table's first row) makes ``images_per_sec``: the measured rate, less the
+    simulated reads and applies it includes."""
+    step = batch_size / images_per_sec
+    for _ in range(4):  # the overhead barely depends on the step: a few fixed-point rounds
+        simulated = simulate(plan, hardware, step, batch_size, 1, 1, devices_per_node=1)
+        step *= simulated.images_per_sec / images_per_sec
+    return step
+
+
+# ---- command line ------------------------------------------------------------------------------
+def add_arguments(parser) -> None:
+    """``dflow bench simulate``'s arguments."""
+    from .hardware import PRESETS
+
+    parser.add_argument("--model", default="inception3", help="a dflow.models name (default inception3)")
+    parser.add_argument("--hardware", default="piz_daint",
+                        help=f"a cluster preset: {', '.join(PRESETS)} (default piz_daint)")
+    parser.add_argument("--step_time", type=float,
+                        help="one device's compute seconds per step (default: the preset's measured "
+                             "Inception v3 speed at batch 64, where a paper gives one)")
+    parser.add_argument("--batch_size", type=int, default=64, help="per device (default 64)")
+    parser.add_argument("--gpus", default="1,2,4,8,16,32,64,128", type=_counts,
+                        help="comma-separated device counts (default 1,2,...,128)")
+    parser.add_argument("--variable_update", default="best", choices=("best", *SIM_UPDATES),
+                        help="one mode, or best: the fastest of parameter_server, distributed_replicated "
+                             "and allreduce (default)")
+    parser.add_argument("--num_ps", type=int, help="PS tasks (default: the best of 1..workers)")
+    parser.add_argument("--ps_strategy", default="greedy", choices=("round_robin", "greedy"),
+                        help="variables over the PS tasks (default greedy, as tf_cnn_benchmarks)")
+    parser.add_argument("--devices_per_node", type=int, help="default: the preset's")
+    parser.add_argument("--async", dest="sync", action="store_false", help="asynchronous PS updates")
+    parser.add_argument("--reproduce", choices=("bugliarello2017",),
+                        help="the seed's tables 1-3 beside the simulator, its 8-GPU efficiencies and "
+                             "seed 000's saturation points")
+    parser.add_argument("--systems", type=lambda s: s.split(","),
+                        help="--reproduce: only these systems (piz_daint,p2.xlarge,p2.8xlarge)")
+    parser.add_argument("--max_gpus", type=int, help="--reproduce: only the rows up to this many GPUs")
+    parser.add_argument("--format", default="table", choices=("table", "json"))
+    parser.add_argument("--plot", metavar="FILE", action="append",
+                        help="images/sec and scaling efficiency against GPUs (.png/.svg; repeatable)")
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--gpus takes comma-separated integers like 1,2,4,8, got {text!r}") from None
+    if min(counts) < 1:
+        raise ValueError(f"--gpus counts must be >= 1, got {text!r}")
+    return counts
+
+
+def simulate_counts(model: str, hardware: Hardware, gpus: Sequence[int], step_time_s: float | None = None,
+                    batch_size: int = 64, variable_update: str = "best", num_ps: int | None = None,
+                    ps_strategy: str = "greedy", devices_per_node: int | None = None,
+                    sync: bool = True) -> list[dict]:
+    """The best (or the given) setup per GPU count, as dicts (``SimResult.as_dict`` plus ``system``)."""
+    import dataclasses
+
+    plan = model_plan(model)
+    if devices_per_node:
+        hardware = dataclasses.replace(hardware, devices_per_node=devices_per_node)
+    if step_time_s is None:
+        if hardware.one_device_images_per_sec is None or (model, batch_size) != ("inception3", 64):
+            raise ValueError(f"no measured step time for {model} at batch {batch_size} on {hardware.name}: "
+                             "give --step_time (one device's compute seconds per step)")
+        step_time_s = calibrate_step_time(plan, hardware, hardware.one_device_images_per_sec, batch_size)
+    updates = ("parameter_server", "distributed_replicated", "allreduce") if variable_update == "best" \
+        else (variable_update,)
+    rows = []
+    for count in gpus:
+        best, _ = best_setup(plan, hardware, step_time_s, batch_size, count, updates, ps_strategy, sync,
+                             max_ps=num_ps, min_ps=num_ps)
+        rows.append({"system": hardware.name, "model": model, **best.as_dict()})
+    return rows
+
+
+def main(args, echo=print) -> int:
+    """Run ``dflow bench simulate``: a table (or JSON) of simulated setups, or a paper's reproduction."""
+    import json
+
+    from . import report
+    from .hardware import get_hardware
+    from .reproduce import efficiencies, format_reproduction, plot_scaling, reproduce, saturation
+
+    try:
+        if args.reproduce:
+            rows = reproduce(args.systems, args.max_gpus)
+            extra = {} if args.systems or args.max_gpus else {"efficiencies": efficiencies(),
+                                                             "saturation": saturation()}
+        else:
+            rows = simulate_counts(args.model, get_hardware(args.hardware), args.gpus, args.step_time,
+                                   args.batch_size, args.variable_update, args.num_ps, args.ps_strategy,
+                                   args.devices_per_node, args.sync)
+            extra = {}
+    except ValueError as error:
+        echo(f"dflow bench simulate: {error}")
+        return 2
+    if args.format == "json":
+        echo(json.dumps(rows if not extra else rows + [{"check": k, "rows": v} for k, v in extra.items()],
+                        indent=1))
+    elif args.reproduce:
+        echo(format_reproduction(rows))
+        for name, table in extra.items():
+            echo(f"\n{name}:\n" + report.markdown_table(table, list(table[0])))
+    else:
+        echo(report.markdown_table(rows, ["system", "gpus", "workers", "devices_per_node", "variable_update",
+                                          "num_ps", "images_per_sec", "scaling_efficiency", "bottleneck",
+                                          "utilization", "busiest_nic_bytes_per_step"]))
+    if args.plot:
+        plot_scaling(rows, args.plot, "dflow bench simulate" + (f" --reproduce {args.reproduce}"
+                                                                if args.reproduce else ""))
+    return 0

@@ -1,0 +1,188 @@
+"""``DaskRunner``: each stage of a step is one Dask task, scheduled by Dask's scheduler.
+
+Planning is the direct path's (:class:`~dflow.distributed.runner.DirectRunner`): the passes
+place and partition the step, and each task's stages are registered once on its worker. A
+step is then one task graph, sent to the scheduler in one message (``client.get`` of a
+high-level graph):
+
+- every stage is a task ``run_stage(plan_id, index, run_id, feeds, *upstream)``, annotated
+  ``resources={"ps/0": 1}``: only the worker holding that role offers the resource
+  (:func:`dflow.cluster.role_resources`), so the scheduler runs the stage there, and a worker
+  restarted under the same role takes the stages again;
+- the values a stage sends to another task are its result, and the consumer stage depends on
+  it: Dask moves them worker to worker, never through the scheduler or the client;
+- what a stage keeps for a later stage of its own task stays in the worker
+  (``DflowWorker.kept``), and each stage depends on its task's previous one, so a task's
+  stages run in level order as on the direct path; variables never leave their owner;
+- the fetched values come back through a small ``select`` task per fetching stage, so that a
+  stage's gradients never travel to the client with its loss.
+
+Task keys say what runs where and when, so the dashboard's task stream shows training:
+``worker/0:forward-backward:step 120 [3f9c0a1e #1]`` (the bracket tells sessions, and a
+task's stages, apart).
+The README's "How a step runs" compares this path with the direct one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import distributed
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from distributed.worker import thread_state
+
+from ..cluster.spec import role_name, worker_infos
+from ..errors import DeadlineExceededError, FailedPreconditionError, UnavailableError
+from ..placement import DeviceSpec
+from ..runtime.executor import RunStats
+from ..runtime.passes import Plan
+from .runner import DirectRunner, cluster_tasks
+from .worker import run_stage, select
+
+__all__ = ["DaskRunner", "role_resource"]
+
+WATCH_EVERY_S = 0.5  # how often a step waiting for its tasks checks that their workers are there
+
+
+def role_resource(task: str) -> str:
+    """The Dask resource that only ``task``'s worker offers: ``/job:ps/task:0`` -> ``ps/0``."""
+    spec = DeviceSpec.from_string(task)
+    return role_name(spec.job, spec.task)
+
+
+@dataclass
+class _StageTask:
+    """One stage as a task of every step: where it runs, and which stages it waits for."""
+
+    task: str
+    index: int
+    label: str  # "worker/0:forward-backward"
+    resource: str  # "worker/0"
+    feeds: tuple[str, ...]
+    upstream: tuple[tuple[str, int], ...]  # (task, index) of the stages whose results it takes
+    fetches: tuple[str, ...]
+    sends: bool  # its result holds values for other tasks, not only fetches
+
+
+class DaskRunner(DirectRunner):
+    """Runs a Session's steps as Dask tasks on the cluster at ``target``."""
+
+    def __init__(self, target: str, graph, config, timeout_s: float | None = None):
+        super().__init__(target, graph, config, timeout_s)
+        self._session = uuid.uuid4().hex[:8]
+        self._steps = itertools.count(1)
+        self._layouts: dict[str, list[_StageTask]] = {}
+
+    def _make_plan(self, fetches: list, fed: Collection[str]) -> Plan:
+        plan = super()._make_plan(fetches, fed)
+        self._require_role_resources(plan.tasks)
+        self._layouts[plan.plan_id] = _layout(plan)
+        return plan
+
+    def _require_role_resources(self, tasks: list[str]) -> None:
+        """Each task's worker must offer its role as a resource, or its stages would wait forever."""
+        offered = {info.get("name"): info.get("resources", {}) for info in worker_infos(self.client).values()}
+        for task in tasks:
+            role = role_resource(task)
+            if role not in offered.get(role, {}):
+                raise FailedPreconditionError(
+                    f"ConfigProto(runner='dask') pins each stage to its task's worker by the resource "
+                    f"naming its role, but worker {role} offers only {sorted(offered.get(role, {}))}: "
+                    f"start it with dflow's launchers (tf.cluster.local, `dflow worker`, which add "
+                    f"--resources \"{role}=1\"), or use runner='direct'")
+
+    def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
+        step = next(self._steps)
+        graph, fetching, finishing = self._step_graph(plan, feeds, step)
+        futures = self.client.get(graph, fetching + finishing, sync=False)
+        in_task = getattr(thread_state, "key", None) is not None  # a between-graph replica's program
+        if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
+            distributed.secede()
+        try:
+            self._wait(plan, futures, step)
+            errors = [f for f in futures if f.status == "error"]
+            if errors:
+                errors[0].result()  # raises the stage's error, as its task raised it
+            # only the fetched values travel back: a last stage that fetches nothing is waited
+            # for (the scheduler says when it is done) but not gathered, a round trip saved
+            results = self.client.gather(futures[:len(fetching)], direct=self.worker is None)
+        finally:
+            for future in futures:
+                future.release()
+            if in_task:
+                distributed.rejoin()
+        values = {name: value for result in results for name, value in result.items()}
+        return {name: values[name] for name in plan.fetches if name in values}
+
+    def _wait(self, plan: Plan, futures: list, step: int) -> None:
+        """Until the step's tasks are done; a task whose worker left meanwhile is an
+        UnavailableError at once (as on the direct path), not a wait for the deadline."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = max(0.0, min(WATCH_EVERY_S, deadline - time.monotonic()))
+            try:
+                with self.client.as_current():  # (wait finds its client as the current one)
+                    distributed.wait(futures, timeout=left)
+                return
+            except (TimeoutError, distributed.TimeoutError):
+                pass
+            late = [f.key for f in futures if not f.done()]
+            if time.monotonic() >= deadline:
+                raise DeadlineExceededError(f"step {step} waited {self.timeout:g} s for {', '.join(late)}: "
+                                            "are those workers alive? (ConfigProto.operation_timeout_in_ms "
+                                            "sets this limit)")
+            gone = sorted(set(plan.tasks) - set(cluster_tasks(self.client)))
+            if gone:
+                raise UnavailableError(f"task {', '.join(gone)} left the cluster during step {step} (its "
+                                       f"worker died or was stopped), so {', '.join(late)} cannot run")
+
+    def _step_graph(self, plan: Plan, feeds: dict, step: int) -> tuple[HighLevelGraph, list, list]:
+        """Step ``step`` of ``plan`` as one task graph, with the keys holding the fetched values and
+        the keys of the last stages (the step is done when they are)."""
+        layout = self._layouts[plan.plan_id]
+        run_id = f"{self._session}-{step}"
+        keys = {(s.task, s.index): f"{s.label}:step {step} [{self._session} #{s.index}]" for s in layout}
+        layers, dependencies, fetching, finishing = {}, {}, [], []
+        has_dependents = {up for s in layout for up in s.upstream}
+        for s in layout:
+            key, upstream = keys[s.task, s.index], [keys[u] for u in s.upstream]
+            stage_feeds = {name: feeds[name] for name in s.feeds}
+            task = (run_stage, plan.plan_id, s.index, run_id, stage_feeds, *upstream)
+            layers[key] = MaterializedLayer({key: task}, annotations={"resources": {s.resource: 1}})
+            dependencies[key] = set(upstream)
+            if s.fetches and s.sends:  # a select task, so that what it sends does not reach the client
+                fetch_key = f"{s.label}:fetch:step {step} [{self._session} #{s.index}]"
+                layers[fetch_key] = MaterializedLayer({fetch_key: (select, key, list(s.fetches))},
+                                                      annotations={"resources": {s.resource: 1}})
+                dependencies[fetch_key] = {key}
+                fetching.append(fetch_key)
+            elif s.fetches:
+                fetching.append(key)
+            elif (s.task, s.index) not in has_dependents:
+                finishing.append(key)
+        return HighLevelGraph(layers, dependencies), fetching, finishing
+
+
+def _layout(plan: Plan) -> list[_StageTask]:
+    """The stages of ``plan`` as Dask tasks: for each, the stages it takes results from (those
+    it receives values or tokens from, and its own task's previous stage)."""
+    fed = plan.graph.graph.get("fed", frozenset())
+    index_of = {(task, stage.level): (task, i) for task, stages in plan.stages.items()
+                for i, stage in enumerate(stages)}
+    layout = []
+    for task, stages in sorted(plan.stages.items()):
+        for i, stage in enumerate(stages):
+            upstream = {(task, i - 1)} if i else set()
+            for node in stage.schedule.nodes.values():
+                producers = [t.rpartition(":")[0] for t in node.inputs if t not in fed]
+                for producer in producers + list(node.control_inputs):
+                    if producer not in stage.schedule.nodes:
+                        upstream.add(index_of[plan.graph.nodes[producer]["stage"]])
+            layout.append(_StageTask(task, i, f"{role_resource(task)}:{stage.name}", role_resource(task),
+                                     stage.from_client, tuple(sorted(upstream)), stage.fetches,
+                                     bool(stage.sends)))
+    return layout

@@ -1,0 +1,127 @@
+"""``dflow bench simulate``: the event simulation against closed forms, its placement against
+training's, the paper reproduction's fields, and a committed sweep point (docs/results)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import dflow as tf
+from dflow.bench import advise, report
+from dflow.bench.hardware import LOOPBACK, PRESETS
+from dflow.bench.reproduce import reproduce
+from dflow.bench.simulate import ModelPlan, model_plan, place_variables, simulate
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+# a link slow enough to dominate, a PS CPU fast enough not to, 1 ms per message
+NODE = dataclasses.replace(LOOPBACK, nic_bytes_per_sec=1e8, ps_apply_bytes_per_sec=1e11, latency_s=1e-3,
+                           bus_bytes_per_sec=1e12)
+
+
+def test_one_ps_on_its_own_link_takes_the_closed_form():
+    """N workers, one PS on a node of its own, one variable of B bytes, dflow's stages (no
+    overlap): the PS link sends N reads back to back, the workers compute as their reads
+    arrive, and the last gradient comes in one read-time after the last worker's compute."""
+    size, compute, n = 4_000_000, 0.1, 4
+    plan = ModelPlan.uniform("one", [size], [1.0])
+    result = simulate(plan, NODE, compute, 32, n, 1, colocate_ps=False, overlap=False)
+    link = size / NODE.nic_bytes_per_sec
+    apply = size / NODE.ps_apply_bytes_per_sec
+    # serialize, N reads, compute, the last gradient, its apply; a latency per message and the barrier
+    expected = apply + n * link + compute + link + apply + 3 * NODE.latency_s
+    assert result.step_s == pytest.approx(expected, rel=1e-9)
+    assert result.images_per_sec == pytest.approx(n * 32 / expected)
+    assert result.busiest_nic_bytes_per_step == pytest.approx(n * size)
+    assert result.bottleneck.startswith("node 4 NIC")  # the PS's node, after the 4 workers'
+
+
+def test_allreduce_is_the_ring_formula_after_the_backward_pass():
+    size, compute, n = 8_000_000, 0.2, 4
+    plan = ModelPlan.uniform("one", [size], [1.0])
+    result = simulate(plan, NODE, compute, 32, n, 0, "allreduce", fusion_bytes=size)
+    ring = 2 * (n - 1) / n * size / NODE.nic_bytes_per_sec + 2 * (n - 1) * NODE.latency_s
+    assert result.step_s == pytest.approx(compute + ring, rel=1e-9)
+    assert result.num_ps == 0 and result.bottleneck == "ring allreduce (NIC)"
+
+
+def test_gradients_overlap_the_backward_pass_of_earlier_layers():
+    # two equal layers: the last layer's gradient goes out while the first layer computes
+    plan = ModelPlan.uniform("two", [2_000_000, 2_000_000], [1.0, 1.0])
+    staged = simulate(plan, NODE, 0.3, 32, 2, 1, colocate_ps=False, overlap=False)
+    overlapped = simulate(plan, NODE, 0.3, 32, 2, 1, colocate_ps=False, overlap=True)
+    assert overlapped.step_s < staged.step_s - 0.02
+
+
+def test_variables_go_where_replica_device_setter_puts_them_in_training():
+    plan = model_plan("cifar10")
+    for strategy in ("round_robin", "greedy"):
+        graph = tf.Graph()
+        with graph.as_default():
+            chooser = (tf.train.GreedyLoadBalancingStrategy(3, tf.train.byte_size_load_fn)
+                       if strategy == "greedy" else None)
+            with tf.device(tf.train.replica_device_setter(ps_tasks=3, ps_strategy=chooser)):
+                from dflow.models import get_model
+
+                spec = get_model("cifar10")
+                spec(tf.placeholder(tf.float32, [1, *spec.input_shape]))
+        trained = [int(op.device.split("task:")[1][0])
+                   for op in graph.get_operations() if op.type == "VariableV2"]
+        assert place_variables(plan, 3, strategy) == trained
+
+
+def test_reproduce_rows_carry_the_paper_beside_the_simulation():
+    rows = reproduce(systems=["p2.8xlarge"], max_gpus=2)
+    assert [r["gpus"] for r in rows] == [1, 2]
+    for row in rows:
+        for key in ("system", "gpus", "num_ps", "variable_update", "paper_images_per_sec", "images_per_sec",
+                    "error_percent", "allreduce_images_per_sec", "bottleneck"):
+            assert key in row
+        assert row["system"] == "p2.8xlarge"
+        assert row["error_percent"] == pytest.approx(
+            (row["images_per_sec"] - row["paper_images_per_sec"]) / row["paper_images_per_sec"] * 100)
+    assert rows[0]["images_per_sec"] == pytest.approx(30.55, rel=1e-3)  # calibrated on the first row
+    assert 0.9 < rows[1]["images_per_sec"] / (2 * 30.55) <= 1.0
+
+
+def test_p2_xlarge_collapses_at_64_gpus_where_p2_8xlarge_does_not():
+    """The shapes of seed 001's figures 9-10: single-GPU nodes on ~2 Gbit/s run out of network
+    at 64 GPUs (the PS holding the 8 MB logits layer serves every worker), 8-GPU nodes that
+    sum locally do not."""
+    plan = model_plan("inception3")
+    single, multi = PRESETS["p2.xlarge"], PRESETS["p2.8xlarge"]
+    step = 64 / 30.55
+    at_64 = simulate(plan, single, step, 64, 64, 64, "parameter_server", "greedy")
+    at_128 = simulate(plan, multi, step, 64, 16, 16, "distributed_replicated", "greedy")
+    assert at_64.scaling_efficiency < 0.7 and "NIC" in at_64.bottleneck
+    assert at_128.scaling_efficiency > 0.85
+
+
+def test_a_committed_sweep_point_is_predicted_within_15_percent():
+    """wang2017-multinode: 2 workers, 1 PS, 1 Gbit/s links, batch 100 (async), predicted from the
+    1-worker run of the same sweep (its step time and link) by the simulator on dflow's stages."""
+    records = [json.loads(line) for line in (RESULTS / "wang2017-multinode.jsonl").read_text().splitlines()]
+    rows = advise.compare(records, variable_bytes={"cifar10": advise.model_variable_bytes("cifar10")},
+                          own_compute=True)
+    point = next(r for r in rows if (r["num_workers"], r["num_ps"], r["batch_size"], r["network"])
+                 == (2, 1, 100, "1gbit"))
+    assert abs(point["error_percent"]) <= 15
+    assert "mean absolute error" in advise.format_compare(rows)
+    assert report.markdown_table(rows, ["predicted"])
+
+
+def test_simulate_command_prints_json_rows_with_the_setup(capsys):
+    from dflow.cli import main
+
+    assert main(["bench", "simulate", "--hardware", "p2.8xlarge", "--model", "mnist_dnn",
+                 "--step_time", "0.01", "--gpus", "1,16", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["gpus"] for r in rows] == [1, 16]
+    for row in rows:
+        assert {"workers", "num_ps", "variable_update", "devices_per_node", "images_per_sec",
+                "bottleneck"} <= set(row)
+    assert rows[1]["workers"] == 2 and rows[1]["devices_per_node"] == 8
+    assert main(["bench", "simulate", "--hardware", "p2.xlarge", "--gpus", "2", "--batch_size", "32"]) == 2
+    assert "give --step_time" in capsys.readouterr().out
