@@ -25,6 +25,8 @@ import numpy as np
 
 from .errors import OpError
 from .train.program import (
+    ROLE_LOSS_GRACE_S,
+    SYNCHRONOUS_UPDATES,
     cancel_waits,
     interrupt_at_safe_points,
     log_scalars,
@@ -32,8 +34,6 @@ from .train.program import (
     train_replica,
 )
 from .train.variable_update import VARIABLE_UPDATES
-
-SYNCHRONOUS_UPDATES = ("replicated", "allreduce")  # every replica applies the same summed update
 
 __all__ = ["add_cluster_arguments", "run_cluster_train", "add_worker_arguments", "run_worker",
            "add_tls_arguments", "tls_from_arguments", "tls_configured"]
@@ -43,7 +43,6 @@ SCHEDULER_CONNECT_S = 10.0  # an unreachable scheduler is said in one line after
 GATHER_TIMEOUT_S = 60.0  # the replicas' small results, once they are done
 STOP_WAIT_S = 20.0  # replicas asked to stop end their step and save a checkpoint within this
 CONNECT_WAIT_S = 3.0  # a stop request to a worker that does not answer gives up after this
-ROLE_LOSS_GRACE_S = 8.0  # a failed step waits this long for the scheduler to notice a dead role
 ROLE_RETURN_S = 120.0  # how long a lost role has to come back (a nanny's or dflow's restart)
 
 
@@ -76,6 +75,10 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     faults.add_argument("--sync_timeout", type=float, default=300.0,
                         help="seconds a synchronous replica waits for the others before it fails "
                              "(default 300; a dead one is noticed within seconds through liveness)")
+    faults.add_argument("--elastic", action="store_true",
+                        help="with --variable_update allreduce: when a worker dies, the others rebuild the "
+                             "ring without it and go on to --steps with a smaller global batch (as Horovod "
+                             "Elastic) instead of waiting for it to come back (needs --checkpoint_dir)")
 
 
 def add_tls_arguments(group) -> None:
@@ -132,6 +135,9 @@ def check_cluster_arguments(args, parser) -> None:
     if args.max_failures < 0 or args.sync_timeout <= 0:
         parser.error(f"--max_failures must be 0 or more and --sync_timeout positive, got --max_failures "
                      f"{args.max_failures} --sync_timeout {args.sync_timeout:g}")
+    if args.elastic and args.variable_update != "allreduce":
+        parser.error("--elastic goes on with the surviving workers of an allreduce ring: it needs "
+                     "--variable_update allreduce")
     if args.variable_update in SYNCHRONOUS_UPDATES:
         args.sync = True
     if not args.local and not args.cluster:  # (a running cluster's roles are known once connected)
@@ -209,6 +215,7 @@ class _Recovery:
     def __init__(self, lost, died_at: float, number: int, max_failures: int):
         self.lost, self.died_at, self.step_reached = lost, died_at, 0
         self.detected_at, self.number, self.max_failures = time.time(), number, max_failures
+        self.elastic: str | None = None  # how an elastic run goes on, said once it has restored
 
     def announce(self) -> None:
         print(f"failure {self.number}/{self.max_failures}: {self.lost} (detected "
@@ -216,24 +223,32 @@ class _Recovery:
               flush=True)
 
     def report(self, path: str | None, step: int) -> None:
+        # (a checkpoint saved as the replicas stopped may be a step past the last one they reported)
+        reached = max(self.step_reached, step)
         print(f"recovered from the loss of {self.lost.role} in {time.time() - self.detected_at:.1f} s: "
               f"restored {path or 'the initial values (no checkpoint yet)'} (step {step}); training had "
-              f"reached step {self.step_reached}: {max(self.step_reached - step, 0)} steps lost", flush=True)
+              f"reached step {reached}: {reached - step} steps lost", flush=True)
+        if self.elastic:
+            print(self.elastic, flush=True)
 
 
 def _train_on(cluster, args, settings, steps: int, report) -> int:
     import distributed
+
+    import dflow as tf
 
     from .distributed.liveness import RoleLostError, RoleWatch
     from .distributed.replicate import start_replicas
 
     progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
     view, failures = _Progress(steps, args.logdir), 0
+    group = tf.train.ElasticGroup(cluster.spec) if getattr(args, "elastic", False) else None
     with interrupt_at_safe_points() as interrupted:
         while True:
-            watch, run = RoleWatch(cluster.client), uuid.uuid4().hex[:8]
-            futures = start_replicas(train_replica, cluster, cluster.target, cluster.spec, args, settings,
-                                     steps, progress.name, run)
+            watch, run = RoleWatch(cluster.client, group and group.roles), uuid.uuid4().hex[:8]
+            spec = group.spec(cluster.spec) if group else cluster.spec
+            futures = start_replicas(train_replica, cluster, cluster.target, spec, args, settings,
+                                     steps, progress.name, run, task_indices=group and group.tasks)
             try:
                 _follow(progress, futures, view, interrupted, watch)
                 results = [f.result(timeout=GATHER_TIMEOUT_S) for f in futures]
@@ -249,9 +264,14 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                     return 1
                 view.recovering = _Recovery(lost, _died_at(cluster, lost), failures, args.max_failures)
                 view.recovering.announce()
-                stopped = _stop(cluster, futures, run, watch, _saver_in_chiefs_place(watch))
+                gone = [error.role for error in watch.lost()] or [lost.role]
+                saver = group.stand_in(gone) if group else _saver_in_chiefs_place(watch)
+                stopped = _stop(cluster, futures, run, watch, saver)
                 view.recovering.step_reached = max([view.last_step, *stopped])
-                problem = _bring_back(cluster, watch.started)
+                if group:  # the ring goes on without the dead: no waiting for them
+                    problem = _go_on_without(cluster, group, gone, settings["batch_size"], view.recovering)
+                else:
+                    problem = _bring_back(cluster, watch.started)
                 if problem:
                     print(f"dflow train: error: {problem}", file=sys.stderr)
                     return 1
@@ -269,9 +289,9 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                 raise
             finally:
                 cluster.client.cancel(futures)
-    for task, result in enumerate(results):
+    for result in results:
         staleness = result["staleness"]
-        print(f"worker {task}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "
+        print(f"worker {result['task']}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "
               f"mean {np.mean(staleness) if staleness else 0:.2f} max {max(staleness, default=0)}")
     report(*results[0]["evaluation"])
     return 0
@@ -308,6 +328,23 @@ def _bring_back(cluster, roles: dict[str, str]) -> str | None:
     return None
 
 
+def _go_on_without(cluster, group, gone: list[str], batch_size: int, recovery) -> str | None:
+    """An elastic run's recovery: the lost workers leave the ring, every task's variables and
+    collectives start over (the new chief restores the checkpoint its survivors saved as they
+    stopped); or why not. Only the members are reset: a lost role coming back meanwhile (a
+    nanny's restart) is left out of the ring."""
+    from .distributed.liveness import roles_alive
+
+    try:
+        group.leave(gone)
+        alive = roles_alive(cluster.client)
+        cluster.client.run(_reset_task, workers=[alive[role] for role in group.roles if role in alive])
+    except (ValueError, TimeoutError, OSError) as error:
+        return f"the elastic run cannot go on: {error}"
+    recovery.elastic = group.describe(batch_size)
+    return None
+
+
 def _say_last_checkpoint(checkpoint_dir: str | None) -> None:
     import dflow as tf
 
@@ -338,6 +375,12 @@ def _stop(cluster, futures, run: str, watch, saver: int | None = None) -> list[i
     while time.monotonic() < deadline and not all(f.done() for f in live):
         time.sleep(_PROGRESS_POLL_S)
     return [f.result()["global_step"] for f in live if f.status == "finished"]
+
+
+def _reset_task(dask_worker) -> None:
+    from .distributed.worker import PLUGIN_NAME
+
+    dask_worker.plugins[PLUGIN_NAME].reset()
 
 
 def _replica_roles(futures) -> list[str]:

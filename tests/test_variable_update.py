@@ -212,3 +212,51 @@ def test_batch_norm_moving_averages_update_in_every_mode(cluster, target, mode):
     or on each replica, initialized and updated, never a replica waiting for them."""
     means = tf.replicate(batch_norm_replica, cluster, target, cluster.spec, mode)
     assert all(np.all(mean != 0) for mean in means)
+
+
+def test_a_cancelled_collective_ends_at_once_and_later_ones_run():
+    """The client cancels the collectives in flight when a member died (as `dflow train` does once it
+    knows): the waiting member ends with CancelledError now, not at its liveness check or timeout."""
+    import asyncio
+    import threading
+    import time
+
+    from dflow.distributed.collective import Communicator
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    delivered = []
+
+    async def send(address, **message):
+        delivered.append((address, message["kind"]))
+        return "OK"
+
+    async def alive(address):
+        return True  # the peer answers, and never sends: only a cancel ends the wait
+
+    group = ("/job:worker/task:0", "/job:worker/task:1")
+    comm = Communicator(group[0], {t: f"tcp://{t[-1]}" for t in group}, loop, send, alive, timeout_s=60)
+    try:
+        waiting = comm.start("all_reduce", np.ones(4, np.float32), group=group, instance_key="g",
+                             signature=("v",), algorithm="tree")
+        began = time.monotonic()
+        comm.cancel("worker/1 died")
+        with pytest.raises(tf.errors.CancelledError, match="collective g on /job:worker/task:0 cancelled: "
+                                                           "worker/1 died"):
+            waiting.result(timeout=30)
+        assert time.monotonic() - began < 5
+        later = comm.start("all_reduce", np.ones(4, np.float32), group=group, instance_key="g",
+                           signature=("v",), algorithm="tree")
+        comm.deliver(("g", 1), ("double", 1), group[1], np.full(4, 2, np.float32), ("v",))
+        np.testing.assert_array_equal(later.result(timeout=30), np.full(4, 3, np.float32))
+    finally:
+        comm.close()
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_an_elastic_group_cannot_lose_its_last_worker():
+    group = tf.train.ElasticGroup(tf.train.ClusterSpec({"worker": ["a:1", "b:1"]}))
+    assert group.stand_in(["worker/1"]) is None  # the chief lives: it saves
+    assert group.leave(["worker/0"]) == ["worker/0"] and group.roles == ["worker/1"]
+    with pytest.raises(ValueError, match="no worker is left to go on with: worker/1 died"):
+        group.leave(["worker/1"])

@@ -24,7 +24,10 @@ per-member count of how often that key has run: the n-th run of ``grads_0``
 on worker 0 meets the n-th run on worker 1. A member waiting for a peer checks
 every few seconds that the peer's worker still answers, so a dead member is
 named within seconds instead of a hang; a member that fails tells the others,
-who fail with its reason.
+who fail with its reason. :meth:`Communicator.cancel` (the client, once it knows a
+member died; ``tf.Session.reset``) ends the collectives in flight at once with
+``CancelledError``, so the survivors stop between steps (``--elastic`` then goes on
+without the dead member) instead of each finding the death on its own.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy
 
-from ..errors import DeadlineExceededError, InvalidArgumentError, OpError, UnavailableError
+from ..errors import CancelledError, DeadlineExceededError, InvalidArgumentError, OpError, UnavailableError
 
 __all__ = ["Communicator", "TREE_MAX_BYTES", "ring_bytes", "choose_algorithm", "ALGORITHMS"]
 
@@ -80,6 +83,7 @@ class Communicator:
         self._arrived = threading.Condition()
         self._messages: dict[tuple, tuple] = {}  # (instance, run, phase, sender) -> (value, signature)
         self._failed: dict[tuple, str] = {}  # (instance, run) -> why
+        self._cancelled: tuple[float, str] | None = None  # (when, why): collectives begun before end
         self._runs: dict[str, int] = defaultdict(int)  # instance key -> runs started here
         self._runs_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(COLLECTIVE_THREADS, thread_name_prefix="dflow-collective")
@@ -122,7 +126,15 @@ class Communicator:
         with self._runs_lock:
             return [event for event in self.events if event[1] >= start]
 
+    def cancel(self, reason: str) -> None:
+        """End every collective in flight here with ``CancelledError`` (``reason`` says why);
+        those started later run as usual."""
+        with self._arrived:
+            self._cancelled = (time.monotonic(), reason)
+            self._arrived.notify_all()
+
     def close(self) -> None:
+        self.cancel("the task's collectives started over (tf.Session.reset)")
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- plumbing for _Collective ----------------------------------------------------------
@@ -148,6 +160,7 @@ class _Collective:
         self.comm, self.key, self.group, self.signature = comm, key, group, signature
         self.rank, self.size = group.index(comm.task), len(group)
         self.sends: list[Future] = []
+        self.began = time.monotonic()
 
     def guarded(self, method, buffer, **options):
         begin = time.time()
@@ -230,6 +243,9 @@ class _Collective:
             while slot not in comm._messages:
                 if self.key in comm._failed:
                     raise _failure(comm._failed[self.key])
+                if comm._cancelled is not None and comm._cancelled[0] >= self.began:
+                    raise CancelledError(f"collective {self.key[0]} on {comm.task} cancelled: "
+                                         f"{comm._cancelled[1]}")
                 now = time.monotonic()
                 if now >= deadline:
                     raise DeadlineExceededError(

@@ -48,9 +48,11 @@ def _holders(client) -> dict[str, tuple[str, str]]:
 class RoleWatch:
     """The roles a run started with, and a cheap check that each still has its worker."""
 
-    def __init__(self, client):
+    def __init__(self, client, roles=None):
+        """Watch every role the cluster has now, or only ``roles`` (an elastic run's members)."""
         self.client = client
-        self._holders = _holders(client)
+        self._holders = {role: holder for role, holder in _holders(client).items()
+                         if roles is None or role in set(roles)}
         self.started = {role: address for role, (address, _) in self._holders.items()}  # role -> address
 
     def lost(self) -> list[RoleLostError]:

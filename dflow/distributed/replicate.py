@@ -68,12 +68,14 @@ def _pending(futures) -> bool:
 
 
 def start_replicas(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
-                   **kwargs) -> list[distributed.Future]:
-    """:func:`replicate` without waiting: one future per task of ``job``, by task index."""
+                   task_indices=None, **kwargs) -> list[distributed.Future]:
+    """:func:`replicate` without waiting: one future per task of ``job`` (or per task of
+    ``task_indices``), by task index."""
     client = cluster if isinstance(cluster, distributed.Client) else cluster.client
     install(client)
     tasks = cluster_tasks(client)
-    indices = sorted(int(t.rpartition(":")[2]) for t in tasks if t.startswith(f"/job:{job}/"))
+    indices = sorted(int(t.rpartition(":")[2]) for t in tasks if t.startswith(f"/job:{job}/")
+                     and (task_indices is None or int(t.rpartition(":")[2]) in set(task_indices)))
     if not indices:
         raise ValueError(f"the cluster has no {job!r} tasks to replicate on; its tasks are: "
                          f"{', '.join(sorted(tasks))}")

@@ -195,11 +195,12 @@ class DflowWorker(WorkerPlugin):
         self.addresses.update(addresses)  # the communicator's view of the cluster (shared dict)
         return "OK"
 
-    def cancel_waits(self) -> None:
-        """End every wait of this task's steps (barriers, accumulators, queues): they raise
-        CancelledError. The replicas of a run that lost a role stop at once instead of waiting
-        for the dead one (the chief then saves a checkpoint as it stops)."""
+    def cancel_waits(self, reason: str = "a role of the run was lost") -> None:
+        """End every wait of this task's steps (barriers, accumulators, queues, collectives in
+        flight): they raise CancelledError. The replicas of a run that lost a role stop at once
+        instead of waiting for the dead one (the chief then saves a checkpoint as it stops)."""
         self.state.cancel_waits()
+        self.state.communicator.cancel(reason)
 
     def unregister(self, plan_ids: list) -> int:
         """Forget ``plan_ids``; how many this worker held."""

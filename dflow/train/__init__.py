@@ -13,7 +13,7 @@
 """
 
 from ..cluster import ClusterSpec, Server
-from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook
+from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook, ElasticGroup
 from .basic_session_run_hooks import (
     LoggingTensorHook,
     NanLossDuringTrainingError,
@@ -68,7 +68,7 @@ __all__ = [
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",
-    "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
+    "ElasticGroup", "VariableUpdate", "VARIABLE_UPDATES", "DistributedReplicatedOptimizer",
     "AdagradOptimizer", "RMSPropOptimizer", "AdadeltaOptimizer", "FtrlOptimizer", "ExponentialMovingAverage",
     "Supervisor",
     "Coordinator", "LooperThread", "QueueRunner", "add_queue_runner", "start_queue_runners", "batch",

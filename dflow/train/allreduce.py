@@ -14,6 +14,12 @@ Performance, each a constructor argument:
 - overlap: a bucket's allreduce starts as soon as its gradients exist, while the
   earlier layers' gradients still compute (``overlap=False`` waits for all);
 - ``compression="fp16"`` halves the bytes on the wire.
+
+A step applies its update only once every bucket's allreduce has ended, so a step
+whose collective fails (a member died) changes no variable: the survivors hold the
+last whole step, which they may save. :class:`ElasticGroup` is the set of workers an
+elastic run (``dflow train --variable_update allreduce --elastic``, as Horovod
+Elastic) still trains on: a lost worker leaves the ring and the others go on.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from ..ops import collective_ops, state_ops
 from .optimizers import Optimizer
 from .session_run_hook import SessionRunHook
 
-__all__ = ["AllReduceOptimizer", "BroadcastGlobalVariablesHook", "broadcast_variables", "fuse",
-           "variable_bytes", "DEFAULT_FUSION_BYTES"]
+__all__ = ["AllReduceOptimizer", "BroadcastGlobalVariablesHook", "ElasticGroup", "broadcast_variables",
+           "fuse", "variable_bytes", "DEFAULT_FUSION_BYTES"]
 
 # Horovod fuses up to 64 MiB, DDP's buckets hold 25 MiB; dflow's models are 1-13 MB, so 4 MiB still
 # gives the first bucket early; measured against no fusion in README, "Variable updates"
@@ -114,7 +120,12 @@ class AllReduceOptimizer(Optimizer):
         return [(reduced.get(v), v) for _, v in grads_and_vars]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        """The wrapped optimizer's update, run once every gradient has been reduced: a step
+        whose collective failed changes no variable (the update itself is cheap, the overlap
+        that matters is of the allreduce with the backward pass)."""
+        reduced = [g.op for g, _ in grads_and_vars if g is not None]
+        with get_default_graph().control_dependencies(reduced):
+            return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
 
     def get_slot(self, var, name):
         return self._opt.get_slot(var, name)
@@ -153,3 +164,59 @@ class BroadcastGlobalVariablesHook(SessionRunHook):
     def after_create_session(self, session, coord) -> None:
         if self._op is not None:
             session.run(self._op)
+
+
+class ElasticGroup:
+    """The worker tasks an elastic allreduce trains on: every worker of ``spec`` at first,
+    then those left after each loss (the ring is rebuilt without the dead; the global batch
+    shrinks with it).
+
+    >>> from dflow.train import ClusterSpec
+    >>> group = ElasticGroup(ClusterSpec({"worker": ["a:1", "b:1", "c:1"]}))
+    >>> group.stand_in(["worker/0"])  # the chief died: worker/1 saves as it stops
+    1
+    >>> group.leave(["worker/0", "ps/0"])
+    ['worker/0']
+    >>> group.roles, group.spec(ClusterSpec({"worker": ["a:2", "b:1", "c:1"]})).as_dict()
+    (['worker/1', 'worker/2'], {'worker': {1: 'b:1', 2: 'c:1'}})
+    >>> group.describe(batch_size=50)
+    'elastic: going on with 2 of 3 workers (worker/1, worker/2); global batch now 100 images (was 150)'
+    """
+
+    def __init__(self, spec):
+        self.tasks = sorted(spec.task_indices("worker"))
+        self.started_with = len(self.tasks)
+
+    @property
+    def roles(self) -> list[str]:
+        return [f"worker/{task}" for task in self.tasks]
+
+    def leave(self, roles) -> list[str]:
+        """Take the lost ``roles`` out of the group; which of them were members. Raises
+        ValueError when no member would be left."""
+        left = [role for role in self.roles if role in set(roles)]
+        remaining = [task for task in self.tasks if f"worker/{task}" not in left]
+        if not remaining:
+            raise ValueError(f"no worker is left to go on with: {', '.join(left)} died")
+        self.tasks = remaining
+        return left
+
+    def stand_in(self, lost) -> int | None:
+        """The member that saves a checkpoint as it stops when ``lost`` took the chief (the
+        group's first member, which saves them) with it: the first survivor."""
+        chief, survivors = self.roles[0], [r for r in self.roles if r not in set(lost)]
+        return int(survivors[0].partition("/")[2]) if chief in set(lost) and survivors else None
+
+    def spec(self, cluster_spec):
+        """``cluster_spec`` (the live cluster's) with only the group's worker tasks."""
+        from ..cluster import ClusterSpec
+
+        jobs = {job: {i: cluster_spec.task_address(job, i) for i in cluster_spec.task_indices(job)
+                      if job != "worker" or i in self.tasks} for job in cluster_spec.jobs}
+        return ClusterSpec(jobs)
+
+    def describe(self, batch_size: int) -> str:
+        """How the training goes on: with whom, and the global batch then."""
+        return (f"elastic: going on with {len(self.tasks)} of {self.started_with} workers "
+                f"({', '.join(self.roles)}); global batch now {batch_size * len(self.tasks)} images "
+                f"(was {batch_size * self.started_with})")

@@ -41,6 +41,7 @@ from ..errors import OpError
 
 __all__ = ["OPTIMIZERS", "TrainingGraph", "make_optimizer", "build_training_graph", "load_data", "evaluate",
            "log_scalars", "train_replica", "STOP", "stop_replicas", "cancel_waits", "Terminated",
+           "SYNCHRONOUS_UPDATES", "ROLE_LOSS_GRACE_S",
            "interrupt_at_safe_points"]
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -154,6 +155,8 @@ def log_scalars(logdir: str | None, step: int, **values: float) -> None:
 
 
 # ---- stopping replicas (in their worker processes) ------------------------------------------------
+SYNCHRONOUS_UPDATES = ("replicated", "allreduce")  # every replica applies the same summed update
+ROLE_LOSS_GRACE_S = 8.0  # a failed step waits this long for the scheduler to notice a dead role
 STOP = threading.Event()  # set in a worker process by the client on Ctrl-C: its bench replica stops
 # the training runs whose replicas must stop, in a worker process, and which replica of each saves
 # a checkpoint as it stops in the chief's place (the chief died; None: the chief saves, or no one can)
@@ -167,6 +170,15 @@ def stop_replicas(run: str | None = None, saver: int | None = None) -> None:
         STOP.set()
     else:
         _stopped_runs[run] = saver
+
+
+def _stopped_soon(run: str) -> bool:
+    """Whether the client asks the replicas of ``run`` to stop within ROLE_LOSS_GRACE_S (a replica
+    that found a dead peer itself may be before the client's notice)."""
+    deadline = time.monotonic() + ROLE_LOSS_GRACE_S
+    while run not in _stopped_runs and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return run in _stopped_runs
 
 
 def cancel_waits(dask_worker) -> None:
@@ -227,26 +239,30 @@ def train_replica(task_index: int, target: str, spec_of_cluster, args, settings:
     update = tf.train.VariableUpdate(args.variable_update, spec_of_cluster, task_index, sync=args.sync,
                                      devices_per_node=args.devices_per_node,
                                      sync_timeout=getattr(args, "sync_timeout", 300.0))
+    chief = update.saves_checkpoints  # task 0, or the first survivor of an elastic ring
     with tf.device(update.device()):
         g = build_training_graph(model, settings, args.data_format, args.momentum, update.optimizer)
     # saves in the chief's place if the chief dies (its own saver is CheckpointSaverHook's)
     stand_in = tf.train.Saver() if args.checkpoint_dir and not update.saves_checkpoints else None
     batches = data.train_batches(settings["batch_size"], seed=args.seed + task_index,
-                                 shard=(task_index, args.workers))  # each worker reads its own examples
-    queue = distributed.Queue(progress_name) if task_index == 0 else None
+                                 shard=update.shard)  # each worker reads its own examples
+    queue = distributed.Queue(progress_name) if chief else None
     checkpoint_dir = args.checkpoint_dir if update.saves_checkpoints else None
     loop = _ReplicaLoop(g, settings, args, steps, queue, update.images_per_step(settings["batch_size"]))
     hooks = [tf.train.StopAtStepHook(last_step=steps), *update.hooks()]
+    # a ring that lost a member cannot make a new session with it: the client recovers instead
+    ring = args.variable_update in SYNCHRONOUS_UPDATES
     with tf.train.MonitoredTrainingSession(
             target, is_chief=update.is_chief, hooks=hooks, checkpoint_dir=checkpoint_dir,
-            save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None) as sess:
-        loop.run(sess, batches, task_index, run)
+            save_checkpoint_steps=args.checkpoint_every if checkpoint_dir else None,
+            max_recoveries=0 if ring else 3) as sess:
+        loop.run(sess, batches, task_index, run, ring)
         if stand_in is not None and _stopped_runs.get(run) == task_index:
             _save_in_chiefs_place(stand_in, sess, g, args.checkpoint_dir)
         evaluation = (evaluate(sess, g, data, model.num_classes is None)
-                      if task_index == 0 and run not in _stopped_runs else None)
+                      if chief and run not in _stopped_runs else None)
     loss = float(np.mean(loop.losses[-20:])) if loop.losses else float("nan")
-    return {"steps": loop.local_steps, "loss": loss,
+    return {"task": task_index, "steps": loop.local_steps, "loss": loss,
             "staleness": loop.staleness, "evaluation": evaluation, "global_step": loop.global_step}
 
 
@@ -260,7 +276,7 @@ class _ReplicaLoop:
         self.staleness: list[int] = []
         self.local_steps = self.global_step = 0
 
-    def run(self, sess, batches, task_index: int, run: str) -> None:
+    def run(self, sess, batches, task_index: int, run: str, ring: bool) -> None:
         import dflow as tf
 
         g, args = self.g, self.args
@@ -278,7 +294,11 @@ class _ReplicaLoop:
             try:
                 _, loss, step = sess.run([g.train_op, g.loss, g.global_step], feed)
             except tf.errors.CancelledError:
-                break  # sync training ended while this replica waited at the barrier
+                break  # sync training ended while this replica waited at the barrier (or collective)
+            except tf.errors.UnavailableError:
+                if not (ring and _stopped_soon(run)):
+                    raise
+                break  # a member of the ring died: stop with the last whole step, as the client asks
             if not np.isfinite(loss):
                 raise FloatingPointError(f"the loss is {loss} on worker {task_index} near step {step}; "
                                          "try a lower --learning_rate")

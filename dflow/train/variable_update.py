@@ -161,7 +161,13 @@ class VariableUpdate:
 
     @property
     def saves_checkpoints(self) -> bool:
-        return self.task_index == 0
+        """The first worker task saves checkpoints (task 0, unless an elastic run lost it)."""
+        return self.worker_device == self.workers[0]
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """Which part of the training data this replica reads: (its place among the workers, how many)."""
+        return self.workers.index(self.worker_device), len(self.workers)
 
     def hooks(self) -> list:
         """The session hooks the mode needs (after :meth:`optimizer`)."""
