@@ -3,9 +3,11 @@ figures (:mod:`dflow.bench.engine`) time."""
 
 from __future__ import annotations
 
+import time
+
 import numpy
 
-__all__ = ["build_dflow_step", "synthetic_batch"]
+__all__ = ["build_dflow_step", "synthetic_batch", "time_steps"]
 
 
 def synthetic_batch(batch_size: int, seed: int = 0):
@@ -32,3 +34,15 @@ def build_dflow_step(batch_size: int, data_format: str):
     sess = tf.Session(graph=graph)
     sess.run(init)
     return sess, train_op, images, labels
+
+
+def time_steps(step, warmup: int, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` calls of ``step()``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times

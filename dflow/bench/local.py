@@ -22,10 +22,9 @@ import multiprocessing
 import os
 import platform
 import resource
-import time
 import traceback
 
-from .cifar_step import build_dflow_step, synthetic_batch
+from .cifar_step import build_dflow_step, synthetic_batch, time_steps
 
 __all__ = ["run", "BATCH_SIZES"]
 
@@ -41,24 +40,13 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def _time_steps(step, warmup: int, steps: int) -> list[float]:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def measure_dflow(batch_size: int, warmup: int, steps: int, data_format: str = "NHWC") -> dict:
     """images/sec of dflow's training step."""
     sess, train_op, images, labels = build_dflow_step(batch_size, data_format)
     x, y = synthetic_batch(batch_size)
     feeds = {images: x, labels: y}
     rss_before = _rss_bytes()  # before the first step: freed memory often stays resident
-    times = _time_steps(lambda: sess.run(train_op, feeds), warmup, steps)
+    times = time_steps(lambda: sess.run(train_op, feeds), warmup, steps)
     result = _summary("dflow", batch_size, times)
     result["step_memory_bytes"] = max(0, _peak_rss_bytes() - rss_before)
     result["live_tensor_peak_bytes"] = sess.last_run_stats.peak_bytes
@@ -90,7 +78,7 @@ def measure_torch(batch_size: int, warmup: int, steps: int) -> dict:
         optimizer.step()
 
     rss_before = _rss_bytes()
-    times = _time_steps(step, warmup, steps)
+    times = time_steps(step, warmup, steps)
     result = _summary("pytorch", batch_size, times)
     result["step_memory_bytes"] = max(0, _peak_rss_bytes() - rss_before)
     result["torch_version"] = torch.__version__

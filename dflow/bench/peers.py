@@ -23,10 +23,11 @@ import importlib.util
 import multiprocessing
 import os
 import statistics
-import time
 import traceback
 
 import numpy
+
+from .cifar_step import time_steps
 
 __all__ = ["FRAMEWORKS", "available", "run", "spread", "steps_for"]
 
@@ -194,15 +195,7 @@ def _serve(connection, framework: str, lrn: bool, checkout: str | None = None) -
             try:
                 if batch_size not in steps_at:
                     steps_at[batch_size] = _BUILDERS[framework](batch_size, lrn)
-                step = steps_at[batch_size]
-                for _ in range(warmup):
-                    step()
-                times = []
-                for _ in range(steps):
-                    start = time.perf_counter()
-                    step()
-                    times.append(time.perf_counter() - start)
-                connection.send(("ok", times))
+                connection.send(("ok", time_steps(steps_at[batch_size], warmup, steps)))
             except Exception:
                 connection.send(("error", traceback.format_exc()))
     except Exception:
