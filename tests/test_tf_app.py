@@ -442,4 +442,4 @@ def test_version_is_a_tf_1_15_api_level_and_dflow_has_its_own():
     assert (major, minor) == (1, 15) and tf.VERSION == tf.__version__
     assert tf.GIT_VERSION == f"dflow-{tf.DFLOW_VERSION}"
     with open(os.path.join(REPO, "setup.cfg")) as f:
-        assert "version = attr: dflow.DFLOW_VERSION" in f.read()
+        assert "version = attr: dflow.version.DFLOW_VERSION" in f.read()
