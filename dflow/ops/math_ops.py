@@ -535,8 +535,9 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     >>> import dflow as tf
     >>> with tf.Graph().as_default():
     ...     clipped, norm = tf.clip_by_global_norm([tf.constant([3.0]), tf.constant([4.0])], 1.0)
-    ...     tf.Session().run([clipped, norm])
-    [[array([0.6], dtype=float32), array([0.8], dtype=float32)], np.float32(5.0)]
+    ...     (a, b), norm = tf.Session().run([clipped, norm])
+    >>> a.tolist(), b.tolist(), float(norm)
+    ([0.6000000238418579], [0.800000011920929], 5.0)
     """
     if isinstance(t_list, (Tensor, str)) or not hasattr(t_list, "__iter__"):
         raise TypeError("clip_by_global_norm takes a list of tensors")

@@ -349,8 +349,9 @@ class FIFOQueue(QueueBase):
     ...     put, (pair, number) = q.enqueue(([1.0, 2.0], 7)), q.dequeue()
     ...     with tf.Session() as sess:
     ...         sess.run(put)
-    ...         sess.run([pair, number])
-    [array([1., 2.], dtype=float32), np.int32(7)]
+    ...         values, count = sess.run([pair, number])
+    >>> values.tolist(), int(count)
+    ([1.0, 2.0], 7)
     """
 
     _op_type = "FIFOQueueV2"
