@@ -105,7 +105,7 @@ PRESETS: dict[str, Hardware] = {h.name: h for h in [
 ]}
 
 #: this machine: every role a process on one host, links shaped by ``--network`` (or loopback:
-#: MEASURED.md, 1.4-2.4 GB/s between Dask workers, ~1 ms per worker-to-worker message)
+#: docs/measured.md, 1.4-2.4 GB/s between Dask workers, ~1 ms per worker-to-worker message)
 LOOPBACK = Hardware("loopback", "one machine, roles as processes over loopback", 1,
                     nic_bytes_per_sec=2 * GB, latency_s=1e-3, bus_bytes_per_sec=2 * GB,
                     ps_apply_bytes_per_sec=2 * GB, device="CPU")
