@@ -3,7 +3,7 @@
 #   .ci/slurm.sh start   write /etc/slurm/slurm.conf from `slurmd -C`, start munged, slurmctld and
 #                        slurmd, wait until `sinfo` shows the node idle
 #   .ci/slurm.sh stop    cancel the jobs left, stop by PID the daemons that `start` started
-# The settings are the ones ../shared/MEASURED.md saw working ("A real Slurm on one machine").
+# No cgroups, no accounting, no CPU binding: what a one-machine Slurm in a container can run.
 set -euo pipefail
 STATE=${DFLOW_SLURM_STATE:-/tmp/dflow-slurm}  # PID files, spool directories and logs
 CONF=/etc/slurm/slurm.conf

@@ -8,6 +8,7 @@ The Dask scheduler runs in this process; each role (``ps/0``, ``worker/1``) is o
 from __future__ import annotations
 
 import contextlib
+import shlex
 import shutil
 import subprocess
 
@@ -134,9 +135,11 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     blas = [f"export {name}={value}" for name, value in blas_env(threads).items()]
     extra_args, prologue = (template.get(key, _config(template["config_name"], key.replace("_", "-")))
                             for key in ("worker_extra_args", "job_script_prologue"))
+    # dask-jobqueue joins the worker's arguments into the job script unquoted: the resources
+    # ("worker=1 worker/1=1") are one argument only when quoted here
+    resources = " ".join(f"{key}={value}" for key, value in role_resources(job, task).items())
     return {**template, "job_name": f"{job_name}-{job}-{task}",
-            "worker_extra_args": list(extra_args or []) + ["--resources", " ".join(
-                f"{key}={value}" for key, value in role_resources(job, task).items())],
+            "worker_extra_args": list(extra_args or []) + ["--resources", shlex.quote(resources)],
             "job_script_prologue": list(prologue or []) + blas}
 
 
