@@ -1,11 +1,15 @@
 """dflow.cluster: roles on real Dask worker processes, ClusterSpec, Server, and bad specs."""
 
+import logging
 import os
+import sys
+import types
 
 import pytest
 
 import dflow as tf
 from dflow.cluster import ClusterSpec
+from dflow.cluster.worker_preload import dask_setup
 
 
 def test_cluster_spec_takes_tf_dict_forms():
@@ -42,6 +46,7 @@ def test_local_cluster_gives_each_process_its_role_resources_and_blas_threads():
                            "worker/0": ({"worker": 1, "worker/0": 1}, workers_threads),
                            "worker/1": ({"worker": 1, "worker/1": 1}, workers_threads)}
         assert tf.train.replica_device_setter(cluster=cluster.spec) is not None
+        assert all(cluster.client.run(lambda: "dflow.cluster.worker_preload" in sys.modules).values())
 
         # a Server for a role that exists refers to it; for a new role it starts a worker process
         assert tf.train.Server(cluster, "ps", 0).target == cluster.target
@@ -81,3 +86,24 @@ def test_cuda_starts_as_many_gpu_workers_as_asked(monkeypatch):
         tf.cluster.cuda(ps=1, workers=2)
     assert asked == [{"n_workers": 2, "threads_per_worker": 1, "host": "127.0.0.1",  # loopback unless told
                       "dashboard_address": "127.0.0.1:0"}]
+
+
+def test_a_heartbeat_cut_by_closing_logs_no_traceback_but_one_cut_while_running_does(caplog):
+    worker = types.SimpleNamespace(status=None)  # (only what the filter reads)
+    logger = logging.getLogger("distributed.worker")
+    before = list(logger.filters)
+    dask_setup(worker)
+    try:
+        from distributed.core import Status
+
+        for status, logged in [(Status.running, True), (Status.closing, False), (Status.closed, False)]:
+            worker.status = status
+            caplog.clear()
+            with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+                logger.error("Failed to communicate with scheduler during heartbeat.")
+                logger.error("Compute Failed")
+            messages = [record.getMessage() for record in caplog.records]
+            assert ("Failed to communicate with scheduler during heartbeat." in messages) == logged
+            assert "Compute Failed" in messages
+    finally:
+        logger.filters[:] = before

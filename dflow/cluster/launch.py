@@ -9,6 +9,7 @@ import sys
 import time
 
 from .spec import ClusterSpec, role_name, role_resources, worker_infos
+from .worker_preload import WORKER_PRELOAD
 
 __all__ = ["Cluster", "local", "cuda", "connect", "worker_command", "blas_env", "job_blas_env", "role_list",
            "tls_security", "tls_env", "launch_security", "configured_security", "LOOPBACK", "START_TIMEOUT_S"]
@@ -281,7 +282,8 @@ def worker_command(scheduler: str, job: str, task: int, nthreads: int = 1, gpus:
     """The ``dask worker`` command line and environment that give a worker process a dflow role."""
     resources = " ".join(f"{key}={value}" for key, value in role_resources(job, task, gpus).items())
     argv = [sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--name", role_name(job, task),
-            "--resources", resources, "--nthreads", str(nthreads), "--nworkers", "1", *(extra or [])]
+            "--resources", resources, "--nthreads", str(nthreads), "--nworkers", "1", *WORKER_PRELOAD,
+            *(extra or [])]
     env = {**os.environ, **blas_env(blas_threads)}
     return argv, env
 

@@ -14,6 +14,7 @@ import subprocess
 
 from .launch import START_TIMEOUT_S, Cluster, blas_env, launch_security, role_list
 from .spec import role_name, role_resources
+from .worker_preload import WORKER_PRELOAD
 
 __all__ = ["slurm"]
 
@@ -139,7 +140,7 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     # ("worker=1 worker/1=1") are one argument only when quoted here
     resources = " ".join(f"{key}={value}" for key, value in role_resources(job, task).items())
     return {**template, "job_name": f"{job_name}-{job}-{task}",
-            "worker_extra_args": list(extra_args or []) + ["--resources", shlex.quote(resources)],
+            "worker_extra_args": [*(extra_args or []), *WORKER_PRELOAD, "--resources", shlex.quote(resources)],
             "job_script_prologue": list(prologue or []) + blas}
 
 

@@ -25,6 +25,8 @@ import time
 
 from distributed.deploy.spec import ProcessInterface
 
+from .worker_preload import WORKER_PRELOAD
+
 __all__ = ["WorkerProcess", "die_with_parent", "import_path_env", "QUIET_DASK", "MAX_RESTARTS"]
 
 log = logging.getLogger("dflow")
@@ -63,8 +65,8 @@ class WorkerProcess(ProcessInterface):
                      "--nthreads", str(nthreads), "--no-nanny", "--no-dashboard", "--host", host,
                      # (its HTTP server, /health and /metrics, is served with or without a dashboard)
                      "--dashboard-address", f"{host}:0",
-                     "--death-timeout", str(int(death_timeout))] + (["--resources", resources] if resources
-                                                                   else [])
+                     "--death-timeout", str(int(death_timeout)), *WORKER_PRELOAD] + (
+                         ["--resources", resources] if resources else [])
         # Dask's logs only if the user asks for them
         self.env = {**QUIET_DASK, **os.environ, **import_path_env(), **(env or {})}
         self.process: asyncio.subprocess.Process | None = None

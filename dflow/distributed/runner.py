@@ -128,21 +128,22 @@ class DirectRunner:
         self._plans[plan.plan_id] = plan
         return plan
 
-    def _register_again(self, plan: Plan, error: BaseException) -> bool:
+    def _register_again(self, plan: Plan, error: BaseException) -> list[str] | None:
         """After a step failed because a task lost ``plan`` (it restarted, at the same address or at a
         new one under the same role): register the plan again with the tasks' current addresses.
-        False when that cannot help (the task is not back)."""
+        The tasks that came back at a new address (with none of their state), or None when
+        registering again cannot help (a task is not back)."""
         before = {task: self.tasks[task]["address"] for task in plan.tasks}
         self.tasks = cluster_tasks(self.client)
         if any(task not in self.tasks for task in plan.tasks):
-            return False
-        moved = any(self.tasks[task]["address"] != address for task, address in before.items())
+            return None
+        moved = [task for task, address in before.items() if self.tasks[task]["address"] != address]
         if not (isinstance(error, PlanNotFoundError) or moved):
-            return False
+            return None
         log.info("re-registering plan %s: a task lost it (%s)", plan.plan_id, error)
         addresses = {task: info["address"] for task, info in self.tasks.items()}
         sync(self._loop, self._register, plan, addresses)
-        return True
+        return moved
 
     def _plan_when_tasks_joined(self, fetches: list, fed: Collection[str]) -> Plan:
         """Plan the step; a task it needs that has not joined yet (its process starting in any
@@ -175,17 +176,17 @@ class DirectRunner:
         stats = stats if stats is not None else RunStats()
         try:
             return self._run_once(plan, feeds, stats)
-        except PlanNotFoundError as error:  # the task is there but forgot the plan: transparent
-            if not self._register_again(plan, error):
+        except (PlanNotFoundError, UnavailableError) as error:
+            moved = self._register_again(plan, error)
+            if moved is None:
                 raise
-        except UnavailableError as error:
-            # a task that died and came back elsewhere lost its variables, if it held any: say so
-            # (as TF's UnavailableError) but have the plan ready there for the next step
-            if self._register_again(plan, error):
-                raise UnavailableError(f"{error}. It has come back at a new address, with none of its "
-                                       "state: the next step runs there (initialize or restore the "
-                                       "variables it held first)") from None
-            raise
+            if moved:
+                # a task that died and came back elsewhere lost its variables, if it held any: say so
+                # (as TF's UnavailableError) but have the plan ready there for the next step
+                raise UnavailableError(f"{error}. Task {', '.join(moved)} has come back at a new address, "
+                                       "with none of its state: the next step runs there (initialize "
+                                       "or restore the variables it held first)") from None
+        # the task is where it was and only forgot the plan (it was unregistered): transparent
         return self._run_once(plan, feeds, stats)
 
     def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
