@@ -262,26 +262,27 @@ def test_saver_round_trip_restores_all_variables(tmp_path):
             np.testing.assert_array_equal(fresh.run(w), saved["w"])
 
 
-def test_max_to_keep_and_checkpoint_file(tmp_path):
+@pytest.mark.parametrize("keep", [2, 3, 5])
+def test_max_to_keep_and_checkpoint_file(tmp_path, keep):
     with tf.Graph().as_default():
         w, b, step, train = _saver_graph()
-        saver = tf.train.Saver(max_to_keep=2)
+        saver = tf.train.Saver(max_to_keep=keep)
         prefix = str(tmp_path / "model")
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             paths = []
-            for _ in range(4):
+            for _ in range(6):
                 sess.run(train)
                 paths.append(saver.save(sess, prefix, global_step=step))
-        assert paths == [f"{prefix}-{i}" for i in range(1, 5)]
-        assert [os.path.exists(p) for p in paths] == [False, False, True, True]
-        assert saver.last_checkpoints == paths[2:]
+                assert saver.last_checkpoints == paths[-keep:]  # (3 kept the last one only)
+        assert paths == [f"{prefix}-{i}" for i in range(1, 7)]
+        assert [os.path.exists(p) for p in paths] == [False] * (6 - keep) + [True] * keep
         with open(tmp_path / "checkpoint") as f:
             state = json.load(f)
-        assert state == {"model_checkpoint_path": "model-4",
-                         "all_model_checkpoint_paths": ["model-3", "model-4"]}
+        assert state == {"model_checkpoint_path": "model-6",
+                         "all_model_checkpoint_paths": [f"model-{i}" for i in range(7 - keep, 7)]}
         assert tf.train.latest_checkpoint(str(tmp_path)) == paths[-1]
-        assert tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == paths[2:]
+        assert tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == paths[-keep:]
         assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
 
 

@@ -219,7 +219,7 @@ class Saver:
         self._last_checkpoints = [p for p in self._last_checkpoints
                                   if os.path.abspath(p) != os.path.abspath(path)]
         self._last_checkpoints.append(path)
-        excess = len(self._last_checkpoints) - (self._max_to_keep or len(self._last_checkpoints))
+        excess = max(0, len(self._last_checkpoints) - (self._max_to_keep or len(self._last_checkpoints)))
         expired, self._last_checkpoints = (self._last_checkpoints[:excess],
                                            self._last_checkpoints[excess:])
         return expired
