@@ -240,10 +240,13 @@ def test_range_takes_scalar_tensors():
     index = tf.range(0, batch_size) * 5 + (seqlen - 1)
     assert index.shape == (None,) and tf.range(tf.constant(4)).shape == (4,)
     floats = tf.range(tf.constant(1.0), 2.0, 0.25)
+    python_floats = tf.range(0, 3.0)  # (a TypeError once: only int bounds had a length)
+    assert python_floats.shape == (3,)
     with tf.Session() as sess:
-        got = sess.run([index, floats], {outputs: np.zeros((3, 5, 2)), seqlen: [5, 1, 2]})
+        got = sess.run([index, floats, python_floats], {outputs: np.zeros((3, 5, 2)), seqlen: [5, 1, 2]})
     assert got[0].tolist() == [4, 5, 11] and got[0].dtype == np.int32
     assert got[1].tolist() == [1.0, 1.25, 1.5, 1.75] and got[1].dtype == np.float32
+    assert got[2].tolist() == [0.0, 1.0, 2.0] and got[2].dtype == np.float32
 
 
 def test_tensor_stddev_reaches_the_gradient():

@@ -140,7 +140,8 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     # ("worker=1 worker/1=1") are one argument only when quoted here
     resources = " ".join(f"{key}={value}" for key, value in role_resources(job, task).items())
     return {**template, "job_name": f"{job_name}-{job}-{task}",
-            "worker_extra_args": [*(extra_args or []), *WORKER_PRELOAD, "--resources", shlex.quote(resources)],
+            "worker_extra_args": [*(extra_args or []), *WORKER_PRELOAD,
+                                  "--resources", shlex.quote(resources)],
             "job_script_prologue": list(prologue or []) + blas}
 
 

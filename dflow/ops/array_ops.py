@@ -827,7 +827,7 @@ def ones_like(tensor, dtype=None, name=None) -> Tensor:
 
 
 def _range_infer(inputs, start, limit, delta, dtype):
-    return [Spec((len(range(start, limit, delta)) if isinstance(start, int) else None,), dtype)]
+    return [Spec((len(np.arange(start, limit, delta)),), dtype)]  # (float bounds too: range(0, 3.0))
 
 
 defop("Range", _range_infer,
