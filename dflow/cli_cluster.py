@@ -43,6 +43,7 @@ SCHEDULER_CONNECT_S = 10.0  # an unreachable scheduler is said in one line after
 GATHER_TIMEOUT_S = 60.0  # the replicas' small results, once they are done
 STOP_WAIT_S = 20.0  # replicas asked to stop end their step and save a checkpoint within this
 CONNECT_WAIT_S = 3.0  # a stop request to a worker that does not answer gives up after this
+SLURM = "slurm"  # --cluster slurm: a cluster of Slurm jobs, not a scheduler's address
 ROLE_RETURN_S = 120.0  # how long a lost role has to come back (a nanny's or dflow's restart)
 
 
@@ -62,9 +63,12 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
                        help="worker tasks per node for replicated/distributed_replicated (default: per host)")
     where.add_argument("--cluster", metavar="ADDRESS",
                        help="a running Dask scheduler whose workers `dflow worker` started "
-                            "(--ps/--workers then come from its roles)")
+                            "(--ps/--workers then come from its roles); or `slurm`: one Slurm job per "
+                            "role of --ps/--workers, submitted again when it ends, set up by Dask's "
+                            "jobqueue config (queue, account, cores, memory, walltime, interface: "
+                            "~/.config/dask/jobqueue.yaml or DASK_JOBQUEUE__SLURM__* variables)")
     where.add_argument("--secure", action="store_true",
-                       help="the embedded cluster speaks TLS with a certificate made for it alone")
+                       help="the embedded (or Slurm) cluster speaks TLS with a certificate made for it alone")
     add_tls_arguments(where)
 
     faults = p.add_argument_group("failures")
@@ -123,12 +127,13 @@ def check_cluster_arguments(args, parser) -> None:
     if args.local and (args.sync or args.cluster or args.variable_update != "parameter_server"):
         parser.error("--local trains in this process: it takes no --sync, --cluster or --variable_update")
     args.security = tls_from_arguments(args, parser)
-    if args.security is not None and not args.cluster:
+    launched = not args.local and args.cluster in (None, SLURM)  # a cluster this command starts
+    if args.security is not None and args.cluster in (None, SLURM):
         parser.error("--tls-ca-file/--tls-cert/--tls-key join a running cluster (--cluster tls://HOST:PORT); "
-                     "--secure makes the embedded cluster speak TLS")
-    if args.secure and (args.cluster or args.local):
-        parser.error("--secure starts the embedded cluster with TLS; a running cluster (--cluster) takes "
-                     "--tls-ca-file/--tls-cert/--tls-key")
+                     "--secure makes the cluster this command starts speak TLS")
+    if args.secure and not launched:
+        parser.error("--secure starts the embedded (or Slurm) cluster with TLS; a running cluster "
+                     "(--cluster ADDRESS) takes --tls-ca-file/--tls-cert/--tls-key")
     if args.ps < 0 or args.workers < 1:
         parser.error(f"--ps must be 0 or more and --workers at least 1, got --ps {args.ps} "
                      f"--workers {args.workers}")
@@ -140,7 +145,7 @@ def check_cluster_arguments(args, parser) -> None:
                      "--variable_update allreduce")
     if args.variable_update in SYNCHRONOUS_UPDATES:
         args.sync = True
-    if not args.local and not args.cluster:  # (a running cluster's roles are known once connected)
+    if launched:  # (a running cluster's roles are known once connected)
         from .cluster import ClusterSpec
         from .train import VariableUpdate
 
@@ -156,6 +161,8 @@ def check_cluster_arguments(args, parser) -> None:
 def _open_cluster(args):
     import dflow as tf
 
+    if args.cluster == SLURM:
+        return tf.cluster.slurm(ps=args.ps, workers=args.workers, secure=args.secure)
     if args.cluster:
         cluster = tf.cluster.connect(args.cluster, security=getattr(args, "security", None),
                                      timeout=SCHEDULER_CONNECT_S)
@@ -172,8 +179,9 @@ def run_cluster_train(args, settings, steps: int, report) -> int:
     """Train on the cluster; ``report(total, n, weights)`` prints the chief's evaluation."""
     try:
         cluster = _open_cluster(args)
-    except (OSError, TimeoutError, ValueError) as error:  # one line, not Dask's traceback
-        where = f"the scheduler at {args.cluster}" if args.cluster else "an embedded cluster"
+    except (OSError, TimeoutError, ValueError, RuntimeError) as error:  # one line, not Dask's traceback
+        where = ("an embedded cluster" if not args.cluster else "a Slurm cluster" if args.cluster == SLURM
+                 else f"the scheduler at {args.cluster}")
         print(f"dflow train: error: cannot use {where}: {error}", file=sys.stderr)
         return 1
     with cluster:

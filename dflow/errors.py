@@ -59,4 +59,8 @@ class AlreadyExistsError(OpError, FileExistsError):
     """What was to be created exists: the target of ``tf.gfile.Copy``, the directory of ``MkDir``."""
 
 
-__all__ += ["AlreadyExistsError"]
+class ResourceExhaustedError(OpError):
+    """A task ran out of a resource: its worker paused or was killed for memory."""
+
+
+__all__ += ["AlreadyExistsError", "ResourceExhaustedError"]

@@ -39,9 +39,9 @@ FAILURE = re.compile(r"failure (\d+)/(\d+): (\S+) \(at (\S+)\) died or left the 
 class Run:
     """A ``dflow`` command in a process group of its own, its output lines timestamped as they come."""
 
-    def __init__(self, *argv: str, scratch=None):
+    def __init__(self, *argv: str, scratch=None, env: dict | None = None):
         path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": path}
+        env = {**os.environ, "PYTHONPATH": path, **(env or {})}
         if scratch is not None:  # where Dask's workers and scheduler keep their scratch directories
             env["DASK_TEMPORARY_DIRECTORY"] = str(scratch)
         self.process = subprocess.Popen([sys.executable, "-m", "dflow", *argv], stdout=subprocess.PIPE,
@@ -169,8 +169,8 @@ class Run:
 def runs():
     started: list[Run] = []
 
-    def start(*argv: str, scratch=None) -> Run:
-        started.append(Run(*argv, scratch=scratch))
+    def start(*argv: str, scratch=None, env=None) -> Run:
+        started.append(Run(*argv, scratch=scratch, env=env))
         return started[-1]
 
     yield start

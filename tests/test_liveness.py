@@ -64,3 +64,30 @@ def test_a_sync_replica_waiting_for_a_dead_one_fails_within_seconds_naming_it(mo
             with pytest.raises(tf.errors.UnavailableError, match=r"/job:worker/task:1 died"):
                 sess.run(train_op)  # replica 0 at the barrier, replica 1 never comes
             assert time.monotonic() - start < 30  # not the 120 s timeout
+
+
+def _pause_above(fraction, dask_worker=None):
+    """Have the worker's memory monitor pause it above ``fraction`` of its memory limit (as it does at
+    80% by default); a tiny fraction pauses it for real, the default lets it run again."""
+    dask_worker.memory_manager.memory_pause_fraction = fraction
+
+
+def test_a_role_whose_worker_stays_paused_ends_the_wait_saying_why(monkeypatch):
+    from dflow.distributed import liveness
+
+    monkeypatch.setattr(liveness, "PAUSED_LIMIT_S", 1.0)
+    with tf.cluster.local(ps=1, workers=1) as cluster:
+        watch = liveness.RoleWatch(cluster.client)
+        worker_0 = cluster.spec.task_address("worker", 0)
+        cluster.client.run(_pause_above, 1e-6, workers=[worker_0])
+        deadline = time.monotonic() + 30
+        with pytest.raises(tf.errors.ResourceExhaustedError,
+                           match=r"worker/0's Dask worker has been paused for \d+ s: its memory is above"):
+            while time.monotonic() < deadline:
+                watch.check()
+                time.sleep(0.1)
+        cluster.client.run(_pause_above, 0.8, workers=[worker_0])
+        while any(info["status"] == "paused" for info in cluster.client.scheduler_info()["workers"].values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        watch.check()  # running again: nothing to say

@@ -136,6 +136,13 @@ def test_tls_options_need_a_ca_and_a_certificate(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--model", "mnist_dnn", "--tls-ca-file", __file__, "--tls-cert", __file__])
     assert "join a running cluster (--cluster tls://HOST:PORT)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a Slurm cluster is started by the command: --secure, not these
+        main(["train", "--model", "mnist_dnn", "--cluster", "slurm", "--tls-ca-file", __file__,
+              "--tls-cert", __file__])
+    assert "--secure makes the cluster this command starts speak TLS" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--model", "mnist_dnn", "--cluster", "tcp://127.0.0.1:1", "--secure"])
+    assert "a running cluster (--cluster ADDRESS) takes --tls-ca-file" in capsys.readouterr().err
 
 
 def _self_signed_certificate(directory) -> tuple[str, str]:

@@ -11,6 +11,13 @@ import time
 
 import pytest
 from conftest import train_linear_regression
+from test_faults import (
+    CHECKPOINT_EVERY,
+    RECOVERED,
+    STEPS,
+    runs,  # noqa: F401 - a fixture
+    train_args,
+)
 
 import dflow as tf
 
@@ -107,7 +114,7 @@ def test_each_role_is_a_slurm_job_and_a_model_trains_with_its_variables_on_the_p
     assert _gone_from_squeue(job_ids.values())  # closing the cluster cancelled its jobs
 
 
-def test_slurm_bad_input_says_what_to_do(tmp_path, monkeypatch):
+def test_slurm_bad_input_says_what_to_do(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="at least one worker"):
         tf.cluster.slurm(ps=1, workers=0)
     with pytest.raises(TypeError, match="give the roles as ps= and workers="):
@@ -115,6 +122,11 @@ def test_slurm_bad_input_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no sbatch anywhere on PATH
     with pytest.raises(RuntimeError, match=r"`sbatch`, which is not on PATH.*apt-get install slurm-wlm"):
         tf.cluster.slurm(ps=1, workers=2)
+    from dflow.cli import main
+
+    assert main(["train", "--model", "mnist_dnn", "--cluster", "slurm", "--steps", "1"]) == 1
+    assert re.search(r"^dflow train: error: cannot use a Slurm cluster: .*`sbatch`, which is not on PATH",
+                     capsys.readouterr().err, re.M)
 
 
 @pytest.mark.slurm
@@ -158,3 +170,84 @@ def test_a_secure_slurm_cluster_speaks_tls_only(slurm_here, tmp_path):
         assert losses[-1] < 0.1 * losses[0], losses
         with pytest.raises(Exception):  # noqa: B017 - refused: no certificate (Dask's error type varies)
             distributed.Client(cluster.target.replace("tls://", "tcp://"), timeout=5)
+
+
+def _new_job_of(cluster, role: str, old_job: str, timeout: float = 120.0) -> str:
+    """The Slurm job ``role``'s worker runs in once it is held again in a job other than ``old_job``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = dict(cluster.client.run(lambda dask_worker: (dask_worker.name, os.environ.get("SLURM_JOB_ID")))
+                    .values())
+        if jobs.get(role) not in (None, old_job):
+            return jobs[role]
+        time.sleep(0.5)
+    raise AssertionError(f"{role} is not back in a new Slurm job after {timeout:.0f} s: "
+                         f"{cluster.client.scheduler_info()['workers']}")
+
+
+@pytest.mark.slurm
+def test_a_role_whose_job_ends_is_submitted_again_up_to_max_resubmits(slurm_here, tmp_path, caplog):
+    import dask
+
+    log_dir = tmp_path / "logs"
+    # Dask forgets a lost job after lost-worker-timeout (15 s by default): 1 s keeps the test short
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}), \
+            tf.cluster.slurm(ps=1, workers=2, cores=1, memory="1GB", interface="lo", walltime="00:10:00",
+                             max_resubmits=1, local_directory=str(tmp_path),
+                             log_directory=str(log_dir)) as cluster:
+        try:
+            first = _slurm_job_of_each_role(cluster)
+            subprocess.run(["scancel", first["worker/1"]], check=True)  # as walltime or preemption ends it
+            second = _new_job_of(cluster, "worker/1", first["worker/1"])
+            assert _slurm_job_of_each_role(cluster) == {**first, "worker/1": second}
+            assert _squeue([second]) == {second: ("dflow-worker-1", "RUNNING")}
+            assert cluster.resubmits == {"worker/1": [first["worker/1"]]}
+            said = f"worker/1's job {first['worker/1']} ended; submitted job {second} for it (1/1)"
+            assert said in caplog.text
+            losses = train_linear_regression(cluster, steps=10)  # the cluster works as before
+            assert losses[-1] < 0.1 * losses[0], losses
+
+            subprocess.run(["scancel", second], check=True)  # the second end is one too many
+            deadline = time.monotonic() + 60
+            while "not submitted again" not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.2)
+            assert f"worker/1's job {second} ended, 2 ends in all: more than max_resubmits=1" in caplog.text
+            assert "worker/1" not in cluster.spec.roles() and "worker/1" not in cluster.dask_cluster.workers
+        except BaseException:
+            _print_logs(log_dir)
+            raise
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_dflow_train_on_slurm_recovers_a_role_whose_job_was_cancelled(slurm_here, tmp_path, runs):  # noqa: F811
+    """`dflow train --cluster slurm`, set up through Dask's jobqueue config as a user would, goes on
+    to its last step after worker/1's Slurm job is cancelled mid-run (its job submitted again)."""
+    config = {"INTERFACE": "lo", "CORES": "1", "MEMORY": "2GB", "WALLTIME": "00:20:00",
+              "LOCAL_DIRECTORY": str(tmp_path), "LOG_DIRECTORY": str(tmp_path / "logs")}
+    env = {f"DASK_JOBQUEUE__SLURM__{key}": value for key, value in config.items()}
+    env["DASK_DISTRIBUTED__DEPLOY__LOST_WORKER_TIMEOUT"] = "1s"  # (15 s by default)
+    run = runs(*train_args(tmp_path / "checkpoints", "--cluster", "slurm", "--ps", "1"), env=env)
+    run.wait_for(r"^cluster: 1 PS \+ 2 workers, .*roles \['ps/0', 'worker/0', 'worker/1'\]")
+    run.wait_for_step(CHECKPOINT_EVERY + 20)
+    job = _squeue_named("dflow-worker-1")
+    subprocess.run(["scancel", job], check=True)
+    cancelled = time.monotonic()
+    _, resubmitted = run.wait_for(rf"slurm: worker/1's job {job} ended; submitted job (\d+) for it",
+                                  after=cancelled)
+    recovered, line = run.wait_for(RECOVERED.pattern, after=cancelled)
+    assert line[1] == "worker/1" and int(line[5]) <= CHECKPOINT_EVERY + 20, run.output
+    assert run.finish() == 0, run.output
+    assert re.search(rf"^step {STEPS}/{STEPS} ", run.output, re.M) and "test accuracy" in run.output
+    assert "Traceback" not in run.output, run.output
+    assert _squeue([job, resubmitted[1]]) == {} or _gone_from_squeue([job, resubmitted[1]])
+    print(f"\nSLURM cancel worker/1: recovered in {recovered - cancelled:.1f} s, {line[5]} steps lost")
+
+
+def _squeue_named(name: str) -> str:
+    """The id of the one Slurm job called ``name``."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i", "-n", name], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert len(out) == 1, f"squeue lists {out} as {name}"
+    return out[0]

@@ -8,22 +8,27 @@ The Dask scheduler runs in this process; each role (``ps/0``, ``worker/1``) is o
 from __future__ import annotations
 
 import contextlib
+import logging
 import shlex
 import shutil
 import subprocess
+import threading
 
 from .launch import START_TIMEOUT_S, Cluster, blas_env, launch_security, role_list
 from .spec import role_name, role_resources
 from .worker_preload import WORKER_PRELOAD
+from .worker_process import MAX_RESTARTS
 
-__all__ = ["slurm"]
+__all__ = ["slurm", "SlurmCluster"]
 
+log = logging.getLogger("dflow")
 # set by this launcher from ps= and workers=: one worker process per job, one job per role
 _RESERVED = ("n_workers", "processes")
+RESUBMIT_POLL_S = 1.0  # how often the cluster looks for roles whose job ended
 
 
 def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, secure: bool = False,
-          security=None, **kwargs) -> Cluster:
+          security=None, max_resubmits: int = MAX_RESTARTS, **kwargs) -> SlurmCluster:
     """One Slurm job per role (``dask_jobqueue.SLURMCluster``).
 
     Keyword arguments go to ``SLURMCluster`` (``queue``, ``account``, ``cores``,
@@ -36,6 +41,12 @@ def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, secur
     your own (:func:`~dflow.cluster.tls_security`). The scheduler listens where
     dask-jobqueue puts it (``interface=``, ``scheduler_options=``): the jobs run on other
     nodes. Needs ``sbatch`` on PATH (a Slurm login node) and ``pip install dflow[slurm]``.
+
+    A role whose job ends while the cluster is open (walltime, preemption, ``scancel``, a
+    node lost) is submitted again as a new job, up to ``max_resubmits`` times per role, as the
+    local cluster restarts a killed worker: it comes back with none of its variables, and
+    ``dflow train`` restores them from the latest checkpoint. Dask notices the lost job after
+    its ``distributed.deploy.lost-worker-timeout`` (15 s by default).
 
     >>> cluster = tf.cluster.slurm(ps=1, workers=4, cores=8, memory="32GB",
     ...                            walltime="01:00:00")  # doctest: +SKIP
@@ -55,11 +66,63 @@ def slurm(ps: int = 1, workers: int = 2, timeout: float = START_TIMEOUT_S, secur
     dask_cluster = SLURMCluster(n_workers=0, processes=1, job_name=job_name, **kwargs)
     try:
         _submit_role_jobs(dask_cluster, roles, job_name)
-        return _wait_for_roles(dask_cluster, roles, timeout)
+        cluster = _wait_for_roles(dask_cluster, roles, timeout)
     except BaseException:
         with contextlib.suppress(Exception):  # a job sbatch refused fails close(): keep the first error
             dask_cluster.close()
         raise
+    cluster.start_resubmitting(max_resubmits)
+    return cluster
+
+
+class SlurmCluster(Cluster):
+    """A :class:`Cluster` of one Slurm job per role that submits a role's job again when it ends."""
+
+    def __init__(self, client, dask_cluster):
+        super().__init__(client, dask_cluster)
+        self.resubmits: dict[str, list[str]] = {}  # role -> the ids of its jobs that ended, in order
+        self._closing = threading.Event()
+        self._watch: threading.Thread | None = None
+
+    def start_resubmitting(self, max_resubmits: int) -> None:
+        self._watch = threading.Thread(target=self._resubmit_ended, args=(max_resubmits,),
+                                       name="dflow-slurm-resubmit", daemon=True)
+        self._watch.start()
+
+    def _resubmit_ended(self, max_resubmits: int) -> None:
+        # Dask's SpecCluster closes the job of a worker that left (after lost-worker-timeout) and
+        # forgets it; its role is still in worker_spec, so _correct_state submits a job for it again.
+        # (Resubmitting sooner, before Dask forgets the old job, would have that timer cancel the new one.)
+        dask_cluster = self.dask_cluster
+        job_ids = {role: job.job_id for role, job in dask_cluster.workers.items()}
+        while not self._closing.wait(RESUBMIT_POLL_S):
+            ended = sorted(set(dask_cluster.worker_spec) - set(dask_cluster.workers))
+            for role in ended:
+                self.resubmits.setdefault(role, []).append(job_ids.get(role, "?"))
+                if len(self.resubmits[role]) > max_resubmits:
+                    log.error("slurm: %s's job %s ended, %d ends in all: more than max_resubmits=%d, so it "
+                              "is not submitted again; see its log in log_directory=", role,
+                              job_ids.get(role), len(self.resubmits[role]), max_resubmits)
+                    del dask_cluster.worker_spec[role]
+            if not [role for role in ended if role in dask_cluster.worker_spec]:
+                continue
+            try:
+                dask_cluster.sync(dask_cluster._correct_state)
+            except Exception as error:  # noqa: BLE001 - sbatch refused: said, and tried again next time
+                log.error("slurm: submitting a job again failed: %s", _sbatch_error(error))
+                continue
+            for role in ended:
+                if role in dask_cluster.workers:
+                    job_ids[role] = dask_cluster.workers[role].job_id
+                    log.warning("slurm: %s's job %s ended; submitted job %s for it (%d/%d)", role,
+                                self.resubmits[role][-1], job_ids[role], len(self.resubmits[role]),
+                                max_resubmits)
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._watch is not None:
+            self._watch.join()
+        super().close()
 
 
 def _submit_role_jobs(dask_cluster, roles: list[tuple[str, int]], job_name: str) -> None:
@@ -75,10 +138,10 @@ def _submit_role_jobs(dask_cluster, roles: list[tuple[str, int]], job_name: str)
                            "(`sinfo -o '%P %c %m %l'`)") from error
 
 
-def _wait_for_roles(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> Cluster:
+def _wait_for_roles(dask_cluster, roles: list[tuple[str, int]], timeout: float) -> SlurmCluster:
     import distributed
 
-    cluster = Cluster(distributed.Client(dask_cluster, set_as_default=False), dask_cluster)
+    cluster = SlurmCluster(distributed.Client(dask_cluster, set_as_default=False), dask_cluster)
     try:
         cluster.wait_for([role_name(job, i) for job, i in roles], timeout)
     except TimeoutError as error:  # most often: the jobs wait in the queue
@@ -134,6 +197,9 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     # without a limit BLAS starts a thread per CPU of the node, not per CPU of the job
     threads = 1 if job == "ps" else int(template.get("cores") or _config(template["config_name"], "cores"))
     blas = [f"export {name}={value}" for name, value in blas_env(threads).items()]
+    # a Dask worker paused for memory runs no task, and a replica is one long task: a worker over
+    # its memory is better killed (its role is recovered) than paused (its replica waits forever)
+    no_pause = ["export DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE=False"]
     extra_args, prologue = (template.get(key, _config(template["config_name"], key.replace("_", "-")))
                             for key in ("worker_extra_args", "job_script_prologue"))
     # dask-jobqueue joins the worker's arguments into the job script unquoted: the resources
@@ -142,7 +208,7 @@ def _role_options(template: dict, job: str, task: int, job_name: str) -> dict:
     return {**template, "job_name": f"{job_name}-{job}-{task}",
             "worker_extra_args": [*(extra_args or []), *WORKER_PRELOAD,
                                   "--resources", shlex.quote(resources)],
-            "job_script_prologue": list(prologue or []) + blas}
+            "job_script_prologue": list(prologue or []) + blas + no_pause}
 
 
 def _config(config_name: str, key: str):
