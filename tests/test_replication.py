@@ -74,7 +74,7 @@ def test_in_graph_towers_train_on_both_workers_like_one_process(target):
 
 
 # ---- between-graph: tf.replicate runs one client per worker ---------------------------------
-def _replica(task_index, target, spec, sync: bool, steps: int, learning_rate: float):
+def _replica(task_index, target, spec, sync: bool, steps: int, learning_rate: float, runner: str = "direct"):
     """The program every worker runs (the seed's Listing 2): its half of each step's batch."""
     x, y = tf.placeholder(tf.float32, [None, 4]), tf.placeholder(tf.float32, [None, 1])
     with tf.device(tf.train.replica_device_setter(worker_device=f"/job:worker/task:{task_index}",
@@ -89,7 +89,9 @@ def _replica(task_index, target, spec, sync: bool, steps: int, learning_rate: fl
             hooks.append(optimizer.make_session_run_hook(is_chief=task_index == 0))
         train = optimizer.minimize(loss, global_step=step)
     staleness, local_steps = [], 0
-    with tf.train.MonitoredTrainingSession(target, is_chief=task_index == 0, hooks=hooks) as sess:
+    config = tf.ConfigProto(runner=runner, operation_timeout_in_ms=60_000)
+    with tf.train.MonitoredTrainingSession(target, is_chief=task_index == 0, hooks=hooks,
+                                           config=config) as sess:
         while not sess.should_stop():
             xs, ys = batch(local_steps if sync else int(sess.run(step)))
             half = slice(task_index * 8, (task_index + 1) * 8)
@@ -99,9 +101,12 @@ def _replica(task_index, target, spec, sync: bool, steps: int, learning_rate: fl
         return local_steps, staleness, sess.run(variables)
 
 
-def test_between_graph_sync_replicas_equal_one_process_on_the_whole_batch(cluster, target):
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+def test_between_graph_sync_replicas_equal_one_process_on_the_whole_batch(cluster, target, runner):
+    """Under runner="dask" too: a stage that waits (the token queue, the accumulators) secedes from
+    its worker's threads and takes a share of its role's resource, so the PS runs the others meanwhile."""
     steps = 8
-    results = tf.replicate(_replica, cluster, target, cluster.spec, True, steps, 0.1)
+    results = tf.replicate(_replica, cluster, target, cluster.spec, True, steps, 0.1, runner)
     expected_w, expected_b = single_process(steps, 0.1)
     for local_steps, _, (w, b) in results:
         assert local_steps == steps  # every replica took part in every step

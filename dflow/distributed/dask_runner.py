@@ -6,9 +6,12 @@ step is then one task graph, sent to the scheduler in one message (``client.get`
 high-level graph):
 
 - every stage is a task ``run_stage(plan_id, index, run_id, feeds, *upstream)``, annotated
-  ``resources={"ps/0": 1}``: only the worker holding that role offers the resource
+  ``resources={"ps/0": ROLE_SHARE}``: only the worker holding that role offers the resource
   (:func:`dflow.cluster.role_resources`), so the scheduler runs the stage there, and a worker
-  restarted under the same role takes the stages again;
+  restarted under the same role takes the stages again. A stage takes a small share of it, not
+  all: the stages of concurrent steps (between-graph replicas) run there side by side, as on
+  the direct path, and one that waits for another step (a synchronous replica's token, the
+  chief's accumulators) secedes from the worker's threads while it waits;
 - the values a stage sends to another task are its result, and the consumer stage depends on
   it: Dask moves them worker to worker, never through the scheduler or the client;
 - what a stage keeps for a later stage of its own task stays in the worker
@@ -46,6 +49,7 @@ from .worker import run_stage, select
 __all__ = ["DaskRunner", "role_resource"]
 
 WATCH_EVERY_S = 0.5  # how often a step waiting for its tasks checks that their workers are there
+ROLE_SHARE = 1 / 64  # of its role's resource (1) a stage takes: up to 64 at once (exact in binary)
 
 
 def role_resource(task: str) -> str:
@@ -152,12 +156,12 @@ class DaskRunner(DirectRunner):
             key, upstream = keys[s.task, s.index], [keys[u] for u in s.upstream]
             stage_feeds = {name: feeds[name] for name in s.feeds}
             task = (run_stage, plan.plan_id, s.index, run_id, stage_feeds, *upstream)
-            layers[key] = MaterializedLayer({key: task}, annotations={"resources": {s.resource: 1}})
+            layers[key] = MaterializedLayer({key: task}, annotations={"resources": {s.resource: ROLE_SHARE}})
             dependencies[key] = set(upstream)
             if s.fetches and s.sends:  # a select task, so that what it sends does not reach the client
                 fetch_key = f"{s.label}:fetch:step {step} [{self._session} #{s.index}]"
                 layers[fetch_key] = MaterializedLayer({fetch_key: (select, key, list(s.fetches))},
-                                                      annotations={"resources": {s.resource: 1}})
+                                                      annotations={"resources": {s.resource: ROLE_SHARE}})
                 dependencies[fetch_key] = {key}
                 fetching.append(fetch_key)
             elif s.fetches:

@@ -41,6 +41,7 @@ import time
 from collections import OrderedDict, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 
+import distributed
 from distributed import WorkerPlugin
 from distributed.core import send_recv
 from distributed.protocol.serialize import to_serialize
@@ -261,6 +262,8 @@ class DflowWorker(WorkerPlugin):
         tasks and what the client fetches (what later stages here use stays here)."""
         stages, _ = self._plan(plan_id)
         stage = stages[index]
+        if stage.waits:  # for other steps' stages, maybe on this worker: give its thread back meanwhile
+            distributed.secede()
         inputs = {name: feeds[name] for name in stage.from_client}
         for values in upstream:
             inputs.update(values)

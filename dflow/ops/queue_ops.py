@@ -215,8 +215,8 @@ defop("FIFOQueueV2", _handle_infer,
       lambda state, xp, **attrs: _make_queue_kernel(state, xp, shuffle=False, **attrs), stateful=True)
 defop("RandomShuffleQueueV2", _handle_infer,
       lambda state, xp, **attrs: _make_queue_kernel(state, xp, shuffle=True, **attrs), stateful=True)
-defop("QueueEnqueueV2", _enqueue_infer, _enqueue_kernel, stateful=True, num_outputs=0)
-defop("QueueDequeueV2", _dequeue_infer, _dequeue_kernel, stateful=True, num_outputs=None)
+defop("QueueEnqueueV2", _enqueue_infer, _enqueue_kernel, stateful=True, num_outputs=0, blocking=True)
+defop("QueueDequeueV2", _dequeue_infer, _dequeue_kernel, stateful=True, num_outputs=None, blocking=True)
 defop("QueueCloseV2", lambda inputs, cancel_pending_enqueues: [],
       lambda state, xp, handle, cancel_pending_enqueues:
       _queue_of(state, handle).close(cancel_pending_enqueues) or (), stateful=True, num_outputs=0)

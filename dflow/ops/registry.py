@@ -14,7 +14,9 @@ An op declares four things and nothing else knows about it:
   and ``None`` means "as many as ``infer`` returned" (split, unstack).
 
 An ``asynchronous`` kernel (the collectives) returns a ``concurrent.futures.Future``
-of its outputs; the executor runs other ops while it is pending.
+of its outputs; the executor runs other ops while it is pending. A ``blocking`` kernel may
+wait for another step to run (a queue's dequeue, a barrier, an accumulator's take): a
+runner must not hold the only thread that step needs while it waits.
 """
 
 from __future__ import annotations
@@ -47,17 +49,23 @@ class OpDef:
     stateful: bool = False
     num_outputs: int | None = 1
     asynchronous: bool = False
+    blocking: bool = False
+
+    @property
+    def waits(self) -> bool:
+        """Whether running it may wait for other steps or tasks (a blocking or asynchronous op)."""
+        return self.blocking or self.asynchronous
 
 
 OP_DEFS: dict[str, OpDef] = {}
 
 
 def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1,
-          asynchronous=False) -> OpDef:
+          asynchronous=False, blocking=False) -> OpDef:
     """Register an op. Adding an op touches only the module that calls this."""
     if name in OP_DEFS:
         raise ValueError(f"op type {name!r} is registered twice")
-    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous)
+    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous, blocking)
     OP_DEFS[name] = opdef
     return opdef
 

@@ -224,9 +224,9 @@ def _cancel_kernel(state, xp, *, resource, kind):
 _no_outputs = lambda inputs, **_: []  # noqa: E731
 defop("AccumulatorApplyGradient", _no_outputs, _apply_kernel, stateful=True, num_outputs=0)
 defop("AccumulatorTakeGradient", lambda inputs, shape, dtype, **_: [Spec(shape, dtype)], _take_kernel,
-      stateful=True)
+      stateful=True, blocking=True)
 defop("SyncReplicasBarrier", lambda inputs, **_: [inputs[0]._replace(value=None)], _barrier_kernel,
-      stateful=True)
+      stateful=True, blocking=True)
 defop("SyncReplicasRelease", _no_outputs, _release_kernel, stateful=True, num_outputs=0)
 defop("SyncReplicasSetStep", _no_outputs, _set_step_kernel, stateful=True, num_outputs=0)
 defop("SyncReplicasCancel", _no_outputs, _cancel_kernel, stateful=True, num_outputs=0)

@@ -41,6 +41,7 @@ straight to the workers) plans with it, and a :class:`PlanCache` keeps the resul
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -53,6 +54,7 @@ import networkx as nx
 
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor
+from ..ops.registry import get_opdef
 from ..placement import DeviceSpec
 from .executor import OpNode, Schedule, schedule
 
@@ -263,6 +265,11 @@ class Stage:
         """Everything this stage hands on: to other tasks, to its own later stages, to the client."""
         sent = {v for values in self.sends.values() for v in values}
         return tuple(sorted(sent | set(self.keeps) | set(self.fetches)))
+
+    @functools.cached_property  # (asked at every run of the stage)
+    def waits(self) -> bool:
+        """Whether it may wait for other steps (a queue, a barrier, an accumulator, a collective)."""
+        return any(get_opdef(node.type).waits for node in self.schedule.nodes.values())
 
 
 def build_stages(graph: nx.MultiDiGraph, fetches: Iterable[str]) -> dict[str, list[Stage]]:
