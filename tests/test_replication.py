@@ -44,7 +44,8 @@ def single_process(steps: int, learning_rate: float):
 
 
 # ---- in-graph: one client, one tower per worker, gradients averaged on the PS ----------------
-def test_in_graph_towers_train_on_both_workers_like_one_process(target):
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+def test_in_graph_towers_train_on_both_workers_like_one_process(target, runner):
     x, y = tf.placeholder(tf.float32, [16, 4]), tf.placeholder(tf.float32, [16, 1])  # split needs 16
     optimizer = tf.train.GradientDescentOptimizer(0.1)
     tower_grads = []
@@ -57,7 +58,7 @@ def test_in_graph_towers_train_on_both_workers_like_one_process(target):
         averaged = [(tf.add_n([g[k][0] for g in tower_grads]) / float(WORKERS), var)
                     for k, (_, var) in enumerate(tower_grads[0])]
         train = optimizer.apply_gradients(averaged)
-    with tf.Session(target) as sess:
+    with tf.Session(target, config=tf.ConfigProto(runner=runner)) as sess:
         sess.run(tf.global_variables_initializer())
         for step in range(20):
             xs, ys = batch(step)
@@ -69,8 +70,12 @@ def test_in_graph_towers_train_on_both_workers_like_one_process(target):
     np.testing.assert_allclose(b, expected_b, rtol=1e-5, atol=1e-6)
     # both towers computed on their own workers, and only gradients went to the PS
     assert {"/job:worker/task:0", "/job:worker/task:1"} <= set(stats.compute_s)
-    assert set(stats.bytes_sent) >= {("/job:worker/task:0", "/job:ps/task:0"),
-                                     ("/job:worker/task:1", "/job:ps/task:0")}
+    gradients = 4 * (4 + 1)  # w and b, float32, from each tower
+    to_ps = [("/job:worker/task:0", "/job:ps/task:0"), ("/job:worker/task:1", "/job:ps/task:0")]
+    assert [stats.bytes_sent[link] for link in to_ps] == [gradients, gradients]
+    assert stats.bytes_sent[("client", "/job:worker/task:0")] == 16 * 5 * 4  # the fed x and y
+    assert {task for task, what, start, end in stats.timeline if what == "compute" and end >= start} \
+        >= {"/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:0"}
 
 
 # ---- between-graph: tf.replicate runs one client per worker ---------------------------------

@@ -43,8 +43,8 @@ from ..errors import DeadlineExceededError, FailedPreconditionError, Unavailable
 from ..placement import DeviceSpec
 from ..runtime.executor import RunStats
 from ..runtime.passes import Plan
-from .runner import DirectRunner, cluster_tasks
-from .worker import run_stage, select
+from .runner import DirectRunner, cluster_tasks, count_sent
+from .worker import STAGE_STATS, nbytes, run_stage, select
 
 __all__ = ["DaskRunner", "role_resource"]
 
@@ -111,16 +111,40 @@ class DaskRunner(DirectRunner):
             errors = [f for f in futures if f.status == "error"]
             if errors:
                 errors[0].result()  # raises the stage's error, as its task raised it
-            # only the fetched values travel back: a last stage that fetches nothing is waited
-            # for (the scheduler says when it is done) but not gathered, a round trip saved
-            results = self.client.gather(futures[:len(fetching)], direct=self.worker is None)
+            # only the fetched values and the stats travel back (a last stage that fetches
+            # nothing returns only the stats of the stages it followed), in one gather
+            results = self.client.gather(futures, direct=self.worker is None)
         finally:
             for future in futures:
                 future.release()
             if in_task:
                 distributed.rejoin()
         values = {name: value for result in results for name, value in result.items()}
-        return {name: values[name] for name in plan.fetches if name in values}
+        fetched = {name: values[name] for name in plan.fetches if name in values}
+        self._fill(stats, plan, feeds, results, fetched)
+        return fetched
+
+    def _fill(self, stats: RunStats, plan: Plan, feeds: dict, results: list[dict], fetched: dict) -> None:
+        """``stats`` of a step from its stages' reports: the bytes sent per link (fed values from
+        the client, values between tasks, fetched values to the client), each task's compute
+        time and timeline, the staleness of its updates."""
+        here = self._here() or "client"
+        reports = {key: report for result in results for key, report in result[STAGE_STATS].items()}
+        traffic = stats.bytes_sent
+        for task, names in plan.feeds.items():
+            if names:
+                count_sent(traffic, here, task, sum(nbytes(feeds[name]) for name in names))
+        for (task, _), report in sorted(reports.items()):
+            for dest, count in report["sent"].items():
+                count_sent(traffic, task, dest, count)
+            stats.compute_s[task] = stats.compute_s.get(task, 0.0) + report["end"] - report["start"]
+            stats.timeline.append((task, "compute", report["start"], report["end"]))
+            if report["staleness"] is not None:
+                stats.staleness = max(stats.staleness or 0, report["staleness"])
+        for s in self._layouts[plan.plan_id]:
+            count = sum(nbytes(fetched[name]) for name in s.fetches if name in fetched)
+            if count and s.task != here:
+                count_sent(traffic, s.task, here, count)
 
     def _wait(self, plan: Plan, futures: list, step: int) -> None:
         """Until the step's tasks are done; a task whose worker left meanwhile is an

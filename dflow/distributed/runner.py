@@ -44,7 +44,7 @@ from .worker import (
     serialized,
 )
 
-__all__ = ["DirectRunner", "install", "cluster_tasks"]
+__all__ = ["DirectRunner", "install", "cluster_tasks", "count_sent"]
 
 log = logging.getLogger("dflow")
 DEFAULT_TIMEOUT_S = 600.0  # a step waiting longer than this for another task's value fails
@@ -208,7 +208,7 @@ class DirectRunner:
                 call = self._call(task, "dflow_run", plan_id=plan.plan_id, run_id=run_id,
                                   feeds=serialized(task_feeds), timeout=self.timeout)
                 if task_feeds:
-                    _count(traffic, here or "client", task, sum(nbytes(v) for v in task_feeds.values()))
+                    count_sent(traffic, here or "client", task, sum(nbytes(v) for v in task_feeds.values()))
             calls[asyncio.ensure_future(call)] = task
         values: dict = {}
         pending = set(calls)
@@ -228,11 +228,12 @@ class DirectRunner:
                 if reply["staleness"] is not None:
                     stats.staleness = max(stats.staleness or 0, reply["staleness"])
                 for dest, count in reply["sent"].items():
-                    _count(traffic, task, dest, count)
+                    count_sent(traffic, task, dest, count)
                 if task != here and reply["fetches"]:
                     # (added up: a client inside a worker's process, as a between-graph replica
                     # is, receives its fetches on the link that carried its variable reads)
-                    _count(traffic, task, here or "client", sum(nbytes(v) for v in reply["fetches"].values()))
+                    count_sent(traffic, task, here or "client",
+                               sum(nbytes(v) for v in reply["fetches"].values()))
         return values
 
     async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
@@ -282,7 +283,8 @@ class DirectRunner:
         return sync(self._loop, ask)
 
 
-def _count(traffic: dict, source: str, dest: str, nbytes_sent: int) -> None:
+def count_sent(traffic: dict, source: str, dest: str, nbytes_sent: int) -> None:
+    """Add ``nbytes_sent`` to the bytes of the ``(source, dest)`` link (RunStats.bytes_sent)."""
     traffic[(source, dest)] = traffic.get((source, dest), 0) + nbytes_sent
 
 

@@ -55,13 +55,17 @@ from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
 
-__all__ = ["DflowWorker", "PLUGIN_NAME", "PlanNotFoundError", "serialized", "deserialized", "nbytes",
-           "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain", "run_stage", "select"]
+__all__ = ["DflowWorker", "PLUGIN_NAME", "STAGE_STATS", "PlanNotFoundError", "serialized", "deserialized",
+           "nbytes", "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain", "run_stage",
+           "select"]
 
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
 CONNECT_TIMEOUT_S = 5.0  # a live peer on any network answers a connect well within this
 KEPT_STEPS = 1000  # steps whose kept values a worker holds at most (only failed steps leave any)
+# the key of a Dask-run stage's result that holds its stats and those of the stages before it,
+# {(task, index): {"start", "end", "sent", "staleness"}} (no tensor is named so: names have a ":")
+STAGE_STATS = "stage stats"
 
 
 class PlanNotFoundError(FailedPreconditionError):
@@ -132,6 +136,7 @@ class DflowWorker(WorkerPlugin):
         # values a Dask-run stage keeps for a later stage of this task in the same step (by run
         # id): they stay here instead of travelling in the stage's result (DaskRunner)
         self.kept: OrderedDict[str, dict] = OrderedDict()
+        self.clock_at_start: OrderedDict[str, int] = OrderedDict()  # run id -> updates_applied at stage 0
         self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
@@ -264,13 +269,23 @@ class DflowWorker(WorkerPlugin):
         stage = stages[index]
         if stage.waits:  # for other steps' stages, maybe on this worker: give its thread back meanwhile
             distributed.secede()
+        started = time.time()
         inputs = {name: feeds[name] for name in stage.from_client}
+        reports = {}  # the stats of every stage this one follows, carried on to the client
         for values in upstream:
-            inputs.update(values)
+            reports.update(values[STAGE_STATS])
+            inputs.update((name, value) for name, value in values.items() if name != STAGE_STATS)
         last = index == len(stages) - 1
         inputs.update(self.kept.pop(run_id, {}) if last else self.kept.get(run_id, {}))
-        if stage.applies_updates:
-            with self._updates_lock:
+        clock = self.clock_at_start.pop(run_id, None) if last else self.clock_at_start.get(run_id)
+        staleness = None
+        with self._updates_lock:
+            if index == 0 and not last:
+                self.clock_at_start[run_id] = self.updates_applied
+                while len(self.clock_at_start) > KEPT_STEPS:
+                    self.clock_at_start.popitem(last=False)
+            if stage.applies_updates:
+                staleness = self.updates_applied - (self.updates_applied if clock is None else clock)
                 self.updates_applied += 1
         values = execute(stage.schedule, inputs, self.state, self.namespaces)
         if stage.keeps and not last:
@@ -279,6 +294,11 @@ class DflowWorker(WorkerPlugin):
                 self.kept.popitem(last=False)
         out = {n: None if n.startswith("^") else values[n] for names in stage.sends.values() for n in names}
         out.update({n: values[n] for n in stage.fetches})
+        sent = {dest: sum(nbytes(values[n]) for n in names if not n.startswith("^"))
+                for dest, names in stage.sends.items()}
+        reports[(stage.task, index)] = {"start": started, "end": time.time(), "sent": sent,
+                                        "staleness": staleness}
+        out[STAGE_STATS] = reports
         return out
 
     # ---- one step of one plan (on a stage thread) -------------------------------------
@@ -349,8 +369,9 @@ def run_stage(plan_id: str, index: int, run_id: str, feeds: dict, *upstream: dic
 
 
 def select(values: dict, names: list) -> dict:
-    """A Dask task: the fetched values out of a stage's result, so that only they reach the client."""
-    return {name: values[name] for name in names}
+    """A Dask task: the fetched values out of a stage's result (and its stats), so that only they
+    reach the client."""
+    return {STAGE_STATS: values[STAGE_STATS], **{name: values[name] for name in names}}
 
 
 def _require_plain(handler: str, **arguments) -> None:
