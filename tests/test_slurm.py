@@ -193,8 +193,6 @@ def _new_job_of(cluster, role: str, old_job: str, timeout: float = 120.0) -> str
 def test_a_role_whose_job_ends_is_submitted_again_up_to_max_resubmits(slurm_here, tmp_path, caplog):
     import dask
 
-    caplog.set_level(logging.INFO, logger="dflow")  # whatever level an earlier test left it at
-
     log_dir = tmp_path / "logs"
     # Dask forgets a lost job after lost-worker-timeout (15 s by default): 1 s keeps the test short
     with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}), \
@@ -202,6 +200,8 @@ def test_a_role_whose_job_ends_is_submitted_again_up_to_max_resubmits(slurm_here
                              max_resubmits=1, local_directory=str(tmp_path),
                              log_directory=str(log_dir)) as cluster:
         try:
+            # dask-jobqueue's cluster (silence_logs="error") set pytest's capture handlers to ERROR
+            caplog.set_level(logging.INFO, logger="dflow")
             first = _slurm_job_of_each_role(cluster)
             subprocess.run(["scancel", first["worker/1"]], check=True)  # as walltime or preemption ends it
             second = _new_job_of(cluster, "worker/1", first["worker/1"])
