@@ -125,9 +125,8 @@ def dying_replica(task_index, target, spec):
     with tf.device(update.device()):
         x, y = tf.placeholder(tf.float32, [None, 5]), tf.placeholder(tf.int64, [None])
         train_op = update.optimizer(tf.train.GradientDescentOptimizer(0.5)).minimize(model(x, y))
-    # no recovery: nothing starts this replica again, so a recovered survivor would wait out the
-    # collective's deadline for a peer that comes back without it
-    with tf.train.MonitoredTrainingSession(target, hooks=update.hooks(), max_recoveries=0) as sess:
+    # nothing starts this replica again: a recovered survivor finds its peer back without it
+    with tf.train.MonitoredTrainingSession(target, hooks=update.hooks()) as sess:
         if task_index == 1:
             os._exit(1)  # its worker process dies between steps
         sess.run(train_op, dict(zip((x, y), batch(0, task_index))))
@@ -139,9 +138,11 @@ def test_an_allreduce_whose_member_died_names_it_within_seconds():
 
     with tf.cluster.local(ps=0, workers=2) as cluster:
         futures = start_replicas(dying_replica, cluster, cluster.target, cluster.spec)
-        dead = r"/job:worker/task:1 at tcp://\S+ does not answer"
-        with pytest.raises(tf.errors.UnavailableError, match=dead):
-            futures[0].result(timeout=60)
+        # the survivor's session recovers once worker/1 is back (its worker restarted, with no
+        # replica): the wait for it ends at the first liveness check, not the collective's deadline
+        back_without_replica = r"/job:worker/task:1 at tcp://\S+ has started only 0 runs of it.*restarted"
+        with pytest.raises(tf.errors.UnavailableError, match=back_without_replica):
+            futures[0].result(timeout=120)
 
 
 def test_a_mode_that_cannot_run_on_the_cluster_says_why():
@@ -231,11 +232,12 @@ def test_a_cancelled_collective_ends_at_once_and_later_ones_run():
         delivered.append((address, message["kind"]))
         return "OK"
 
-    async def alive(address):
-        return True  # the peer answers, and never sends: only a cancel ends the wait
+    async def runs_started(address, instance):
+        return 2  # the peer started both runs, and never sends: only a cancel ends the wait
 
     group = ("/job:worker/task:0", "/job:worker/task:1")
-    comm = Communicator(group[0], {t: f"tcp://{t[-1]}" for t in group}, loop, send, alive, timeout_s=60)
+    comm = Communicator(group[0], {t: f"tcp://{t[-1]}" for t in group}, loop, send, runs_started,
+                        timeout_s=60)
     try:
         waiting = comm.start("all_reduce", np.ones(4, np.float32), group=group, instance_key="g",
                              signature=("v",), algorithm="tree")
@@ -249,6 +251,53 @@ def test_a_cancelled_collective_ends_at_once_and_later_ones_run():
                            signature=("v",), algorithm="tree")
         comm.deliver(("g", 1), ("double", 1), group[1], np.full(4, 2, np.float32), ("v",))
         np.testing.assert_array_equal(later.result(timeout=30), np.full(4, 3, np.float32))
+    finally:
+        comm.close()
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_peer_that_has_not_started_the_previous_run_fails_the_wait_at_its_liveness_check(monkeypatch):
+    """A member that restarted (its worker's state gone) counts a collective's runs from 0 again: it
+    will never send the run a survivor waits in, so the survivor says so at its first liveness check
+    instead of waiting out the collective's deadline."""
+    import asyncio
+    import threading
+
+    from dflow.distributed import collective
+
+    monkeypatch.setattr(collective, "LIVENESS_CHECK_S", 0.05)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def send(address, **message):
+        return "OK"
+
+    peer_runs = {"g": 1}  # the peer has started run 0 only
+
+    async def runs_started(address, instance):
+        return peer_runs[instance]
+
+    group = ("/job:worker/task:0", "/job:worker/task:1")
+    comm = collective.Communicator(group[0], {t: f"tcp://{t[-1]}" for t in group}, loop, send,
+                                   runs_started, timeout_s=600)
+    try:
+        first = comm.start("all_reduce", np.ones(4, np.float32), group=group, instance_key="g",
+                           signature=("v",), algorithm="tree")
+        comm.deliver(("g", 0), ("double", 1), group[1], np.full(4, 2, np.float32), ("v",))
+        np.testing.assert_array_equal(first.result(timeout=30), np.full(4, 3, np.float32))
+        peer_runs["g"] = 2  # a live peer at this run (or past it): the wait goes on
+        waiting = comm.start("all_reduce", np.ones(4, np.float32), group=group, instance_key="g",
+                             signature=("v",), algorithm="tree")
+        with pytest.raises(TimeoutError):
+            waiting.result(timeout=0.5)
+        comm.cancel("the test is done with it")
+        peer_runs["g"] = 0  # the peer restarted: it counts from 0
+        behind = comm.start("all_reduce", np.ones(4, np.float32), group=group, instance_key="g",
+                            signature=("v",), algorithm="tree")
+        with pytest.raises(tf.errors.UnavailableError,
+                           match=r"collective g \(run 2\): /job:worker/task:1 at tcp://1 has started only 0 "
+                                 r"runs of it, so it will never send this one: it restarted"):
+            behind.result(timeout=30)
     finally:
         comm.close()
         loop.call_soon_threadsafe(loop.stop)

@@ -70,16 +70,17 @@ class Communicator:
     """This task's side of every collective it takes part in.
 
     ``send(address, **message)`` delivers a message to a peer's ``dflow_collective``
-    handler and ``alive(address)`` says whether a peer answers; both are coroutine
+    handler and ``runs_started(address, instance)`` asks a peer how many runs of a
+    collective it has started (raising when it does not answer); both are coroutine
     functions run on ``loop`` (the worker's event loop). ``addresses`` maps tasks to
     worker addresses and is kept current by the worker plugin.
     """
 
-    def __init__(self, task: str, addresses: dict, loop, send, alive, timeout_s: float = 600.0):
+    def __init__(self, task: str, addresses: dict, loop, send, runs_started, timeout_s: float = 600.0):
         self.task = task
         self.addresses = addresses
         self.timeout_s = timeout_s
-        self._loop, self._send, self._alive = loop, send, alive
+        self._loop, self._send, self._runs_started = loop, send, runs_started
         self._arrived = threading.Condition()
         self._messages: dict[tuple, tuple] = {}  # (instance, run, phase, sender) -> (value, signature)
         self._failed: dict[tuple, str] = {}  # (instance, run) -> why
@@ -141,16 +142,22 @@ class Communicator:
     def _post(self, peer: str, **message) -> Future:
         return asyncio.run_coroutine_threadsafe(self._send(self.addresses[peer], **message), self._loop)
 
+    def runs_started(self, instance: str) -> int:
+        """How many runs of collective ``instance`` this task has started (what peers ask)."""
+        with self._runs_lock:
+            return self._runs.get(instance, 0)
+
     def peer_alive(self, peer: str) -> bool:
         """Whether the task ``peer`` (``/job:worker/task:1``) answers a ping at its known address."""
-        return self._peer_alive(peer)
+        return self._peer_runs_started(peer, "") is not None
 
-    def _peer_alive(self, peer: str) -> bool:
+    def _peer_runs_started(self, peer: str, instance: str) -> int | None:
+        """How many runs of ``instance`` ``peer`` has started; None when it does not answer."""
         try:
-            return asyncio.run_coroutine_threadsafe(self._alive(self.addresses[peer]), self._loop).result(
-                LIVENESS_CHECK_S * 5)
+            return asyncio.run_coroutine_threadsafe(self._runs_started(self.addresses[peer], instance),
+                                                    self._loop).result(LIVENESS_CHECK_S * 5)
         except Exception:  # noqa: BLE001 (whatever the reason, the peer did not answer)
-            return False
+            return None
 
 
 class _Collective:
@@ -256,13 +263,10 @@ class _Collective:
                 if now >= next_check:
                     comm._arrived.release()  # ask without holding the mailbox
                     try:
-                        alive = comm._peer_alive(peer)
+                        peer_runs = comm._peer_runs_started(peer, self.key[0])
                     finally:
                         comm._arrived.acquire()
-                    if not alive:
-                        raise UnavailableError(
-                            f"collective {self.key[0]}: {peer} at {comm.addresses[peer]} does not "
-                            f"answer (its worker died or left); the group was {', '.join(self.group)}")
+                    self._check_peer(peer, peer_runs)
                     next_check = time.monotonic() + LIVENESS_CHECK_S
                     continue
                 comm._arrived.wait(min(next_check, deadline) - now)
@@ -270,6 +274,22 @@ class _Collective:
         if signature != self.signature:
             raise InvalidArgumentError(_mismatch(self.key[0], comm.task, self.signature, peer, signature))
         return value.astype(numpy.float32) if value.dtype == numpy.float16 else value
+
+    def _check_peer(self, peer: str, peer_runs: int | None) -> None:
+        """Fail the wait for ``peer``'s run when it can never come: the peer is dead, or it has not
+        yet started the run before this one (a peer that restarted, with its worker's state gone,
+        counts from 0 again: only a member still at this run or past it will send)."""
+        instance, run = self.key
+        if peer_runs is None:
+            raise UnavailableError(
+                f"collective {instance}: {peer} at {self.comm.addresses[peer]} does not answer (its worker "
+                f"died or left); the group was {', '.join(self.group)}")
+        if peer_runs < run:
+            raise UnavailableError(
+                f"collective {instance} (run {run}): {peer} at {self.comm.addresses[peer]} has started "
+                f"only {peer_runs} runs of it, so it will never send this one: it restarted without its "
+                "replica (or a failed step left the members counting runs differently); restart every "
+                "replica after tf.Session.reset(target)")
 
 
 def _rounded(values, compression):

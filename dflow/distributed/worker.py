@@ -13,7 +13,8 @@ a call on loopback) and never through the scheduler (about 11 ms; docs/measured.
 - ``dflow_abort(run_id, reason)``: wake this task's stages of a failed step;
 - ``dflow_collective(kind, key, ...)``: a piece of a collective (allreduce, broadcast) that
   a peer sends to this task's :class:`~dflow.distributed.collective.Communicator`;
-- ``dflow_ping()``: "alive", for peers waiting in a collective;
+- ``dflow_ping(instance)``: how many runs of collective ``instance`` this task has started,
+  for peers waiting in it (an answer at all says the task is alive);
 - ``dflow_reset()`` / ``dflow_variables()``: forget / list the variables held here.
 
 Every message is plain data: names, numbers, dicts and lists, arrays as Dask's array frames,
@@ -150,7 +151,7 @@ class DflowWorker(WorkerPlugin):
             "dflow_register": self.register, "dflow_unregister": self.unregister, "dflow_run": self.run,
             "dflow_deliver": self.deliver, "dflow_abort": self.abort, "dflow_reset": self.reset,
             "dflow_variables": self.variables, "dflow_collective": self.collective,
-            "dflow_ping": lambda: "alive",
+            "dflow_ping": self.ping,
         })
 
     def teardown(self, worker) -> None:
@@ -164,7 +165,7 @@ class DflowWorker(WorkerPlugin):
         state = SessionState()
         state.communicator = Communicator(role_of(self.worker.name) or str(self.worker.name),
                                           self.addresses, self.worker.loop.asyncio_loop,
-                                          send=self._send_collective, alive=self._alive)
+                                          send=self._send_collective, runs_started=self._runs_started)
         return state
 
     async def _send_collective(self, address: str, **message) -> str:
@@ -184,10 +185,10 @@ class DflowWorker(WorkerPlugin):
         finally:
             self.worker.rpc.reuse(address, comm)
 
-    async def _alive(self, address: str) -> bool:
+    async def _runs_started(self, address: str, instance: str) -> int:
         comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
         try:
-            return await send_recv(comm=comm, op="dflow_ping") == "alive"
+            return await send_recv(comm=comm, op="dflow_ping", instance=instance)
         finally:
             self.worker.rpc.reuse(address, comm)
 
@@ -240,6 +241,10 @@ class DflowWorker(WorkerPlugin):
         self.state.communicator.close()
         self.state = self._fresh_state()  # plans stay: open sessions keep running, on fresh variables
         return "OK"
+
+    def ping(self, instance: str = "") -> int:
+        _require_plain("dflow_ping", instance=(instance, str))
+        return self.state.communicator.runs_started(instance)
 
     def collective(self, kind: str, key, reason: str = "", **message) -> str:
         _require_plain("dflow_collective", kind=(kind, str), reason=(reason, str))
