@@ -1,7 +1,8 @@
 """Symbolic reverse-mode differentiation: ``tf.gradients(ys, xs)``.
 
 Ops are created after their inputs, so the graph's creation order is a
-topological order. Walk the ops between ``xs`` and ``ys`` backwards, ask each
+topological order. Find the ops between ``xs`` and ``ys`` on the graph's
+networkx view (as the passes do), walk them backwards, ask each
 op's gradient rule for its input gradients (new graph, not numbers), and sum
 the gradients of tensors that fan out to several consumers.
 """
@@ -56,22 +57,27 @@ def _total(grads: list[Tensor] | None) -> Tensor | None:
 
 
 def _ops_between(graph, xs, ys) -> set:
-    """Ops that lie on some path from an x to a y."""
+    """Ops that lie on some path of tensors (``graph.nx``'s data edges) from an x to a y."""
+    succ, pred = graph.nx.succ, graph.nx.pred  # node -> neighbour -> edge key -> data
+
+    def carries_data(keys) -> bool:  # a tensor's edge, not only a control dependency
+        return len(keys) > 1 or "control" not in keys
+
     # an x's own producer is not differentiated, only what consumes x
-    from_x = set()
-    stack = [c for x in xs for c in graph._consumers.get(x.op.name, ()) if x in c.inputs]
+    from_x, stack = set(), [consumer for x in xs for consumer, keys in succ[x.op.name].items()
+                            if any(key != "control" and key[0] == x.value_index for key in keys)]
     while stack:
-        op = stack.pop()
-        if op not in from_x:
-            from_x.add(op)
-            stack.extend(c for t in op.outputs for c in graph._consumers.get(op.name, ()) if t in c.inputs)
-    to_y, stack = set(), [y.op for y in ys]
+        name = stack.pop()
+        if name not in from_x:
+            from_x.add(name)
+            stack.extend(consumer for consumer, keys in succ[name].items() if carries_data(keys))
+    to_y, stack = set(), [y.op.name for y in ys]
     while stack:
-        op = stack.pop()
-        if op not in to_y and op in from_x:
-            to_y.add(op)
-            stack.extend(t.op for t in op.inputs)
-    return to_y
+        name = stack.pop()
+        if name not in to_y and name in from_x:
+            to_y.add(name)
+            stack.extend(producer for producer, keys in pred[name].items() if carries_data(keys))
+    return {graph.nx.nodes[name]["op"] for name in to_y}
 
 
 def _as_list(value) -> list:

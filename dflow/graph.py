@@ -536,7 +536,10 @@ class Tensor(TensorOperators):
         return Spec(self._shape, self.dtype, self._const_value)
 
     def consumers(self) -> list[Operation]:
-        return [op for op in self.graph._consumers.get(self.op.name, ()) if self in op.inputs]
+        """The ops that take this tensor as an input, in the order they were created."""
+        edges = self.graph.nx
+        return [edges.nodes[name]["op"] for name, keys in edges.succ[self.op.name].items()
+                if any(key != "control" and key[0] == self.value_index for key in keys)]
 
     def eval(self, feed_dict=None, session=None):
         """``session.run(self)``; the default session is the innermost ``with Session()``."""
@@ -603,7 +606,6 @@ class Graph:
     def __init__(self):
         self.nx = nx.MultiDiGraph()
         self._ops: dict[str, Operation] = {}
-        self._consumers: dict[str, list[Operation]] = {}
         self._names_in_use: dict[str, int] = {}
         self._name_stack = ""
         self._control_stack: list[list[Operation]] = []
@@ -645,7 +647,6 @@ class Graph:
         self.nx.add_node(op.name, op=op)
         for index, t in enumerate(op.inputs):
             self.nx.add_edge(t.op.name, op.name, key=(t.value_index, index), tensor=t)
-            self._consumers.setdefault(t.op.name, []).append(op)
         for c in op.control_inputs:
             self.nx.add_edge(c.name, op.name, key="control")
         self.version += 1

@@ -66,8 +66,7 @@ def _restore_item(graph: Graph, key: str, item: dict):
         var._variable = graph.get_operation_by_name(item["variable"]).outputs[0]
         var.initializer = graph.get_operation_by_name(item["initializer"])
         var.initial_value = graph.get_tensor_by_name(item["initial_value"])
-        var._snapshot = next(c.outputs[0] for c in graph._consumers[item["variable"]]
-                             if c.type == "ReadVariable")
+        var._snapshot = next(c.outputs[0] for c in var._variable.consumers() if c.type == "ReadVariable")
         var.trainable = item["trainable"]
         graph._variables_by_name[item["variable"]] = var
         return var
