@@ -8,6 +8,7 @@ import time
 import pytest
 
 import dflow as tf
+from dflow.cluster.spec import worker_infos
 from dflow.distributed.liveness import RoleLostError
 
 
@@ -87,7 +88,7 @@ def test_a_role_whose_worker_stays_paused_ends_the_wait_saying_why(monkeypatch):
                 watch.check()
                 time.sleep(0.1)
         cluster.client.run(_pause_above, 0.8, workers=[worker_0])
-        while any(info["status"] == "paused" for info in cluster.client.scheduler_info()["workers"].values()):
+        while any(info["status"] == "paused" for info in worker_infos(cluster.client).values()):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         watch.check()  # running again: nothing to say

@@ -19,6 +19,7 @@ import pytest
 
 import dflow as tf
 from dflow.cli import main
+from dflow.cluster.spec import worker_infos
 
 
 def _listening(pid: int) -> set[str]:
@@ -99,7 +100,7 @@ def test_a_secure_cluster_trains_and_refuses_whoever_lacks_its_certificate():
     with tf.cluster.local(ps=1, workers=1, secure=True) as cluster:
         assert cluster.target.startswith("tls://127.0.0.1:")
         assert _train_one_step(cluster.target) == pytest.approx(0.75)  # w = 0.5: a real step, over TLS
-        workers = sorted(cluster.client.scheduler_info()["workers"])
+        workers = sorted(worker_infos(cluster.client))
         assert all(address.startswith("tls://") for address in workers)
         stranger = subprocess.run([sys.executable, "-c", STRANGER, cluster.target, *workers],
                                   capture_output=True, text=True, timeout=120)

@@ -21,6 +21,7 @@ from test_faults import (
 )
 
 import dflow as tf
+from dflow.cluster.spec import worker_infos
 
 START_SLURM = "start one as root with `.ci/slurm.sh start` (Debian: `apt-get install slurm-wlm munge` first)"
 
@@ -165,7 +166,7 @@ def test_a_secure_slurm_cluster_speaks_tls_only(slurm_here, tmp_path):
     with tf.cluster.slurm(ps=1, workers=1, cores=1, memory="1GB", interface="lo", walltime="00:10:00",
                           secure=True, shared_temp_directory=str(tmp_path), local_directory=str(tmp_path),
                           log_directory=str(tmp_path / "logs")) as cluster:
-        addresses = [cluster.target, *cluster.client.scheduler_info()["workers"]]
+        addresses = [cluster.target, *worker_infos(cluster.client)]
         assert all(address.startswith("tls://") for address in addresses), addresses
         losses = train_linear_regression(cluster, steps=10)
         assert losses[-1] < 0.1 * losses[0], losses
@@ -186,7 +187,7 @@ def _new_job_of(cluster, role: str, old_job: str, timeout: float = 120.0) -> str
             return jobs[role]
         time.sleep(0.5)
     raise AssertionError(f"{role} is not back in a new Slurm job after {timeout:.0f} s: "
-                         f"{cluster.client.scheduler_info()['workers']}")
+                         f"{worker_infos(cluster.client)}")
 
 
 @pytest.mark.slurm

@@ -41,6 +41,7 @@ import time
 
 import numpy
 
+from ..cluster.spec import worker_infos
 from .local import in_fresh_process, machine_info, write_results
 
 __all__ = ["run", "add_arguments", "main", "compare_cifar10", "measure_overhead", "link_report"]
@@ -300,7 +301,7 @@ def _cluster_blas_threads(cluster) -> dict:
         return max((p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"), default=None)
 
     by_address = cluster.client.run(count)
-    workers = cluster.client.scheduler_info()["workers"]
+    workers = worker_infos(cluster.client)
     return {str(workers[address]["name"]): threads for address, threads in by_address.items()}
 
 

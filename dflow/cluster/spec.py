@@ -12,7 +12,6 @@ pass a spec to ``replica_device_setter``:
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping, Sequence
 
@@ -20,10 +19,12 @@ __all__ = ["ClusterSpec", "role_name", "role_resources", "task_of", "role_of", "
 
 
 def worker_infos(client) -> dict[str, dict]:
-    """Address -> info (name, resources) of every worker the scheduler knows."""
-    if "n_workers" in inspect.signature(client.scheduler_info).parameters:
-        return client.scheduler_info(n_workers=-1)["workers"]  # newer: only 5 workers unless asked
-    return client.scheduler_info()["workers"]
+    """Address -> info (name, resources, status) of every worker the scheduler knows, asked now.
+
+    Not ``client.scheduler_info()``: newer clients refresh that same cached dict every 2 s
+    without the workers, and a refresh landing between its fetch and its return gave no
+    workers at all (under load, a live role seemed to have left)."""
+    return client.sync(client.scheduler.identity)["workers"]
 
 
 def role_name(job: str, task: int) -> str:
