@@ -367,6 +367,7 @@ def test_servers_given_security_train_over_tls_in_one_process():
         workers = servers[1].cluster.client.scheduler_info()["workers"]
         assert sorted(workers) and all(address.startswith("tls://127.0.0.1:") for address in workers)
         assert _train_one_step(servers[1].target) == pytest.approx(0.75)
+        assert _train_one_step("grpc://" + worker) == pytest.approx(0.75)  # a task's address: TLS too
     finally:
         for server in reversed(servers):
             server.stop()

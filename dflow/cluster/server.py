@@ -97,9 +97,10 @@ def resolve_target(target: str) -> tuple[str, str | None]:
         _check_tls_credentials(target)
     if not target.startswith("grpc://"):
         return target, None
-    address = "tcp://" + target.removeprefix("grpc://")
+    security = _tls_of_this_process()
+    address = ("tls://" if security else "tcp://") + target.removeprefix("grpc://")
     try:
-        identity = _identity_of(address)
+        identity = _identity_of(address, security)
     except OSError as error:
         raise OSError(f"no dflow task answers at {target} ({error}): start that task's process (its "
                       "tf.train.Server), or pass server.target to the session") from None
@@ -153,14 +154,26 @@ def server_security(security, hosts_scheduler: bool):
     return configured
 
 
-def _identity_of(address: str, timeout: float = 10.0) -> dict:
+def _tls_of_this_process():
+    """The TLS this process's tasks speak (a Server's, else Dask's configured one), or None:
+    a ``grpc://host:port`` target names a task of such a cluster."""
+    from distributed.security import Security
+
+    own = next((server._security for server in _servers.values() if server._security), None)
+    configured = Security()
+    return own or (configured if configured.tls_ca_file and configured.tls_client_cert else None)
+
+
+def _identity_of(address: str, security=None, timeout: float = 10.0) -> dict:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     from distributed.core import rpc
 
+    connection_args = security.get_connection_args("client") if security else {}
+
     async def ask():
-        async with rpc(address, timeout=timeout) as remote:
+        async with rpc(address, timeout=timeout, connection_args=connection_args) as remote:
             return await remote.identity()
 
     with ThreadPoolExecutor(1) as pool:  # a loop of its own: the caller's thread may run one
