@@ -1,5 +1,7 @@
 """Fault injection on real processes: `dflow train` / `dflow bench` with workers and PS tasks
-SIGKILLed mid-training, and Ctrl-C / SIGTERM sent to the whole process group as a terminal does.
+SIGKILLed mid-training, and Ctrl-C / SIGTERM sent to the whole process group as a terminal does;
+and in-graph replication (one client, a tower per worker) whose worker/1 or ps/0 is SIGKILLed while
+a Session or a MonitoredTrainingSession runs steps in a loop.
 
 Every test waits for events (an output line, a checkpoint file) with a deadline, never for a
 fixed time, and measures what it claims: seconds from the kill to the failure being reported
@@ -385,3 +387,163 @@ def test_an_elastic_ring_goes_on_without_a_killed_chief(tmp_path, runs):
     assert scratch_left(tmp_path) == []  # also the killed worker's (its restart purged it)
     report("elastic allreduce, 3 workers, kill worker/0", detect_s=detected - killed,
            recover_s=recovered - killed, steps_lost=lost, restored_step=restored)
+
+
+# ---- in-graph replication: one client, a tower on each worker, the variables on ps/0 ----------------------
+IN_GRAPH_WORKERS, KILL_AT_STEP = 2, 35  # (the checkpoints fall at steps 1, 11, 21, 31, ...)
+
+
+def in_graph_towers():
+    """The in-graph model of tests/test_replication.py: each worker computes the gradients of its
+    half of the batch, ps/0 averages them and applies them. (x, y, train_op, global_step)."""
+    import dflow as tf
+
+    x, y = tf.placeholder(tf.float32, [16, 4]), tf.placeholder(tf.float32, [16, 1])
+    optimizer = tf.train.GradientDescentOptimizer(0.05)
+    tower_grads = []
+    for i, (xi, yi) in enumerate(zip(tf.split(x, IN_GRAPH_WORKERS), tf.split(y, IN_GRAPH_WORKERS))):
+        with tf.device(tf.train.replica_device_setter(ps_tasks=1, worker_device=f"/job:worker/task:{i}")), \
+                tf.variable_scope("model", reuse=i > 0):
+            w = tf.get_variable("w", [4, 1], initializer=tf.zeros_initializer())
+            loss = tf.reduce_mean(tf.square(tf.matmul(xi, w) - yi))
+            tower_grads.append(optimizer.compute_gradients(loss, [w]))
+    with tf.device("/job:ps/task:0"):
+        step = tf.train.get_or_create_global_step()
+        averaged = [(tf.add_n([g[k][0] for g in tower_grads]) / float(IN_GRAPH_WORKERS), var)
+                    for k, (_, var) in enumerate(tower_grads[0])]
+        train_op = optimizer.apply_gradients(averaged, global_step=step)
+    return x, y, train_op, step
+
+
+def in_graph_batch(step: int):
+    import numpy as np
+
+    xs = np.random.default_rng(step).normal(size=(16, 4)).astype(np.float32)
+    return xs, (xs @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32)).astype(np.float32)
+
+
+class KillAtStep:
+    """Kills the process of ``role`` from another thread once the training loop has reached
+    ``step``: the kill lands while the loop goes on running steps, as a real failure would."""
+
+    def __init__(self, cluster, role: str, step: int):
+        self.process = cluster.dask_cluster.workers[role]  # dflow's WorkerProcess: restarts it
+        self.step, self.killed_at = step, None
+        self.reached, self.killed = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._kill, daemon=True)
+        self.thread.start()
+
+    def after_step(self, step: int) -> None:
+        if step >= self.step:
+            self.reached.set()
+
+    def _kill(self) -> None:
+        if self.reached.wait(RUN_CAP_S):
+            os.kill(self.process.process.pid, signal.SIGKILL)
+            self.killed_at = time.monotonic()
+            self.killed.set()
+
+    def wait(self) -> float:
+        """When the role was killed (the loop must reach the step within STALL_S)."""
+        assert self.killed.wait(STALL_S), f"the training loop did not reach step {self.step}"
+        return self.killed_at
+
+
+class TrainingLoop:
+    """``loop()`` in a thread of its own, so that a step that hangs fails the test at a deadline
+    rather than hanging it: ``ended`` is set with ``result`` or ``error``."""
+
+    def __init__(self, loop):
+        self.result = self.error = self.ended_at = None
+        self.ended = threading.Event()
+        threading.Thread(target=self._run, args=(loop,), daemon=True).start()
+
+    def _run(self, loop) -> None:
+        try:
+            self.result = loop()
+        except BaseException as error:  # noqa: BLE001 - the test asserts on it
+            self.error = error
+        self.ended_at = time.monotonic()
+        self.ended.set()
+
+    def wait(self, timeout: float, what: str) -> None:
+        assert self.ended.wait(timeout), f"{what}: the training loop still ran {timeout} s later (a hang)"
+
+
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+@pytest.mark.parametrize("role", ["worker/1", "ps/0"])
+def test_an_in_graph_step_fails_within_seconds_naming_a_killed_role(role, runner):
+    """A plain Session's step loop: the step running when the role dies (or the next) raises
+    UnavailableError naming the role's task, within seconds, and nothing hangs."""
+    import dflow as tf
+
+    task = "/job:{}/task:{}".format(*role.split("/"))
+    with tf.Graph().as_default() as graph, tf.cluster.local(ps=1, workers=IN_GRAPH_WORKERS) as cluster:
+        x, y, train_op, step = in_graph_towers()
+        killer = KillAtStep(cluster, role, KILL_AT_STEP)
+        with tf.Session(cluster.target, config=tf.ConfigProto(runner=runner)) as sess:
+            sess.run(tf.global_variables_initializer())
+
+            def train_until_a_step_fails():
+                with graph.as_default():
+                    for i in range(100_000):  # bounded by the deadline below
+                        xs, ys = in_graph_batch(i)
+                        killer.after_step(int(sess.run([train_op, step], {x: xs, y: ys})[1]))
+
+            loop = TrainingLoop(train_until_a_step_fails)
+            killed_at = killer.wait()
+            loop.wait(DETECT_LIMIT_S, f"{role} killed")
+    assert isinstance(loop.error, tf.errors.UnavailableError), loop.error
+    assert task in str(loop.error), loop.error
+    failed_s = loop.ended_at - killed_at
+    assert failed_s < DETECT_LIMIT_S, failed_s
+    report(f"in-graph Session (runner={runner}), kill {role}", fail_s=failed_s)
+    print(f"  {type(loop.error).__name__}: {loop.error}")
+
+
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+@pytest.mark.parametrize("role", ["worker/1", "ps/0"])
+def test_an_in_graph_monitored_session_recovers_a_killed_role(tmp_path, role, runner):
+    """MonitoredTrainingSession with a checkpoint_dir, as TF users train in-graph: the step that fails
+    names the role, the role's process comes back (restarted under its name), the chief restores the
+    latest checkpoint and the loop reaches its step budget, losing at most one checkpoint interval."""
+    import numpy as np
+
+    import dflow as tf
+
+    last_step, every = 80, 10
+    task = "/job:{}/task:{}".format(*role.split("/"))
+    with tf.Graph().as_default() as graph, tf.cluster.local(ps=1, workers=IN_GRAPH_WORKERS) as cluster:
+        x, y, train_op, step = in_graph_towers()
+        killer = KillAtStep(cluster, role, KILL_AT_STEP)
+        hooks = [tf.train.StopAtStepHook(last_step=last_step)]
+        back = {}
+
+        def train_to_the_budget():
+            with graph.as_default(), tf.train.MonitoredTrainingSession(
+                    master=cluster.target, checkpoint_dir=str(tmp_path), save_checkpoint_steps=every,
+                    hooks=hooks, recovery_timeout_secs=120, config=tf.ConfigProto(runner=runner)) as sess:
+                i = 0
+                while not sess.should_stop():
+                    xs, ys = in_graph_batch(i)
+                    killer.after_step(int(sess.run([train_op, step], {x: xs, y: ys})[1]))
+                    if sess.recoveries:
+                        back.setdefault("at", time.monotonic())
+                    i += 1
+                return int(sess.run(step)), sess.run(tf.trainable_variables()[0]), sess.recoveries
+
+        loop = TrainingLoop(train_to_the_budget)
+        killed_at = killer.wait()
+        loop.wait(STALL_S, f"{role} killed")
+        assert loop.error is None, repr(loop.error)
+        assert len(killer.process.deaths) == 1  # it came back, under its name
+    final_step, w, recoveries = loop.result
+    assert final_step == last_step and np.isfinite(w).all()
+    (recovery,) = recoveries
+    assert "UnavailableError" in recovery.error and task in recovery.error, recovery.error
+    assert recovery.step_reached >= KILL_AT_STEP and recovery.checkpoint is not None, recovery
+    assert 0 <= recovery.steps_lost <= every + 1, recovery  # (+1: a step may finish as the kill lands)
+    report(f"in-graph MonitoredTrainingSession (runner={runner}), kill {role}",
+           recover_s=back["at"] - killed_at, recovery_s=recovery.seconds, steps_lost=recovery.steps_lost,
+           restored_step=recovery.step_restored)
+    print(f"  {recovery.error}")

@@ -246,3 +246,129 @@ def test_dflow_train_secure_trains_its_replicas_over_tls(capsys):
 def test_a_session_to_a_tls_scheduler_without_a_certificate_says_what_to_do():
     with pytest.raises(ValueError, match=r"speaks TLS: open it first with tf.cluster.connect\('tls://127"):
         tf.Session("tls://127.0.0.1:1")
+
+
+# ---- tf.train.Server: a TF script, unchanged, made TLS by Dask's configuration ---------------------
+SERVER_SCRIPT = r'''
+"""One task of a between-graph cluster, as TF 1.x scripts are written: nothing about TLS here."""
+import sys
+
+import numpy as np
+
+import dflow as tf
+
+job_name, task_index, ps_hosts, worker_hosts = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+cluster = tf.train.ClusterSpec({"ps": ps_hosts.split(","), "worker": worker_hosts.split(",")})
+server = tf.train.Server(cluster, job_name=job_name, task_index=task_index)
+print("target =", server.target, flush=True)
+if job_name == "ps":
+    server.join()
+
+with tf.device(tf.train.replica_device_setter(worker_device="/job:worker/task:%d" % task_index,
+                                              cluster=cluster)):
+    global_step = tf.train.get_or_create_global_step()
+    w = tf.Variable(np.ones(3, np.float32), name="w")
+    loss = tf.reduce_sum(tf.square(w))
+    train_op = tf.train.GradientDescentOptimizer(0.25).minimize(loss, global_step=global_step)
+hooks = [tf.train.StopAtStepHook(last_step=3)]
+with tf.train.MonitoredTrainingSession(master=server.target, is_chief=task_index == 0, hooks=hooks) as sess:
+    while not sess.should_stop():
+        sess.run(train_op)
+    print("global step", sess.run(global_step), "loss", sess.run(loss), flush=True)
+'''
+
+
+def _tls_environment(cert: str, key: str) -> dict[str, str]:
+    """Dask's TLS configuration as environment variables, for every role of a task (the README's)."""
+    env = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True", "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": cert}
+    for role in ("SCHEDULER", "WORKER", "CLIENT"):
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] = cert
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] = key
+    return env
+
+
+def _task_process(script, job: str, ps: str, worker: str, env: dict) -> subprocess.Popen:
+    path = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen([sys.executable, str(script), job, "0", ps, worker], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": path, **env})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(subprocess.run(["which", "openssl"], capture_output=True).returncode != 0,
+                    reason="needs the openssl command (apt-get install openssl)")
+def test_an_unchanged_tf_server_script_runs_over_tls_from_dasks_configuration(tmp_path):
+    """ps/0 and worker/0 as two processes of a TF-style script; TLS comes from the environment."""
+    from test_tf1_distributed import free_addresses
+
+    cert, key = _self_signed_certificate(tmp_path)
+    script = tmp_path / "task.py"
+    script.write_text(SERVER_SCRIPT)
+    ps, worker = free_addresses(2)
+    target = f"tls://{ps}"
+    env = _tls_environment(cert, key)
+    processes = [_task_process(script, "ps", ps, worker, env)]
+    try:
+        # the PS serves until worker/0 has come and gone: meanwhile, the cluster's owner and a stranger
+        security = tf.cluster.tls_security(cert, cert, key)
+        with tf.cluster.connect(target, roles=["ps/0"], timeout=120, security=security) as cluster:
+            (ps_worker,) = cluster.client.scheduler_info()["workers"]
+            assert ps_worker.startswith("tls://127.0.0.1:")
+            stranger = subprocess.run([sys.executable, "-c", STRANGER, target, ps_worker],
+                                      capture_output=True, text=True, timeout=120)
+            outcome = json.loads(stranger.stdout.splitlines()[-1])
+            for address in (target, ps_worker):
+                assert outcome[address].startswith("refused: SSL") or "reset" in outcome[address], outcome
+            assert outcome["other certificate"].startswith("refused"), outcome
+            assert outcome["plain tcp"].startswith("refused"), outcome
+        with pytest.raises(ValueError, match="speaks TLS: open it first"):  # (this process has no TLS set)
+            tf.Session(target)
+        processes.append(_task_process(script, "worker", ps, worker, env))
+        outputs = [process.communicate(timeout=300)[0] for process in reversed(processes)]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    worker_output, ps_output = outputs
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    assert f"target = {target}" in ps_output and f"target = {target}" in worker_output
+    assert "global step 3 loss 0.046875" in worker_output  # w: 1 -> 0.5 -> 0.25 -> 0.125: three real steps
+    assert "Traceback" not in worker_output + ps_output, outputs
+
+
+def test_a_server_whose_tls_configuration_lacks_a_certificate_names_it():
+    import dask
+    from test_tf1_distributed import free_addresses
+
+    spec = tf.train.ClusterSpec({"ps": free_addresses(1), "worker": free_addresses(1)})
+    with dask.config.set({"distributed.comm.require-encryption": True,
+                          "distributed.comm.tls.ca-file": __file__,
+                          "distributed.comm.tls.client.cert": __file__}):
+        with pytest.raises(ValueError, match=r"sets no distributed\.comm\.tls\.scheduler\.cert, "
+                                             r"distributed\.comm\.tls\.worker\.cert \(environment: "
+                                             r"DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__CERT"):
+            tf.train.Server(spec, job_name="ps", task_index=0)
+
+
+@pytest.mark.slow
+def test_servers_given_security_train_over_tls_in_one_process():
+    """``Server(..., security=)``: TF's positional signature stays, the keyword makes the task TLS."""
+    from distributed.security import Security
+    from test_tf1_distributed import free_addresses
+
+    ps, worker = free_addresses(2)
+    spec = tf.train.ClusterSpec({"ps": [ps], "worker": [worker]})
+    security = Security.temporary()
+    servers = [tf.train.Server(spec, "ps", 0, security=security),
+               tf.train.Server(spec, "worker", 0, None, None, True, security=security)]
+    try:
+        assert servers[0].target == servers[1].target == f"tls://{ps}"
+        workers = servers[1].cluster.client.scheduler_info()["workers"]
+        assert sorted(workers) and all(address.startswith("tls://127.0.0.1:") for address in workers)
+        assert _train_one_step(servers[1].target) == pytest.approx(0.75)
+        assert _train_one_step("grpc://" + worker) == pytest.approx(0.75)  # a task's address: TLS too
+    finally:
+        for server in reversed(servers):
+            server.stop()

@@ -21,6 +21,8 @@ works), so an embedded cluster listens on loopback only (``host=`` opens it), it
 too, and every launcher takes ``secure=True`` (a throw-away certificate made in memory,
 ``distributed.security.Security.temporary()``) or ``security=`` (:func:`tls_security` over
 your own files): then every connection is TLS and a peer without the certificate is refused.
+``tf.train.Server`` takes ``security=`` too, or reads Dask's TLS configuration
+(``distributed.comm.tls``), so that TF scripts run over TLS unchanged.
 """
 
 from .launch import LOOPBACK, Cluster, blas_env, connect, cuda, local, tls_env, tls_security, worker_command

@@ -29,6 +29,22 @@ TF's ``server.join()`` never returns; dflow's returns once every task of the oth
 has started and ended (or the scheduler closed), then ends the process with status 0
 (``SystemExit``: ``finally`` blocks and atexit handlers run), because scripts put the
 workers' code after a PS's ``join()``.
+
+**TLS, with the script unchanged.** A Dask worker runs whatever code a peer that reaches
+it sends, so a cluster whose ports others can reach should speak TLS. Give every task's
+process Dask's TLS configuration (a Dask config file, or these environment variables;
+a self-signed certificate may serve as its own CA, see the README's "Security")::
+
+    DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION=True
+    DASK_DISTRIBUTED__COMM__TLS__CA_FILE=ca.pem
+    DASK_DISTRIBUTED__COMM__TLS__SCHEDULER__CERT=dflow.pem   (and ...__SCHEDULER__KEY)
+    DASK_DISTRIBUTED__COMM__TLS__WORKER__CERT=dflow.pem      (and ...__WORKER__KEY)
+    DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=dflow.pem      (and ...__CLIENT__KEY)
+
+or pass ``security=tf.cluster.tls_security(ca_file, cert, key)`` to the Server. Then the
+scheduler, every role's worker and the sessions' client listen and connect at ``tls://``
+addresses only, ``server.target`` is ``tls://host:port``, and a peer without a certificate
+that the CA signed is refused.
 """
 
 from __future__ import annotations
@@ -42,7 +58,7 @@ import time
 
 from .spec import ClusterSpec, role_name, worker_infos
 
-__all__ = ["Server", "scheduler_role", "resolve_target", "SCHEDULER_JOBS"]
+__all__ = ["Server", "scheduler_role", "resolve_target", "server_security", "SCHEDULER_JOBS"]
 
 log = logging.getLogger("dflow")
 
@@ -81,9 +97,10 @@ def resolve_target(target: str) -> tuple[str, str | None]:
         _check_tls_credentials(target)
     if not target.startswith("grpc://"):
         return target, None
-    address = "tcp://" + target.removeprefix("grpc://")
+    security = _tls_of_this_process()
+    address = ("tls://" if security else "tcp://") + target.removeprefix("grpc://")
     try:
-        identity = _identity_of(address)
+        identity = _identity_of(address, security)
     except OSError as error:
         raise OSError(f"no dflow task answers at {target} ({error}): start that task's process (its "
                       "tf.train.Server), or pass server.target to the session") from None
@@ -111,14 +128,52 @@ def _check_tls_credentials(target: str) -> None:
                          "configuration") from None
 
 
-def _identity_of(address: str, timeout: float = 10.0) -> dict:
+def server_security(security, hosts_scheduler: bool):
+    """The TLS a Server's task speaks: ``security`` when given, else Dask's configured TLS
+    (``distributed.comm.tls``) when it asks for TLS, else None (plain TCP).
+
+    A task needs a certificate as a worker and as a client, and as the scheduler when it hosts
+    it; a configuration that lacks one fails here, naming it, rather than deep in Dask."""
+    if security is not None:
+        return security
+    from distributed.security import Security
+
+    configured = Security()
+    if not (configured.tls_ca_file or configured.require_encryption):
+        return None
+    roles = ("scheduler", "worker", "client") if hosts_scheduler else ("worker", "client")
+    missing = [f"distributed.comm.tls.{role}.cert" for role in roles
+               if not getattr(configured, f"tls_{role}_cert")]
+    if not configured.tls_ca_file:
+        missing.insert(0, "distributed.comm.tls.ca-file")
+    if missing:
+        variables = ", ".join("DASK_" + name.upper().replace(".", "__").replace("-", "_") for name in missing)
+        raise ValueError(f"tf.train.Server: Dask's configuration asks for TLS but sets no "
+                         f"{', '.join(missing)} (environment: {variables}); set them, or pass "
+                         "security=tf.cluster.tls_security(ca_file, cert, key)")
+    return configured
+
+
+def _tls_of_this_process():
+    """The TLS this process's tasks speak (a Server's, else Dask's configured one), or None:
+    a ``grpc://host:port`` target names a task of such a cluster."""
+    from distributed.security import Security
+
+    own = next((server._security for server in _servers.values() if server._security), None)
+    configured = Security()
+    return own or (configured if configured.tls_ca_file and configured.tls_client_cert else None)
+
+
+def _identity_of(address: str, security=None, timeout: float = 10.0) -> dict:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     from distributed.core import rpc
 
+    connection_args = security.get_connection_args("client") if security else {}
+
     async def ask():
-        async with rpc(address, timeout=timeout) as remote:
+        async with rpc(address, timeout=timeout, connection_args=connection_args) as remote:
             return await remote.identity()
 
     with ThreadPoolExecutor(1) as pool:  # a loop of its own: the caller's thread may run one
@@ -143,9 +198,13 @@ class Server:
         dflow's forms: a :class:`~dflow.cluster.Cluster` or a running scheduler's address,
         where a worker for the role is started unless one holds it already.
     job_name, task_index : this process's role (``"worker"``, ``1``).
-    protocol, config : accepted for TF's signature; Dask's TCP carries everything.
+    protocol, config : accepted for TF's signature; Dask's TCP (or TLS) carries everything.
     start : start the role now (else call :meth:`start`).
     timeout : seconds to wait for the scheduler and for this role's worker.
+    security : a ``distributed.security.Security`` (:func:`~dflow.cluster.tls_security`)
+        that makes the scheduler, this role's worker and its client speak TLS. Without it,
+        Dask's configured TLS (``distributed.comm.tls``) is used when there is one, so that
+        TF scripts run unchanged (see the module docstring).
 
     >>> import dflow as tf
     >>> cluster = tf.train.ClusterSpec({"ps": ["localhost:2222"], "worker": ["localhost:2223"]})
@@ -155,12 +214,13 @@ class Server:
 
     def __init__(self, server_or_cluster_def, job_name: str | None = None, task_index: int | None = None,
                  protocol: str | None = None, config=None, start: bool = True,
-                 timeout: float = START_TIMEOUT_S):
+                 timeout: float = START_TIMEOUT_S, security=None):
         from .launch import Cluster, connect
 
         self.job_name, self.task_index = self._role_of(server_or_cluster_def, job_name, task_index)
         self.process: subprocess.Popen | None = None
         self._timeout = timeout
+        self._security = security  # or Dask's configured TLS, read when the role starts
         self._scheduler = None  # the scheduler this process runs, when its role hosts it
         self._closed = False
         if isinstance(server_or_cluster_def, (ClusterSpec, dict)):
@@ -170,7 +230,7 @@ class Server:
         else:
             self.server_def = None
             self.cluster = (server_or_cluster_def if isinstance(server_or_cluster_def, Cluster)
-                            else connect(str(server_or_cluster_def), timeout=timeout))
+                            else connect(str(server_or_cluster_def), timeout=timeout, security=security))
         if start:
             self.start()
 
@@ -210,15 +270,16 @@ class Server:
         sched_host, sched_port = _split_address(spec.task_address(sched_job, sched_task))
         own_host, own_port = _split_address(spec.task_address(self.job_name, self.task_index))
         hosts_scheduler = (self.job_name, self.task_index) == (sched_job, sched_task)
+        self._security = server_security(self._security, hosts_scheduler)
         if hosts_scheduler:
-            self._scheduler = _start_scheduler(sched_host, sched_port)
+            self._scheduler = _start_scheduler(sched_host, sched_port, self._security)
             own_port = 0  # the scheduler has the task's port; its worker takes a free one
-        address = f"tcp://{sched_host}:{sched_port}"
+        address = f"{'tls' if self._security else 'tcp'}://{sched_host}:{sched_port}"
         atexit.register(self.stop)  # even when the script fails: never hang in Client.__del__
         try:
             self.process = self._start_worker(address, own_host, own_port)
             try:
-                self.cluster = connect(address, timeout=self._timeout)
+                self.cluster = connect(address, timeout=self._timeout, security=self._security)
             except OSError as error:
                 raise TimeoutError(
                     f"{self.role}: no scheduler answered at {address} within {self._timeout:.0f} s "
@@ -232,7 +293,7 @@ class Server:
         _servers[self.target] = self
 
     def _start_worker(self, scheduler: str, host: str, port: int) -> subprocess.Popen:
-        from .launch import job_blas_env, worker_command
+        from .launch import job_blas_env, tls_env, worker_command
         from .worker_process import QUIET_DASK, die_with_parent, import_path_env
 
         workers_here = sum(1 for a in self.server_def.job_tasks("worker") if _split_address(a)[0] == host) \
@@ -241,7 +302,8 @@ class Server:
             "--no-nanny", "--host", host, "--worker-port", str(port), "--no-dashboard",
             "--dashboard-address", f"{host}:0",  # its HTTP server (/health) where the task listens
             "--death-timeout", str(int(self._timeout))])
-        env.update({**job_blas_env(self.job_name, max(1, workers_here), None), **import_path_env()})
+        env.update({**job_blas_env(self.job_name, max(1, workers_here), None), **import_path_env(),
+                    **tls_env(self._security)})
         for name, value in QUIET_DASK.items():  # unless the user asked for Dask's logs
             env.setdefault(name, value)
         return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent if os.name == "posix" else None)
@@ -260,11 +322,13 @@ class Server:
             time.sleep(_POLL_S)
 
     def _start_in_cluster(self) -> None:
-        from .launch import worker_command
+        from .launch import tls_env, worker_command
 
         present = {info.get("name") for info in worker_infos(self.cluster.client).values()}
         if self.role not in present:
             argv, env = worker_command(self.target, self.job_name, self.task_index)
+            if self.target.startswith("tls://"):  # the worker shows the certificate its client showed
+                env.update(tls_env(self._security or self.cluster.client.security))
             self.process = subprocess.Popen(argv, env=env)
         self.cluster.wait_for([self.role], self._timeout)
 
@@ -364,7 +428,7 @@ class Server:
 class _SchedulerThread:
     """A Dask scheduler on an event loop in a thread of this process."""
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, security=None):
         import asyncio
 
         from distributed import Scheduler
@@ -381,7 +445,8 @@ class _SchedulerThread:
             try:
                 # its HTTP server (health, metrics) on a free port: the default 8787 may be taken
                 self.scheduler = await Scheduler(host=host, port=port, dashboard=False,
-                                                 dashboard_address=f"{host}:0")
+                                                 dashboard_address=f"{host}:0", security=security,
+                                                 protocol="tls" if security else "tcp")
             except BaseException as error:  # noqa: BLE001 - reported by the caller's thread
                 self._error = error
                 self._ready.set()
@@ -415,5 +480,5 @@ class _SchedulerThread:
         self._thread.join(timeout)
 
 
-def _start_scheduler(host: str, port: int) -> _SchedulerThread:
-    return _SchedulerThread(host, port)
+def _start_scheduler(host: str, port: int, security=None) -> _SchedulerThread:
+    return _SchedulerThread(host, port, security)
