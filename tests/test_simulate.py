@@ -125,3 +125,52 @@ def test_simulate_command_prints_json_rows_with_the_setup(capsys):
     assert rows[1]["workers"] == 2 and rows[1]["devices_per_node"] == 8
     assert main(["bench", "simulate", "--hardware", "p2.xlarge", "--gpus", "2", "--batch_size", "32"]) == 2
     assert "give --step_time" in capsys.readouterr().out
+
+
+def _scaling_rows() -> list[dict]:
+    """Two systems' rows as ``reproduce`` gives them (no simulation: the plot is what is tested)."""
+    rows = []
+    for system, one in (("piz_daint", 138.0), ("p2.xlarge", 30.5)):
+        for gpus, efficiency in ((1, 1.0), (2, 0.95), (4, 0.9)):
+            rows.append({"system": system, "gpus": gpus, "images_per_sec": one * gpus * efficiency,
+                         "paper_images_per_sec": one * gpus * (efficiency - 0.02),
+                         "allreduce_images_per_sec": one * gpus})
+    return rows
+
+
+def test_the_scaling_plot_has_each_systems_simulated_paper_and_allreduce_series():
+    pytest.importorskip("matplotlib")
+    from dflow.bench.reproduce import scaling_figure
+
+    figure = scaling_figure(_scaling_rows(), "title")
+    speed, efficiency = figure.axes
+    lines = {line.get_label(): line for line in speed.get_lines()}
+    assert set(lines) == {f"{system}: {series}" for system in ("piz_daint", "p2.xlarge")
+                          for series in ("dflow simulate", "paper", "allreduce (simulated)")}
+    simulated = lines["p2.xlarge: dflow simulate"]
+    assert list(simulated.get_xdata()) == [1, 2, 4]
+    assert list(simulated.get_ydata()) == pytest.approx([30.5, 57.95, 109.8])
+    paper = lines["piz_daint: paper"]
+    assert paper.get_marker() == "x" and paper.get_linestyle() == "None"  # points, not a line
+    assert speed.get_xscale() == "log" and speed.get_ylabel() == "images/sec"
+    assert efficiency.get_ylabel() == "scaling efficiency"
+    # per system: the simulator's efficiency line and the paper's points, the first at 1.0
+    assert len(efficiency.get_lines()) == 4
+    assert all(line.get_ydata()[0] == pytest.approx(1.0) for line in efficiency.get_lines())
+
+
+def test_the_scaling_plot_writes_a_png_and_an_svg(tmp_path):
+    pytest.importorskip("matplotlib")
+    import xml.etree.ElementTree as ElementTree
+
+    from dflow.bench.reproduce import plot_scaling
+
+    png, svg = tmp_path / "scaling.png", tmp_path / "scaling.svg"
+    assert plot_scaling(_scaling_rows(), [str(png), str(svg)]) == [str(png), str(svg)]
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert (width, height) == (1200, 456)  # 10 x 3.8 inches at 120 dpi
+    root = ElementTree.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert "piz_daint: dflow simulate" in svg.read_text()
