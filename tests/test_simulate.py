@@ -174,3 +174,32 @@ def test_the_scaling_plot_writes_a_png_and_an_svg(tmp_path):
     root = ElementTree.parse(svg).getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert "piz_daint: dflow simulate" in svg.read_text()
+
+
+def test_an_incast_burst_ends_one_tcp_timeout_late_and_one_flow_never_times_out():
+    """Drop-tail ports: a message queued while the receiver's port holds messages from
+    ``incast_senders`` senders (itself included) arrives TCP's least timeout late; the port's
+    time is unchanged. No buffer at all still lets one flow through untouched."""
+    from dflow.bench.hardware import TCP_MIN_RTO_S
+    from dflow.bench.simulate import _Network
+
+    ethernet = dataclasses.replace(NODE, port_buffer_bytes=0.0, latency_s=0.0)
+    assert ethernet.incast_senders == 2 and NODE.incast_senders is None
+    link = 1_000_000 / ethernet.nic_bytes_per_sec
+    net = _Network(5, ethernet)
+    arrivals = [net.send(0.0, src, 4, 1_000_000) for src in range(4)]
+    assert arrivals == pytest.approx([link, 2 * link + TCP_MIN_RTO_S, 3 * link + TCP_MIN_RTO_S,
+                                      4 * link + TCP_MIN_RTO_S])
+    alone = _Network(2, ethernet)
+    assert [alone.send(0.0, 0, 1, 1_000_000) for _ in range(3)] == pytest.approx([link, 2 * link, 3 * link])
+    plan = ModelPlan.uniform("one", [4_000_000], [1.0])
+    one_flow = [simulate(plan, node, 0.1, 32, 1, 1, colocate_ps=False, overlap=False).step_s
+                for node in (NODE, dataclasses.replace(NODE, port_buffer_bytes=0.0))]
+    assert one_flow[0] == pytest.approx(one_flow[1], rel=1e-12)
+
+
+def test_incast_onsets_follow_from_the_presets_links_and_the_cited_switch_buffer():
+    # (4 MB / 48 + one round trip's bytes) / 10 segments' initial window, + 1
+    assert PRESETS["p2.xlarge"].incast_senders == 10
+    assert PRESETS["p2.8xlarge"].incast_senders == 22  # more than its 16 nodes at 128 GPUs send
+    assert PRESETS["piz_daint"].incast_senders is None  # Aries is lossless

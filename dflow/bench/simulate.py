@@ -12,7 +12,11 @@ replica's steps against shared resources:
   preset's bytes/sec), with a per-message latency; a message holds its sender's ``out``
   and its receiver's ``in`` at once. PS tasks live on the worker nodes (PS ``j`` on node
   ``j % nodes``), as seed 001 ran them: a PS's traffic shares its node's NIC with the
-  worker there, and a read from a PS on one's own node crosses no NIC;
+  worker there, and a read from a PS on one's own node crosses no NIC. On a drop-tail
+  (Ethernet) fabric, a message that joins a burst into one port from at least
+  ``Hardware.incast_senders`` senders arrives TCP's least retransmission timeout late
+  (incast: the senders' first windows overflow the switch port, and a flow that lost its
+  whole window waits for the timeout);
 - each PS task's CPU, which receives and applies every gradient (bytes / apply rate);
 - each device's compute: one step time (measured, or the first row of a table), one third
   forward and two thirds backward, split over the layers in proportion to their FLOPs;
@@ -45,11 +49,11 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .hardware import Hardware
+from .hardware import TCP_MIN_RTO_S, Hardware
 
 __all__ = ["Layer", "ModelPlan", "SimResult", "model_plan", "place_variables", "simulate", "best_setup",
            "ps_candidates", "calibrate_step_time", "SIM_UPDATES", "FORWARD_SHARE"]
@@ -222,6 +226,10 @@ class _Network:
         self.into = [_Channel(f"node {n} NIC in") for n in range(nodes)]
         self.bus = [_Channel(f"node {n} bus") for n in range(nodes)]
         self.streams: dict[tuple[int, int], _Channel] = {}
+        # per receiving node: its queued messages (when its port is done with each, and from
+        # whom, in the order queued) and how many of them each sender has there
+        self.queued: list[deque[tuple[float, int]]] = [deque() for _ in range(nodes)]
+        self.senders: list[Counter] = [Counter() for _ in range(nodes)]
 
     def send(self, ready: float, src: int, dst: int, nbytes: float) -> float:
         """When ``nbytes`` sent at ``ready`` from node ``src`` arrive at ``dst``."""
@@ -239,12 +247,32 @@ class _Network:
             if pair is None:
                 pair = self.streams[(src, dst)] = _Channel(f"connection node {src} -> node {dst}")
             channels.append((pair, nbytes / self.hw.stream_bytes_per_sec))
+        incast = self._incast(ready, src, dst)
         for channel, busy in channels:
             channel.free = max(ready, channel.free) + busy
             channel.busy += busy
             channel.bytes += nbytes
             done = max(done, channel.free)
-        return done + self.hw.latency_s
+        self.queued[dst].append((self.into[dst].free, src))
+        self.senders[dst][src] += 1
+        return done + self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)
+
+    def _incast(self, ready: float, src: int, dst: int) -> bool:
+        """Whether a message from ``src`` queued at ``ready`` joins a burst into ``dst`` from so
+        many senders that their first windows overflow ``dst``'s switch port: then it loses its
+        window and is resent after TCP's least timeout. The port meanwhile serves the others, so
+        the burst ends one timeout late, not slower (the timeout is added to the delivery, not to
+        the port's busy time). One sender never times out: the term vanishes for one flow."""
+        limit = self.hw.incast_senders
+        if limit is None:
+            return False
+        queued, senders = self.queued[dst], self.senders[dst]
+        while queued and queued[0][0] <= ready:  # the port is done with it: no longer in the burst
+            _, sender = queued.popleft()
+            senders[sender] -= 1
+            if not senders[sender]:
+                del senders[sender]
+        return len(senders) + (src not in senders) >= limit
 
     def on_bus(self, ready: float, node: int, duration: float) -> float:
         bus = self.bus[node]
