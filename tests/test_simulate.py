@@ -203,3 +203,15 @@ def test_incast_onsets_follow_from_the_presets_links_and_the_cited_switch_buffer
     assert PRESETS["p2.xlarge"].incast_senders == 10
     assert PRESETS["p2.8xlarge"].incast_senders == 22  # more than its 16 nodes at 128 GPUs send
     assert PRESETS["piz_daint"].incast_senders is None  # Aries is lossless
+
+
+def test_dflow_runtime_setups_play_dflows_staged_step_with_each_ps_a_process_of_its_own():
+    """What ``advise --cluster`` searches: ``simulate(overlap=False, colocate_ps=False)``."""
+    from dflow.bench.simulate import best_setup
+
+    plan = ModelPlan.uniform("two", [2_000_000, 2_000_000], [1.0, 1.0])
+    best, tried = best_setup(plan, NODE, 0.3, 32, 2, ("parameter_server",), dflow_runtime=True)
+    staged = simulate(plan, NODE, 0.3, 32, 2, best.num_ps, colocate_ps=False, overlap=False)
+    overlapped, _ = best_setup(plan, NODE, 0.3, 32, 2, ("parameter_server",))
+    assert best.step_s == pytest.approx(staged.step_s, rel=1e-12)
+    assert overlapped.step_s < best.step_s  # TensorFlow's overlap, PS on the worker nodes: faster

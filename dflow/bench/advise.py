@@ -482,6 +482,9 @@ def _remedy(result: dict) -> str:
     bound = result["bottleneck"]
     if bound == "compute":
         return "compute-bound: more GPUs scale it"
+    if result["utilization"] < 0.5:  # the busiest resource idles most of the step: waits bound it
+        return (f"no resource half busy ({bound} the busiest): messages' latency and stages in series; "
+                "fewer, larger messages (fewer PS tasks), or overlap")
     if "CPU" in bound:
         return "a PS's CPU: more PS tasks, greedy placement, or allreduce (no PS)"
     if "connection" in bound:
@@ -494,17 +497,20 @@ def _remedy(result: dict) -> str:
 
 
 def advise_cluster(model: str, hardware, gpus: Sequence[int], step_time_s: float | None = None,
-                   batch_size: int = 64) -> list[dict]:
+                   batch_size: int = 64, dflow_runtime: bool = False) -> list[dict]:
     """Per GPU count, the simulator's best setup on a cluster preset (every update, PS counts
     1..workers, greedy placement), the best of each update, what bounds it and what would help.
-    ``hardware``: a preset's name, or a :class:`~dflow.bench.hardware.Hardware` (a measured one)."""
+    ``hardware``: a preset's name, or a :class:`~dflow.bench.hardware.Hardware` (a measured one);
+    ``dflow_runtime``: play dflow's staged step, each PS a process of its own (as dflow's
+    launchers start roles), not TensorFlow's overlap with the PS on the worker nodes."""
     from .hardware import get_hardware
     from .simulate import simulate_counts
 
     node = get_hardware(hardware) if isinstance(hardware, str) else hardware
     rows = []
     for update in ("parameter_server", "distributed_replicated", "allreduce"):
-        rows += simulate_counts(model, node, gpus, step_time_s, batch_size, update)
+        rows += simulate_counts(model, node, gpus, step_time_s, batch_size, update,
+                                dflow_runtime=dflow_runtime)
     best = {}
     for row in rows:
         if row["images_per_sec"] > best.get(row["gpus"], {}).get("images_per_sec", 0):
@@ -537,7 +543,8 @@ def main(args: argparse.Namespace, echo=print) -> int:
             if args.cluster:
                 hardware, step_time = _measured(args, echo)
             rows = advise_cluster(args.model or ("cifar10" if args.cluster else "inception3"), hardware,
-                                  args.workers, step_time, args.batch_size or 64)
+                                  args.workers, step_time, args.batch_size or 64,
+                                  dflow_runtime=bool(args.cluster))  # a Dask cluster runs dflow's step
         except ValueError as error:
             echo(f"dflow bench advise: {error}")
             return 2

@@ -518,9 +518,11 @@ def ps_candidates(max_ps: int) -> list[int]:
 def best_setup(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size: int, gpus: int,
                updates: Sequence[str] = ("parameter_server", "distributed_replicated"),
                ps_strategy: str = "greedy", sync: bool = True, max_ps: int | None = None,
-               min_ps: int = 1) -> tuple[SimResult, list[SimResult]]:
+               min_ps: int = 1, dflow_runtime: bool = False) -> tuple[SimResult, list[SimResult]]:
     """The fastest setup for ``gpus`` devices over ``updates`` and PS counts (as seed 001 searched:
-    1 to the number of workers; ``min_ps``..``max_ps`` when given), and every setup tried."""
+    1 to the number of workers; ``min_ps``..``max_ps`` when given), and every setup tried.
+    ``dflow_runtime``: dflow's staged PS step with each PS a process of its own (``simulate``'s
+    ``overlap=False, colocate_ps=False``), instead of TensorFlow's overlap on the worker nodes."""
     per_node = min(hardware.devices_per_node, gpus)
     nodes = math.ceil(gpus / per_node)
     tried = []
@@ -535,7 +537,7 @@ def best_setup(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_si
             if m < (min_ps or 1):
                 continue
             tried.append(simulate(plan, hardware, step_time_s, batch_size, nodes, m, update, ps_strategy,
-                                  per_node, sync))
+                                  per_node, sync, colocate_ps=not dflow_runtime, overlap=not dflow_runtime))
     best = max(tried, key=lambda r: r.images_per_sec)
     return best, tried
 
@@ -557,7 +559,7 @@ def calibrate_step_time(plan: ModelPlan, hardware: Hardware, images_per_sec: flo
 def simulate_counts(model: str, hardware: Hardware, gpus: Sequence[int], step_time_s: float | None = None,
                     batch_size: int = 64, variable_update: str = "best", num_ps: int | None = None,
                     ps_strategy: str = "greedy", devices_per_node: int | None = None,
-                    sync: bool = True) -> list[dict]:
+                    sync: bool = True, dflow_runtime: bool = False) -> list[dict]:
     """The best (or the given) setup per GPU count, as dicts (``SimResult.as_dict`` plus ``system``)."""
     import dataclasses
 
@@ -574,6 +576,6 @@ def simulate_counts(model: str, hardware: Hardware, gpus: Sequence[int], step_ti
     rows = []
     for count in gpus:
         best, _ = best_setup(plan, hardware, step_time_s, batch_size, count, updates, ps_strategy, sync,
-                             max_ps=num_ps, min_ps=num_ps)
+                             max_ps=num_ps, min_ps=num_ps, dflow_runtime=dflow_runtime)
         rows.append({"system": hardware.name, "model": model, **best.as_dict()})
     return rows
