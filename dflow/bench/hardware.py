@@ -65,7 +65,8 @@ TCP_INITIAL_WINDOW_BYTES = 10 * 1448
 #: a commodity data-centre switch's buffer per port: Broadcom Triumph, 4 MB shared by 48 1 Gbit/s
 #: ports, and Scorpion, 4 MB by 24 10 Gbit/s ports (Alizadeh et al., "Data Center TCP", SIGCOMM
 #: 2010, table 1); we take an even share of the Triumph's, 4 MB / 48, for every Ethernet preset
-#: (AWS does not publish its switches; the share is the same for every point and preset)
+#: (AWS does not publish its switches; the share is the same for every point and preset).
+#: Recalled from that table, not re-checked against the paper's text: docs/simulate.md
 ETHERNET_PORT_BUFFER = 4e6 / 48
 #: the least retransmission timeout, Linux's TCP_RTO_MIN (HZ/5 = 200 ms): a flow whose whole
 #: window was dropped at an overflowing port gets no duplicate ACKs and waits this long, while
