@@ -203,6 +203,10 @@ def test_incast_onsets_follow_from_the_presets_links_and_the_cited_switch_buffer
     assert PRESETS["p2.xlarge"].incast_senders == 10
     assert PRESETS["p2.8xlarge"].incast_senders == 22  # more than its 16 nodes at 128 GPUs send
     assert PRESETS["piz_daint"].incast_senders is None  # Aries is lossless
+    plan, step = model_plan("inception3"), 64 / 30.55
+    ethernet, aries = (simulate(plan, PRESETS[name], step, 64, 16, 16) for name in ("p2.xlarge", "piz_daint"))
+    assert ethernet.incast_timeouts_per_step > 0 and aries.incast_timeouts_per_step == 0
+    assert "TCP incast" in advise._remedy(ethernet.as_dict())
 
 
 def test_dflow_runtime_setups_play_dflows_staged_step_with_each_ps_a_process_of_its_own():

@@ -482,9 +482,12 @@ def _remedy(result: dict) -> str:
     bound = result["bottleneck"]
     if bound == "compute":
         return "compute-bound: more GPUs scale it"
+    if result.get("incast_timeouts_per_step"):
+        return (f"TCP incast: {result['incast_timeouts_per_step']:.0f} messages a step wait a 200 ms timeout "
+                "(too many senders into one port): fewer PS tasks, allreduce, or a lossless fabric")
     if result["utilization"] < 0.5:  # the busiest resource idles most of the step: waits bound it
         return (f"no resource half busy ({bound} the busiest): messages' latency and stages in series; "
-                "fewer, larger messages (fewer PS tasks), or overlap")
+                "fewer, larger messages (fewer PS tasks, larger fusion buckets), or overlap")
     if "CPU" in bound:
         return "a PS's CPU: more PS tasks, greedy placement, or allreduce (no PS)"
     if "connection" in bound:

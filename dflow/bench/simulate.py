@@ -199,6 +199,7 @@ class SimResult:
     compute_s: float
     busiest_nic_bytes_per_step: float  # the most bytes one node's NIC carries one way per step
     busiest_ps_bytes_per_step: float  # gradient bytes the busiest PS task receives per step
+    incast_timeouts_per_step: float = 0.0  # messages a step that waited TCP's timeout (incast)
 
     @property
     def scaling_efficiency(self) -> float:
@@ -230,6 +231,7 @@ class _Network:
         # whom, in the order queued) and how many of them each sender has there
         self.queued: list[deque[tuple[float, int]]] = [deque() for _ in range(nodes)]
         self.senders: list[Counter] = [Counter() for _ in range(nodes)]
+        self.timeouts = 0  # messages delayed by incast, over the whole run
 
     def send(self, ready: float, src: int, dst: int, nbytes: float) -> float:
         """When ``nbytes`` sent at ``ready`` from node ``src`` arrive at ``dst``."""
@@ -255,6 +257,7 @@ class _Network:
             done = max(done, channel.free)
         self.queued[dst].append((self.into[dst].free, src))
         self.senders[dst][src] += 1
+        self.timeouts += incast
         return done + self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)
 
     def _incast(self, ready: float, src: int, dst: int) -> bool:
@@ -452,11 +455,11 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
     channels = [*net.out, *net.into, *cpu, *(net.bus if aggregated and per_node > 1 else [])]
     return _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step, rate, step_time_s,
                    channels, window, steps, max(c.bytes for c in [*net.out, *net.into]) / steps,
-                   max(ps_bytes))
+                   max(ps_bytes), net.timeouts / steps)
 
 
 def _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step, rate, compute_s, channels,
-            window, steps, nic_bytes, ps_bytes) -> SimResult:
+            window, steps, nic_bytes, ps_bytes, incast_per_step: float = 0.0) -> SimResult:
     """The result, with the busiest resource over the steps (busy time / elapsed time)."""
     elapsed = window * steps / (steps - 1)
     busiest = max(channels, key=lambda c: c.busy, default=None)
@@ -465,7 +468,7 @@ def _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step
     if compute_s / step >= COMPUTE_BOUND or not busiest:  # else the busiest resource, though it may idle
         bottleneck, utilization = "compute", compute_s / step
     return SimResult(nodes, per_node, nodes * per_node, num_ps, update, ps_strategy, sync, batch_size, step,
-                     rate, bottleneck, min(1.0, utilization), compute_s, nic_bytes, ps_bytes)
+                     rate, bottleneck, min(1.0, utilization), compute_s, nic_bytes, ps_bytes, incast_per_step)
 
 
 def _simulate_ring(plan, hardware, step_time_s, batch_size, nodes, per_node, update, fusion_bytes,
