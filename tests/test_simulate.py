@@ -125,3 +125,97 @@ def test_simulate_command_prints_json_rows_with_the_setup(capsys):
     assert rows[1]["workers"] == 2 and rows[1]["devices_per_node"] == 8
     assert main(["bench", "simulate", "--hardware", "p2.xlarge", "--gpus", "2", "--batch_size", "32"]) == 2
     assert "give --step_time" in capsys.readouterr().out
+
+
+def _scaling_rows() -> list[dict]:
+    """Two systems' rows as ``reproduce`` gives them (no simulation: the plot is what is tested)."""
+    rows = []
+    for system, one in (("piz_daint", 138.0), ("p2.xlarge", 30.5)):
+        for gpus, efficiency in ((1, 1.0), (2, 0.95), (4, 0.9)):
+            rows.append({"system": system, "gpus": gpus, "images_per_sec": one * gpus * efficiency,
+                         "paper_images_per_sec": one * gpus * (efficiency - 0.02),
+                         "allreduce_images_per_sec": one * gpus})
+    return rows
+
+
+def test_the_scaling_plot_has_each_systems_simulated_paper_and_allreduce_series():
+    pytest.importorskip("matplotlib")
+    from dflow.bench.reproduce import scaling_figure
+
+    figure = scaling_figure(_scaling_rows(), "title")
+    speed, efficiency = figure.axes
+    lines = {line.get_label(): line for line in speed.get_lines()}
+    assert set(lines) == {f"{system}: {series}" for system in ("piz_daint", "p2.xlarge")
+                          for series in ("dflow simulate", "paper", "allreduce (simulated)")}
+    simulated = lines["p2.xlarge: dflow simulate"]
+    assert list(simulated.get_xdata()) == [1, 2, 4]
+    assert list(simulated.get_ydata()) == pytest.approx([30.5, 57.95, 109.8])
+    paper = lines["piz_daint: paper"]
+    assert paper.get_marker() == "x" and paper.get_linestyle() == "None"  # points, not a line
+    assert speed.get_xscale() == "log" and speed.get_ylabel() == "images/sec"
+    assert efficiency.get_ylabel() == "scaling efficiency"
+    # per system: the simulator's efficiency line and the paper's points, the first at 1.0
+    assert len(efficiency.get_lines()) == 4
+    assert all(line.get_ydata()[0] == pytest.approx(1.0) for line in efficiency.get_lines())
+
+
+def test_the_scaling_plot_writes_a_png_and_an_svg(tmp_path):
+    pytest.importorskip("matplotlib")
+    import xml.etree.ElementTree as ElementTree
+
+    from dflow.bench.reproduce import plot_scaling
+
+    png, svg = tmp_path / "scaling.png", tmp_path / "scaling.svg"
+    assert plot_scaling(_scaling_rows(), [str(png), str(svg)]) == [str(png), str(svg)]
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert (width, height) == (1200, 456)  # 10 x 3.8 inches at 120 dpi
+    root = ElementTree.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert "piz_daint: dflow simulate" in svg.read_text()
+
+
+def test_an_incast_burst_ends_one_tcp_timeout_late_and_one_flow_never_times_out():
+    """Drop-tail ports: a message queued while the receiver's port holds messages from
+    ``incast_senders`` senders (itself included) arrives TCP's least timeout late; the port's
+    time is unchanged. No buffer at all still lets one flow through untouched."""
+    from dflow.bench.hardware import TCP_MIN_RTO_S
+    from dflow.bench.simulate import _Network
+
+    ethernet = dataclasses.replace(NODE, port_buffer_bytes=0.0, latency_s=0.0)
+    assert ethernet.incast_senders == 2 and NODE.incast_senders is None
+    link = 1_000_000 / ethernet.nic_bytes_per_sec
+    net = _Network(5, ethernet)
+    arrivals = [net.send(0.0, src, 4, 1_000_000) for src in range(4)]
+    assert arrivals == pytest.approx([link, 2 * link + TCP_MIN_RTO_S, 3 * link + TCP_MIN_RTO_S,
+                                      4 * link + TCP_MIN_RTO_S])
+    alone = _Network(2, ethernet)
+    assert [alone.send(0.0, 0, 1, 1_000_000) for _ in range(3)] == pytest.approx([link, 2 * link, 3 * link])
+    plan = ModelPlan.uniform("one", [4_000_000], [1.0])
+    one_flow = [simulate(plan, node, 0.1, 32, 1, 1, colocate_ps=False, overlap=False).step_s
+                for node in (NODE, dataclasses.replace(NODE, port_buffer_bytes=0.0))]
+    assert one_flow[0] == pytest.approx(one_flow[1], rel=1e-12)
+
+
+def test_incast_onsets_follow_from_the_presets_links_and_the_cited_switch_buffer():
+    # (4 MB / 48 + one round trip's bytes) / 10 segments' initial window, + 1
+    assert PRESETS["p2.xlarge"].incast_senders == 10
+    assert PRESETS["p2.8xlarge"].incast_senders == 22  # more than its 16 nodes at 128 GPUs send
+    assert PRESETS["piz_daint"].incast_senders is None  # Aries is lossless
+    plan, step = model_plan("inception3"), 64 / 30.55
+    ethernet, aries = (simulate(plan, PRESETS[name], step, 64, 16, 16) for name in ("p2.xlarge", "piz_daint"))
+    assert ethernet.incast_timeouts_per_step > 0 and aries.incast_timeouts_per_step == 0
+    assert "TCP incast" in advise._remedy(ethernet.as_dict())
+
+
+def test_dflow_runtime_setups_play_dflows_staged_step_with_each_ps_a_process_of_its_own():
+    """What ``advise --cluster`` searches: ``simulate(overlap=False, colocate_ps=False)``."""
+    from dflow.bench.simulate import best_setup
+
+    plan = ModelPlan.uniform("two", [2_000_000, 2_000_000], [1.0, 1.0])
+    best, tried = best_setup(plan, NODE, 0.3, 32, 2, ("parameter_server",), dflow_runtime=True)
+    staged = simulate(plan, NODE, 0.3, 32, 2, best.num_ps, colocate_ps=False, overlap=False)
+    overlapped, _ = best_setup(plan, NODE, 0.3, 32, 2, ("parameter_server",))
+    assert best.step_s == pytest.approx(staged.step_s, rel=1e-12)
+    assert overlapped.step_s < best.step_s  # TensorFlow's overlap, PS on the worker nodes: faster

@@ -465,6 +465,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", help="a cluster preset of dflow.bench.hardware (piz_daint, p2.xlarge, "
                                            "p2.8xlarge, dgx1, h100_ib400, ...): advise from the simulator "
                                            "for the --workers GPU counts (--model, default inception3)")
+    parser.add_argument("--cluster", metavar="ADDRESS",
+                        help="a running Dask scheduler: measure its workers' link, per-message cost, PS "
+                             "apply rate and one --model step (default cifar10, batch 64), and advise "
+                             "from the simulator on that cluster for the --workers counts")
     parser.add_argument("--own_compute", action="store_true",
                         help="--sweep: feed each point its own measured compute per step (predict only "
                              "the communication) instead of the baseline's shared by the cores")
@@ -478,6 +482,12 @@ def _remedy(result: dict) -> str:
     bound = result["bottleneck"]
     if bound == "compute":
         return "compute-bound: more GPUs scale it"
+    if result.get("incast_timeouts_per_step"):
+        return (f"TCP incast: {result['incast_timeouts_per_step']:.0f} messages a step wait a 200 ms timeout "
+                "(too many senders into one port): fewer PS tasks, allreduce, or a lossless fabric")
+    if result["utilization"] < 0.5:  # the busiest resource idles most of the step: waits bound it
+        return (f"no resource half busy ({bound} the busiest): messages' latency and stages in series; "
+                "fewer, larger messages (fewer PS tasks, larger fusion buckets), or overlap")
     if "CPU" in bound:
         return "a PS's CPU: more PS tasks, greedy placement, or allreduce (no PS)"
     if "connection" in bound:
@@ -489,17 +499,21 @@ def _remedy(result: dict) -> str:
     return f"{bound}: a faster NIC, allreduce (2(n-1)/n bytes a link), or local aggregation"
 
 
-def advise_cluster(model: str, hardware: str, gpus: Sequence[int], step_time_s: float | None = None,
-                   batch_size: int = 64) -> list[dict]:
+def advise_cluster(model: str, hardware, gpus: Sequence[int], step_time_s: float | None = None,
+                   batch_size: int = 64, dflow_runtime: bool = False) -> list[dict]:
     """Per GPU count, the simulator's best setup on a cluster preset (every update, PS counts
-    1..workers, greedy placement), the best of each update, what bounds it and what would help."""
+    1..workers, greedy placement), the best of each update, what bounds it and what would help.
+    ``hardware``: a preset's name, or a :class:`~dflow.bench.hardware.Hardware` (a measured one);
+    ``dflow_runtime``: play dflow's staged step, each PS a process of its own (as dflow's
+    launchers start roles), not TensorFlow's overlap with the PS on the worker nodes."""
     from .hardware import get_hardware
     from .simulate import simulate_counts
 
-    node = get_hardware(hardware)
+    node = get_hardware(hardware) if isinstance(hardware, str) else hardware
     rows = []
     for update in ("parameter_server", "distributed_replicated", "allreduce"):
-        rows += simulate_counts(model, node, gpus, step_time_s, batch_size, update)
+        rows += simulate_counts(model, node, gpus, step_time_s, batch_size, update,
+                                dflow_runtime=dflow_runtime)
     best = {}
     for row in rows:
         if row["images_per_sec"] > best.get(row["gpus"], {}).get("images_per_sec", 0):
@@ -510,13 +524,30 @@ def advise_cluster(model: str, hardware: str, gpus: Sequence[int], step_time_s: 
     return sorted(rows, key=lambda r: (r["gpus"], -r["images_per_sec"]))
 
 
+def _measured(args: argparse.Namespace, echo) -> tuple:
+    """``--cluster ADDRESS``: its links, a message, a PS apply and one step measured, as a preset."""
+    from .measured_cluster import measure_cluster
+
+    measured = measure_cluster(args.cluster, args.model or "cifar10", args.batch_size or 64)
+    echo(f"measured {measured.address} ({measured.workers} workers): link "
+         f"{measured.link_bytes_per_sec * 8 / 1e9:.2f} Gbit/s, {measured.message_latency_s * 1e3:.2f} ms "
+         f"a message, PS apply {measured.apply_bytes_per_sec / 1e9:.2f} GB/s, one {measured.model} step "
+         f"at batch {measured.batch_size}: {measured.step_time_s:.3f} s\n")
+    step_time = args.step_time or measured.step_time_s  # --step_time: a GPU's, where the workers have none
+    return measured.hardware(), step_time
+
+
 def main(args: argparse.Namespace, echo=print) -> int:
     """Run ``dflow bench advise``: the advice table, the comparison with a sweep, or both."""
     latency = args.latency_ms / 1e3
-    if args.hardware:
+    if args.hardware or args.cluster:
         try:
-            rows = advise_cluster(args.model or "inception3", args.hardware, args.workers, args.step_time,
-                                  args.batch_size or 64)
+            hardware, step_time = args.hardware, args.step_time
+            if args.cluster:
+                hardware, step_time = _measured(args, echo)
+            rows = advise_cluster(args.model or ("cifar10" if args.cluster else "inception3"), hardware,
+                                  args.workers, step_time, args.batch_size or 64,
+                                  dflow_runtime=bool(args.cluster))  # a Dask cluster runs dflow's step
         except ValueError as error:
             echo(f"dflow bench advise: {error}")
             return 2

@@ -53,6 +53,7 @@ from ..cluster import Cluster, connect, role_name, worker_command, worker_infos
 from ..cluster.launch import role_list
 
 __all__ = ["RATES", "NetworkError", "check_network_shaping", "shaped_cluster", "measure_link",
+           "measure_link_between",
            "remove_stale_namespaces", "dflow_namespaces"]
 
 RATES: dict[str, float | None] = {"1gbit": 1e9, "10gbit": 1e10, "none": None}  # bits per second
@@ -439,15 +440,20 @@ def measure_link(cluster: Cluster, source: str = "worker/0", destination: str = 
     >>> measure_link(cluster, "worker/0", "ps/0") / 1e9  # on a 1gbit shaped_cluster  # doctest: +SKIP
     0.95
     """
-    from distributed.comm import get_address_host
-
     address = {info.get("name"): address for address, info in worker_infos(cluster.client).items()}
     missing = [role for role in (source, destination) if role not in address]
     if missing:
         raise ValueError(f"no worker holds {', '.join(missing)}; "
                          f"roles: {', '.join(sorted(map(str, address)))}")
-    host = get_address_host(address[source])
-    port = cluster.client.run(_serve_bytes, host, nbytes, timeout, workers=[address[source]])[address[source]]
-    seconds = cluster.client.run(_receive_bytes, host, port, nbytes, timeout,
-                                 workers=[address[destination]])[address[destination]]
+    return measure_link_between(cluster.client, address[source], address[destination], nbytes, timeout)
+
+
+def measure_link_between(client, source: str, destination: str, nbytes: int = 50_000_000,
+                         timeout: float = 60.0) -> float:
+    """:func:`measure_link` between two Dask workers given by address (any cluster's)."""
+    from distributed.comm import get_address_host
+
+    host = get_address_host(source)
+    port = client.run(_serve_bytes, host, nbytes, timeout, workers=[source])[source]
+    seconds = client.run(_receive_bytes, host, port, nbytes, timeout, workers=[destination])[destination]
     return nbytes * 8 / seconds

@@ -28,7 +28,8 @@ from .paper_tables import (
 )
 from .simulate import best_setup, calibrate_step_time, model_plan, simulate
 
-__all__ = ["reproduce", "efficiencies", "saturation", "format_reproduction", "PAPERS"]
+__all__ = ["reproduce", "efficiencies", "saturation", "format_reproduction", "plot_scaling",
+           "scaling_figure", "PAPERS"]
 
 PAPERS = ("bugliarello2017",)
 PS_UPDATES = ("parameter_server", "distributed_replicated")
@@ -125,8 +126,18 @@ def format_reproduction(rows: Sequence[dict]) -> str:
 
 
 def plot_scaling(rows: Sequence[dict], paths: Sequence[str], title: str = "") -> list[str]:
+    """:func:`scaling_figure` written to each of ``paths`` (the format from the suffix)."""
+    pyplot = report._pyplot()
+    fig = scaling_figure(rows, title)
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    pyplot.close(fig)
+    return list(paths)
+
+
+def scaling_figure(rows: Sequence[dict], title: str = ""):
     """Images/sec and scaling efficiency against GPUs, one colour per system: the simulator's
-    lines, the paper's points (where ``paper_images_per_sec`` is there), the allreduce dashed."""
+    lines, the paper's points (where ``paper_images_per_sec`` is there), the allreduce dotted."""
     pyplot = report._pyplot()
     fig, (speed, efficiency) = pyplot.subplots(1, 2, figsize=(10, 3.8))
     systems = list(dict.fromkeys(r["system"] for r in rows))
@@ -159,7 +170,4 @@ def plot_scaling(rows: Sequence[dict], paths: Sequence[str], title: str = "") ->
     if title:
         fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    pyplot.close(fig)
-    return list(paths)
+    return fig

@@ -12,7 +12,11 @@ replica's steps against shared resources:
   preset's bytes/sec), with a per-message latency; a message holds its sender's ``out``
   and its receiver's ``in`` at once. PS tasks live on the worker nodes (PS ``j`` on node
   ``j % nodes``), as seed 001 ran them: a PS's traffic shares its node's NIC with the
-  worker there, and a read from a PS on one's own node crosses no NIC;
+  worker there, and a read from a PS on one's own node crosses no NIC. On a drop-tail
+  (Ethernet) fabric, a message that joins a burst into one port from at least
+  ``Hardware.incast_senders`` senders arrives TCP's least retransmission timeout late
+  (incast: the senders' first windows overflow the switch port, and a flow that lost its
+  whole window waits for the timeout);
 - each PS task's CPU, which receives and applies every gradient (bytes / apply rate);
 - each device's compute: one step time (measured, or the first row of a table), one third
   forward and two thirds backward, split over the layers in proportion to their FLOPs;
@@ -45,11 +49,11 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .hardware import Hardware
+from .hardware import TCP_MIN_RTO_S, Hardware
 
 __all__ = ["Layer", "ModelPlan", "SimResult", "model_plan", "place_variables", "simulate", "best_setup",
            "ps_candidates", "calibrate_step_time", "SIM_UPDATES", "FORWARD_SHARE"]
@@ -195,6 +199,7 @@ class SimResult:
     compute_s: float
     busiest_nic_bytes_per_step: float  # the most bytes one node's NIC carries one way per step
     busiest_ps_bytes_per_step: float  # gradient bytes the busiest PS task receives per step
+    incast_timeouts_per_step: float = 0.0  # messages a step that waited TCP's timeout (incast)
 
     @property
     def scaling_efficiency(self) -> float:
@@ -222,6 +227,11 @@ class _Network:
         self.into = [_Channel(f"node {n} NIC in") for n in range(nodes)]
         self.bus = [_Channel(f"node {n} bus") for n in range(nodes)]
         self.streams: dict[tuple[int, int], _Channel] = {}
+        # per receiving node: its queued messages (when its port is done with each, and from
+        # whom, in the order queued) and how many of them each sender has there
+        self.queued: list[deque[tuple[float, int]]] = [deque() for _ in range(nodes)]
+        self.senders: list[Counter] = [Counter() for _ in range(nodes)]
+        self.timeouts = 0  # messages delayed by incast, over the whole run
 
     def send(self, ready: float, src: int, dst: int, nbytes: float) -> float:
         """When ``nbytes`` sent at ``ready`` from node ``src`` arrive at ``dst``."""
@@ -239,12 +249,33 @@ class _Network:
             if pair is None:
                 pair = self.streams[(src, dst)] = _Channel(f"connection node {src} -> node {dst}")
             channels.append((pair, nbytes / self.hw.stream_bytes_per_sec))
+        incast = self._incast(ready, src, dst)
         for channel, busy in channels:
             channel.free = max(ready, channel.free) + busy
             channel.busy += busy
             channel.bytes += nbytes
             done = max(done, channel.free)
-        return done + self.hw.latency_s
+        self.queued[dst].append((self.into[dst].free, src))
+        self.senders[dst][src] += 1
+        self.timeouts += incast
+        return done + self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)
+
+    def _incast(self, ready: float, src: int, dst: int) -> bool:
+        """Whether a message from ``src`` queued at ``ready`` joins a burst into ``dst`` from so
+        many senders that their first windows overflow ``dst``'s switch port: then it loses its
+        window and is resent after TCP's least timeout. The port meanwhile serves the others, so
+        the burst ends one timeout late, not slower (the timeout is added to the delivery, not to
+        the port's busy time). One sender never times out: the term vanishes for one flow."""
+        limit = self.hw.incast_senders
+        if limit is None:
+            return False
+        queued, senders = self.queued[dst], self.senders[dst]
+        while queued and queued[0][0] <= ready:  # the port is done with it: no longer in the burst
+            _, sender = queued.popleft()
+            senders[sender] -= 1
+            if not senders[sender]:
+                del senders[sender]
+        return len(senders) + (src not in senders) >= limit
 
     def on_bus(self, ready: float, node: int, duration: float) -> float:
         bus = self.bus[node]
@@ -424,11 +455,11 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
     channels = [*net.out, *net.into, *cpu, *(net.bus if aggregated and per_node > 1 else [])]
     return _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step, rate, step_time_s,
                    channels, window, steps, max(c.bytes for c in [*net.out, *net.into]) / steps,
-                   max(ps_bytes))
+                   max(ps_bytes), net.timeouts / steps)
 
 
 def _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step, rate, compute_s, channels,
-            window, steps, nic_bytes, ps_bytes) -> SimResult:
+            window, steps, nic_bytes, ps_bytes, incast_per_step: float = 0.0) -> SimResult:
     """The result, with the busiest resource over the steps (busy time / elapsed time)."""
     elapsed = window * steps / (steps - 1)
     busiest = max(channels, key=lambda c: c.busy, default=None)
@@ -437,7 +468,7 @@ def _result(nodes, per_node, num_ps, update, ps_strategy, sync, batch_size, step
     if compute_s / step >= COMPUTE_BOUND or not busiest:  # else the busiest resource, though it may idle
         bottleneck, utilization = "compute", compute_s / step
     return SimResult(nodes, per_node, nodes * per_node, num_ps, update, ps_strategy, sync, batch_size, step,
-                     rate, bottleneck, min(1.0, utilization), compute_s, nic_bytes, ps_bytes)
+                     rate, bottleneck, min(1.0, utilization), compute_s, nic_bytes, ps_bytes, incast_per_step)
 
 
 def _simulate_ring(plan, hardware, step_time_s, batch_size, nodes, per_node, update, fusion_bytes,
@@ -490,9 +521,11 @@ def ps_candidates(max_ps: int) -> list[int]:
 def best_setup(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_size: int, gpus: int,
                updates: Sequence[str] = ("parameter_server", "distributed_replicated"),
                ps_strategy: str = "greedy", sync: bool = True, max_ps: int | None = None,
-               min_ps: int = 1) -> tuple[SimResult, list[SimResult]]:
+               min_ps: int = 1, dflow_runtime: bool = False) -> tuple[SimResult, list[SimResult]]:
     """The fastest setup for ``gpus`` devices over ``updates`` and PS counts (as seed 001 searched:
-    1 to the number of workers; ``min_ps``..``max_ps`` when given), and every setup tried."""
+    1 to the number of workers; ``min_ps``..``max_ps`` when given), and every setup tried.
+    ``dflow_runtime``: dflow's staged PS step with each PS a process of its own (``simulate``'s
+    ``overlap=False, colocate_ps=False``), instead of TensorFlow's overlap on the worker nodes."""
     per_node = min(hardware.devices_per_node, gpus)
     nodes = math.ceil(gpus / per_node)
     tried = []
@@ -507,7 +540,7 @@ def best_setup(plan: ModelPlan, hardware: Hardware, step_time_s: float, batch_si
             if m < (min_ps or 1):
                 continue
             tried.append(simulate(plan, hardware, step_time_s, batch_size, nodes, m, update, ps_strategy,
-                                  per_node, sync))
+                                  per_node, sync, colocate_ps=not dflow_runtime, overlap=not dflow_runtime))
     best = max(tried, key=lambda r: r.images_per_sec)
     return best, tried
 
@@ -529,7 +562,7 @@ def calibrate_step_time(plan: ModelPlan, hardware: Hardware, images_per_sec: flo
 def simulate_counts(model: str, hardware: Hardware, gpus: Sequence[int], step_time_s: float | None = None,
                     batch_size: int = 64, variable_update: str = "best", num_ps: int | None = None,
                     ps_strategy: str = "greedy", devices_per_node: int | None = None,
-                    sync: bool = True) -> list[dict]:
+                    sync: bool = True, dflow_runtime: bool = False) -> list[dict]:
     """The best (or the given) setup per GPU count, as dicts (``SimResult.as_dict`` plus ``system``)."""
     import dataclasses
 
@@ -546,6 +579,6 @@ def simulate_counts(model: str, hardware: Hardware, gpus: Sequence[int], step_ti
     rows = []
     for count in gpus:
         best, _ = best_setup(plan, hardware, step_time_s, batch_size, count, updates, ps_strategy, sync,
-                             max_ps=num_ps, min_ps=num_ps)
+                             max_ps=num_ps, min_ps=num_ps, dflow_runtime=dflow_runtime)
         rows.append({"system": hardware.name, "model": model, **best.as_dict()})
     return rows

@@ -79,7 +79,7 @@ def main(args, echo=print) -> int:
     elif args.reproduce:
         echo(format_reproduction(rows))
         for name, table in extra.items():
-            echo(f"\n{name}:\n" + report.markdown_table(table, list(table[0])))
+            echo(f"\n{name}:\n\n" + report.markdown_table(table, list(table[0])))  # Markdown: a blank line
     else:
         echo(report.markdown_table(rows, ["system", "gpus", "workers", "devices_per_node", "variable_update",
                                           "num_ps", "images_per_sec", "scaling_efficiency", "bottleneck",
