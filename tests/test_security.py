@@ -313,7 +313,7 @@ def test_an_unchanged_tf_server_script_runs_over_tls_from_dasks_configuration(tm
         # the PS serves until worker/0 has come and gone: meanwhile, the cluster's owner and a stranger
         security = tf.cluster.tls_security(cert, cert, key)
         with tf.cluster.connect(target, roles=["ps/0"], timeout=120, security=security) as cluster:
-            (ps_worker,) = cluster.client.scheduler_info()["workers"]
+            (ps_worker,) = worker_infos(cluster.client)
             assert ps_worker.startswith("tls://127.0.0.1:")
             stranger = subprocess.run([sys.executable, "-c", STRANGER, target, ps_worker],
                                       capture_output=True, text=True, timeout=120)
@@ -365,7 +365,7 @@ def test_servers_given_security_train_over_tls_in_one_process():
                tf.train.Server(spec, "worker", 0, None, None, True, security=security)]
     try:
         assert servers[0].target == servers[1].target == f"tls://{ps}"
-        workers = servers[1].cluster.client.scheduler_info()["workers"]
+        workers = worker_infos(servers[1].cluster.client)
         assert sorted(workers) and all(address.startswith("tls://127.0.0.1:") for address in workers)
         assert _train_one_step(servers[1].target) == pytest.approx(0.75)
         assert _train_one_step("grpc://" + worker) == pytest.approx(0.75)  # a task's address: TLS too
