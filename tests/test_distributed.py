@@ -274,6 +274,26 @@ def test_errors_on_a_worker_reach_the_client_with_their_type(target):
 
 
 @pytest.mark.slow
+def test_every_step_after_a_task_died_for_good_names_it(monkeypatch):
+    """A step after one that found ps/0 gone (and the session's view of the cluster without it)
+    is an UnavailableError too, not a KeyError from that view (as a chief's hooks run more steps)."""
+    from dflow.cluster import worker_process
+
+    monkeypatch.setattr(worker_process, "MAX_RESTARTS", 0)  # ps/0 stays dead
+    with tf.cluster.local(ps=1, workers=1) as c:
+        with tf.device(PS0):
+            v = tf.Variable(1.0, name="v")
+        y = v * 2.0
+        with tf.Session(c.target, config=tf.ConfigProto(operation_timeout_in_ms=20_000)) as sess:
+            sess.run(tf.global_variables_initializer())
+            with contextlib.suppress(CommClosedError):  # it dies before it can answer
+                c.client.run(os._exit, 1, workers=[c.spec.task_address("ps", 0)])
+            for _ in range(3):
+                with pytest.raises(UnavailableError, match="/job:ps/task:0"):
+                    sess.run(y)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["direct", "dask"])
 def test_a_killed_worker_gives_a_clear_error_and_no_hang(runner):
     with tf.cluster.local(ps=1, workers=1) as c:

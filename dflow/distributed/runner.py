@@ -133,7 +133,8 @@ class DirectRunner:
         new one under the same role): register the plan again with the tasks' current addresses.
         The tasks that came back at a new address (with none of their state), or None when
         registering again cannot help (a task is not back)."""
-        before = {task: self.tasks[task]["address"] for task in plan.tasks}
+        # (a task may be missing from the last view already: an earlier failed step refreshed it)
+        before = {task: self.tasks.get(task, {}).get("address") for task in plan.tasks}
         self.tasks = cluster_tasks(self.client)
         if any(task not in self.tasks for task in plan.tasks):
             return None
@@ -164,10 +165,14 @@ class DirectRunner:
                 self.tasks = cluster_tasks(self.client)
 
     async def _register(self, plan: Plan, addresses: dict) -> None:
-        await asyncio.gather(*(
-            self._call(task, "dflow_register", plan_id=plan.plan_id, stages=stages_to_json(stages),
-                       addresses=addresses)
-            for task, stages in plan.stages.items()))
+        async def register_on(task: str, stages) -> None:
+            try:
+                await self._call(task, "dflow_register", plan_id=plan.plan_id, stages=stages_to_json(stages),
+                                 addresses=addresses)
+            except (OSError, CommClosedError) as error:
+                raise self._explain(task, error) from None
+
+        await asyncio.gather(*(register_on(task, stages) for task, stages in plan.stages.items()))
 
     # ---- running -------------------------------------------------------------------
     def run(self, plan: Plan, feeds: dict, stats: RunStats | None = None) -> dict:
@@ -248,9 +253,10 @@ class DirectRunner:
 
     def _explain(self, task: str, error: BaseException) -> BaseException:
         if isinstance(error, (OSError, CommClosedError)):
+            address = self.tasks.get(task, {}).get("address")  # (gone from a view refreshed since)
             return UnavailableError(
-                f"task {task} at {self.tasks[task]['address']} cannot be reached ({error}): its worker "
-                f"left or died. The cluster's tasks were: {', '.join(sorted(self.tasks))}")
+                f"task {task} at {address} cannot be reached ({error}): its worker left or died. "
+                f"The cluster's tasks were: {', '.join(sorted(self.tasks))}")
         return error
 
     async def _call(self, task: str, op: str, **message):
