@@ -297,6 +297,7 @@ cluster = local_cluster_fixture(ps=1, workers=1)
 
 
 def test_embedding_trains_with_its_table_on_a_parameter_server(cluster):
+    tf.set_random_seed(1)
     with tf.device(tf.train.replica_device_setter(cluster=cluster.spec)):
         train_inputs, train_labels, loss, _ = _word2vec(400, 8, 6, 32)  # the corpus uses 40 words
         train = tf.train.GradientDescentOptimizer(1.0).minimize(loss)
@@ -305,9 +306,11 @@ def test_embedding_trains_with_its_table_on_a_parameter_server(cluster):
     with tf.Session(cluster.target) as sess:
         sess.run(tf.global_variables_initializer())
         losses = [sess.run([train, loss], {train_inputs: x, train_labels: y})[1]
-                  for x, y in _skip_gram_batches(40, 32, 60)]
+                  for x, y in _skip_gram_batches(40, 32, 120)]
         traffic = sess.last_run_stats.bytes_sent
-    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
+    # (the sampled losses are noisy: over 60 steps, the last 10 against the first 10 once fell only
+    # to 0.9; over 120 steps, 20 against 20, unseeded runs gave 0.50-0.56)
+    assert np.mean(losses[-20:]) < 0.8 * np.mean(losses[:20]), losses
     # the lookups and their scatter-adds run beside the tables: rows cross the network, not tables
     table_bytes = 400 * 8 * 4  # 12,800; the rows of a step: (32 + 32 + 6) * 8 * 4 = 2,240
     for link in [("/job:ps/task:0", "/job:worker/task:0"), ("/job:worker/task:0", "/job:ps/task:0")]:
