@@ -35,6 +35,7 @@ __all__ = ["ClusterMeasurement", "measure_cluster", "measure_message_latency", "
 LINK_BYTES = 50_000_000
 HOPS = 20
 APPLY_ELEMENTS = 8_000_000  # 32 MB of float32: past the caches, as a model's variables are
+WAIT_S = 600.0  # the longest a measurement may take (a worker that died or hangs: an error, not a wait)
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,11 @@ def _pass_on(value: int) -> int:
 def measure_message_latency(client, first: str, second: str, hops: int = HOPS) -> float:
     """Seconds per hop of a chain of ``hops`` tiny tasks alternating between two workers."""
     future = client.submit(_pass_on, 0, workers=[first], pure=False)
-    future.result()  # the chain starts from a value in place: no submission in the timing
+    future.result(timeout=WAIT_S)  # the chain starts from a value in place: no submission in the timing
     start = time.perf_counter()
     for hop in range(hops):
         future = client.submit(_pass_on, future, workers=[second if hop % 2 == 0 else first], pure=False)
-    future.result()
+    future.result(timeout=WAIT_S)
     return (time.perf_counter() - start) / hops
 
 
@@ -133,7 +134,8 @@ def measure_cluster(client_or_address, model: str = "cifar10", batch_size: int =
         link = measure_link_between(client, first, second, link_bytes) / 8
         latency = measure_message_latency(client, first, second)
         apply = client.run(_apply_bytes_per_sec, workers=[first])[first]
-        step = client.submit(time_model_step, model, batch_size, workers=[first], pure=False).result()
+        step = client.submit(time_model_step, model, batch_size, workers=[first], pure=False).result(
+            timeout=WAIT_S)
         return ClusterMeasurement(client.scheduler.address, len(addresses), link, latency, apply, step,
                                   model, batch_size)
     finally:
