@@ -64,8 +64,7 @@ def _ops_between(graph, xs, ys) -> set:
         return len(keys) > 1 or "control" not in keys
 
     # an x's own producer is not differentiated, only what consumes x
-    from_x, stack = set(), [consumer for x in xs for consumer, keys in succ[x.op.name].items()
-                            if any(key != "control" and key[0] == x.value_index for key in keys)]
+    from_x, stack = set(), [consumer.name for x in xs for consumer in x.consumers()]
     while stack:
         name = stack.pop()
         if name not in from_x:
