@@ -12,7 +12,7 @@ import array_api_compat.numpy as xp_numpy
 import array_api_strict
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
 import dflow as tf
 from dflow.ops import parallel
@@ -168,8 +168,26 @@ def test_parallel_branches_on_several_threads_stay_with_the_counting_executor():
 def test_one_blas_thread_asked_for_means_no_pieces():
     """intra_op_parallelism_threads=1 (or OPENBLAS_NUM_THREADS=1, a worker's --blas_threads 1)
     limits BLAS to one thread: the ops then stay whole on the calling thread."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(1, "blas"):
         assert parallel.cores() == 1
         assert parallel.pieces_for(8, 100) == [slice(0, 8)]
+
+
+def _blas_threads_now() -> int:
+    return max(info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas")
+
+
+def test_blas_threads_are_set_from_any_thread():
+    """A Dask worker's main thread sets BLAS's thread count at start; threadpoolctl (3.8) then
+    ignores every other thread's limits, so a stage thread's batch pieces kept two BLAS threads
+    each and fought over the cores (the CIFAR-10 step computed 149 ms on a worker, 112 locally)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with threadpool_limits(2, "blas"), ThreadPoolExecutor(1) as stage_thread:  # this thread takes control
+        before = stage_thread.submit(parallel.set_blas_threads, 1).result()
+        assert _blas_threads_now() == 1
+        parallel.restore_blas_threads(before)
+        assert _blas_threads_now() == 2
+        in_pieces = stage_thread.submit(parallel.map_pieces, xp_numpy, lambda _: _blas_threads_now(), [0, 1])
+        assert in_pieces.result() == ([1, 1] if parallel.cores() >= 2 else [2, 2])
+        assert _blas_threads_now() == 2

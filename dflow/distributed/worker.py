@@ -46,10 +46,10 @@ import distributed
 from distributed import WorkerPlugin
 from distributed.core import send_recv
 from distributed.protocol.serialize import to_serialize
-from threadpoolctl import threadpool_limits
 
 from .. import errors
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
+from ..ops.parallel import set_blas_threads
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
 from ..runtime.state import SessionState
@@ -141,7 +141,7 @@ class DflowWorker(WorkerPlugin):
         self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
-        self._blas_limit = _apply_thread_env()
+        _apply_thread_env()
         keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
@@ -410,7 +410,7 @@ def _quiet_replica_failures(record: logging.LogRecord) -> bool:
     return not (record.getMessage().startswith("Compute Failed") and "dflow-replica-" in record.getMessage())
 
 
-def _apply_thread_env():
+def _apply_thread_env() -> None:
     """Make BLAS use ``OMP_NUM_THREADS`` threads, as the worker's environment asks.
 
     A nanny sets its ``env`` after the worker process has imported NumPy, whose BLAS then
@@ -418,7 +418,8 @@ def _apply_thread_env():
     0.16 s instead of 0.085 s on 2 cores.
     """
     threads = os.environ.get("OMP_NUM_THREADS", "")
-    return threadpool_limits(int(threads), "blas") if threads.isdigit() else None
+    if threads.isdigit():
+        set_blas_threads(int(threads))
 
 
 # glibc's mallopt parameters, and the values its own adaptive rule reaches under a NumPy workload

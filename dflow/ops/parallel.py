@@ -23,7 +23,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["cores", "map_pieces", "pieces_for", "matmul", "elementwise"]
+__all__ = ["cores", "map_pieces", "pieces_for", "matmul", "elementwise", "set_blas_threads",
+           "restore_blas_threads"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -46,7 +47,7 @@ def cores() -> int:
     the affinity mask's cores."""
     _setup()
     with _lock:
-        blas = _saved_threads if _depth else max((lib.num_threads for lib in _blas), default=0)
+        blas = _saved_threads if _depth else max((lib.num_threads for lib in _blas_libraries()), default=0)
     return max(1, min(blas or _affinity(), _affinity()))
 
 
@@ -63,14 +64,46 @@ def _is_numpy(xp) -> bool:
 
 
 def _setup():
-    global _pool, _blas
+    global _pool
     with _lock:
         if _pool is None:
-            from threadpoolctl import ThreadpoolController
-
-            _blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+            _blas_libraries()
             _pool = ThreadPoolExecutor(_affinity(), thread_name_prefix="dflow-intra-op")
     return _pool
+
+
+def _blas_libraries() -> list:
+    global _blas
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+    return _blas
+
+
+def set_blas_threads(count: int) -> list:
+    """Set every BLAS library's thread count to ``count``, whichever thread calls; return what
+    to pass back to restore the counts before.
+
+    threadpoolctl (3.8) lets only the first thread that sets an OpenBLAS limit set it again and
+    silently ignores the others. A Dask worker's main thread sets the worker's count at start,
+    so the batch pieces that its stage threads ran kept BLAS's two threads each, fighting
+    for the same two cores: the CIFAR-10 step computed 149 ms there against 112 in a local
+    session (docs/kernels.md). dflow's own changes take control of the limit first.
+    """
+    libraries = _blas_libraries()
+    before = [(lib, lib.num_threads) for lib in libraries]
+    restore_blas_threads([(lib, count) for lib in libraries])
+    return before
+
+
+def restore_blas_threads(counts: list) -> None:
+    """Give each BLAS library the thread count that :func:`set_blas_threads` returned for it."""
+    for lib, count in counts:
+        take_control = getattr(type(lib), "clear_controlling_thread", None)  # threadpoolctl >= 3.8
+        if take_control is not None:
+            take_control(force=True)
+        lib.set_num_threads(count)
 
 
 def _single_threaded(fn, item):
@@ -105,14 +138,11 @@ def _blas_to_one_thread(change: int) -> None:
     global _depth, _saved, _saved_threads
     with _lock:
         if change > 0 and _depth == 0:
-            _saved = [(lib, lib.num_threads) for lib in _blas]
+            _saved = set_blas_threads(1)
             _saved_threads = max((threads for _, threads in _saved), default=0)
-            for lib, _ in _saved:
-                lib.set_num_threads(1)
         _depth += change
         if _depth == 0:
-            for lib, threads in _saved:
-                lib.set_num_threads(threads)
+            restore_blas_threads(_saved)
 
 
 PARALLEL_MATMUL_FROM = 1 << 20  # multiply-adds: below, a thread hand-off (~20-50 us) costs more

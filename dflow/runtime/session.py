@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
-from threadpoolctl import threadpool_limits
 
 from ..context import default_sessions, get_default_session
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
+from ..ops.parallel import restore_blas_threads, set_blas_threads
 from .devices import numpy_namespace, to_namespace
 from .executor import RunStats
 from .run_options import fill_run_metadata
@@ -144,9 +144,9 @@ class Session:
         self._stats = threading.local()  # per thread: a chief's queue runner runs steps beside the loop's
         self._closed = False
         self._contexts: list = []
-        self._blas_limit = None
+        self._blas_before = None
         if self.config.intra_op_parallelism_threads > 0:
-            self._blas_limit = threadpool_limits(self.config.intra_op_parallelism_threads, "blas")
+            self._blas_before = set_blas_threads(self.config.intra_op_parallelism_threads)
 
     # ---- context management -----------------------------------------------
     def __enter__(self) -> Session:
@@ -170,8 +170,8 @@ class Session:
         return default_sessions.pushed(self)
 
     def close(self) -> None:
-        if self._blas_limit is not None and not self._closed:
-            self._blas_limit.restore_original_limits()
+        if self._blas_before is not None and not self._closed:
+            restore_blas_threads(self._blas_before)
         self._closed = True
         self.runner.close()
 
