@@ -5,7 +5,7 @@ place and partition the step, and each task's stages are registered once on its 
 step is then one task graph, sent to the scheduler in one message (``client.get`` of a
 high-level graph):
 
-- every stage is a task ``run_stage(plan_id, index, run_id, feeds, *upstream)``, annotated
+- every stage is a task ``run_stage(plan_id, indices, final, run_id, feeds, *upstream)``, annotated
   ``resources={"ps/0": ROLE_SHARE}``: only the worker holding that role offers the resource
   (:func:`dflow.cluster.role_resources`), so the scheduler runs the stage there, and a worker
   restarted under the same role takes the stages again. A stage takes a small share of it, not
@@ -18,7 +18,10 @@ high-level graph):
   (``DflowWorker.kept``), and each stage depends on its task's previous one, so a task's
   stages run in level order as on the direct path; variables never leave their owner;
 - the fetched values come back through a small ``select`` task per fetching stage, so that a
-  stage's gradients never travel to the client with its loss.
+  stage's gradients never travel to the client with its loss;
+- every hop between tasks costs scheduler round trips, so a stage whose results no other task
+  takes runs in one task with its task's next one, and a last stage of NoOps that only waits
+  for other tasks' updates is no task (``_layout``).
 
 Task keys say what runs where and when, so the dashboard's task stream shows training:
 ``worker/0:forward-backward:step 120 [3f9c0a1e #1]`` (the bracket tells sessions, and a
@@ -29,6 +32,7 @@ The README's "How a step runs" compares this path with the direct one.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 from collections.abc import Collection
@@ -60,16 +64,21 @@ def role_resource(task: str) -> str:
 
 @dataclass
 class _StageTask:
-    """One stage as a task of every step: where it runs, and which stages it waits for."""
+    """Consecutive stages of one task, run as one task of every step: where, and what they wait for."""
 
     task: str
-    index: int
+    indices: tuple[int, ...]  # the stages it runs, in order
+    final: bool  # no later stage of its task runs in the step
     label: str  # "worker/0:forward-backward"
     resource: str  # "worker/0"
     feeds: tuple[str, ...]
-    upstream: tuple[tuple[str, int], ...]  # (task, index) of the stages whose results it takes
+    upstream: tuple[tuple[str, int], ...]  # (task, first index) of the stage tasks whose results it takes
     fetches: tuple[str, ...]
     sends: bool  # its result holds values for other tasks, not only fetches
+
+    @property
+    def index(self) -> int:
+        return self.indices[0]
 
 
 class DaskRunner(DirectRunner):
@@ -80,6 +89,11 @@ class DaskRunner(DirectRunner):
         self._session = uuid.uuid4().hex[:8]
         self._steps = itertools.count(1)
         self._layouts: dict[str, list[_StageTask]] = {}
+        # the last step's futures, released only after the next step is submitted: the client and
+        # the scheduler batch their messages (at most one send per 10 ms, per 5 ms to a worker),
+        # so a release sent just before the next step's graph held that graph back (~5 ms a step).
+        # Per thread: a chief's queue runner runs steps beside the training loop's.
+        self._last_step = threading.local()
 
     def _make_plan(self, fetches: list, fed: Collection[str]) -> Plan:
         plan = super()._make_plan(fetches, fed)
@@ -103,6 +117,7 @@ class DaskRunner(DirectRunner):
         step = next(self._steps)
         graph, fetching, finishing = self._step_graph(plan, feeds, step)
         futures = self.client.get(graph, fetching + finishing, sync=False)
+        self._release_last_step(futures)
         in_task = getattr(thread_state, "key", None) is not None  # a between-graph replica's program
         if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
             distributed.secede()
@@ -115,14 +130,21 @@ class DaskRunner(DirectRunner):
             # nothing returns only the stats of the stages it followed), in one gather
             results = self.client.gather(futures, direct=self.worker is None)
         finally:
-            for future in futures:
-                future.release()
             if in_task:
                 distributed.rejoin()
         values = {name: value for result in results for name, value in result.items()}
         fetched = {name: values[name] for name in plan.fetches if name in values}
         self._fill(stats, plan, feeds, results, fetched)
         return fetched
+
+    def _release_last_step(self, futures: list) -> None:
+        for future in getattr(self._last_step, "futures", []):
+            future.release()
+        self._last_step.futures = futures
+
+    def close(self) -> None:
+        self._release_last_step([])
+        super().close()
 
     def _fill(self, stats: RunStats, plan: Plan, feeds: dict, results: list[dict], fetched: dict) -> None:
         """``stats`` of a step from its stages' reports: the bytes sent per link (fed values from
@@ -179,7 +201,7 @@ class DaskRunner(DirectRunner):
         for s in layout:
             key, upstream = keys[s.task, s.index], [keys[u] for u in s.upstream]
             stage_feeds = {name: feeds[name] for name in s.feeds}
-            task = (run_stage, plan.plan_id, s.index, run_id, stage_feeds, *upstream)
+            task = (run_stage, plan.plan_id, s.indices, s.final, run_id, stage_feeds, *upstream)
             layers[key] = MaterializedLayer({key: task}, annotations={"resources": {s.resource: ROLE_SHARE}})
             dependencies[key] = set(upstream)
             if s.fetches and s.sends:  # a select task, so that what it sends does not reach the client
@@ -196,21 +218,53 @@ class DaskRunner(DirectRunner):
 
 
 def _layout(plan: Plan) -> list[_StageTask]:
-    """The stages of ``plan`` as Dask tasks: for each, the stages it takes results from (those
-    it receives values or tokens from, and its own task's previous stage)."""
+    """The stages of ``plan`` as Dask tasks, each with the stage tasks it takes results from
+    (those it receives values or tokens from, and its own task's previous one).
+
+    Every hop between Dask tasks costs scheduler round trips (a few ms each), so a stage whose
+    results no other task takes runs in one task with its task's next stage, and a last stage
+    that only waits (NoOps: a train_op grouping the PS's updates) is no task at all: the step is
+    done when the stages it waited for are.
+    """
     fed = plan.graph.graph.get("fed", frozenset())
+    groups: dict[str, list[list[int]]] = {}
+    for task, stages in sorted(plan.stages.items()):
+        runs = list(range(len(stages)))
+        while len(runs) > 1 and _only_waits(stages[runs[-1]]):
+            runs.pop()
+        groups[task] = [[runs[0]]]
+        for i in runs[1:]:
+            if stages[groups[task][-1][-1]].sends:
+                groups[task].append([i])
+            else:
+                groups[task][-1].append(i)
+    group_of = {(task, level_index): (task, group[0]) for task, task_groups in groups.items()
+                for group in task_groups for level_index in group}
     index_of = {(task, stage.level): (task, i) for task, stages in plan.stages.items()
                 for i, stage in enumerate(stages)}
     layout = []
-    for task, stages in sorted(plan.stages.items()):
-        for i, stage in enumerate(stages):
-            upstream = {(task, i - 1)} if i else set()
-            for node in stage.schedule.nodes.values():
-                producers = [t.rpartition(":")[0] for t in node.inputs if t not in fed]
-                for producer in producers + list(node.control_inputs):
-                    if producer not in stage.schedule.nodes:
-                        upstream.add(index_of[plan.graph.nodes[producer]["stage"]])
-            layout.append(_StageTask(task, i, f"{role_resource(task)}:{stage.name}", role_resource(task),
-                                     stage.from_client, tuple(sorted(upstream)), stage.fetches,
-                                     bool(stage.sends)))
+    for task, task_groups in groups.items():
+        stages = plan.stages[task]
+        for n, group in enumerate(task_groups):
+            upstream = {group_of[task, group[0] - 1]} if n else set()
+            for i in group:
+                for node in stages[i].schedule.nodes.values():
+                    producers = [t.rpartition(":")[0] for t in node.inputs if t not in fed]
+                    for producer in producers + list(node.control_inputs):
+                        if producer not in stages[i].schedule.nodes:
+                            upstream.add(group_of[index_of[plan.graph.nodes[producer]["stage"]]])
+            upstream.discard((task, group[0]))
+            members = [stages[i] for i in group]
+            names = [m.name for m in members if m.name != "compute-values"] or ["compute-values"]
+            layout.append(_StageTask(
+                task, tuple(group), n == len(task_groups) - 1, f"{role_resource(task)}:{names[0]}",
+                role_resource(task), tuple(sorted({f for m in members for f in m.from_client})),
+                tuple(sorted(upstream)), tuple(f for m in members for f in m.fetches),
+                any(bool(m.sends) for m in members)))
     return layout
+
+
+def _only_waits(stage) -> bool:
+    """A stage that computes, sends, keeps and fetches nothing: NoOps waiting for tokens."""
+    return (not stage.sends and not stage.fetches and not stage.keeps
+            and all(node.type == "NoOp" for node in stage.schedule.nodes.values()))

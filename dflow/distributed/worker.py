@@ -267,20 +267,31 @@ class DflowWorker(WorkerPlugin):
                 "session planned this step, or the plan's session closed") from None
 
     # ---- one stage of a step, as a Dask task (DaskRunner) -------------------------------
-    def run_stage(self, plan_id: str, index: int, run_id: str, feeds: dict, upstream: tuple) -> dict:
-        """Run stage ``index`` of this task's stages of ``plan_id``; return what it sends to other
-        tasks and what the client fetches (what later stages here use stays here)."""
+    def run_stage(self, plan_id: str, indices: tuple, final: bool, run_id: str, feeds: dict,
+                  upstream: tuple) -> dict:
+        """Run stages ``indices`` of this task's stages of ``plan_id``, one after the other (``final``:
+        no later stage of this task runs in this step); return what they send to other tasks and
+        what the client fetches (what later stages here use stays here)."""
         stages, _ = self._plan(plan_id)
-        stage = stages[index]
-        if stage.waits:  # for other steps' stages, maybe on this worker: give its thread back meanwhile
-            distributed.secede()
-        started = time.time()
-        inputs = {name: feeds[name] for name in stage.from_client}
+        if any(stages[i].waits for i in indices):  # for other steps' stages, maybe on this worker:
+            distributed.secede()  # give its thread back meanwhile
+        inputs = {}
         reports = {}  # the stats of every stage this one follows, carried on to the client
         for values in upstream:
             reports.update(values[STAGE_STATS])
             inputs.update((name, value) for name, value in values.items() if name != STAGE_STATS)
-        last = index == len(stages) - 1
+        out = {}
+        for index in indices:
+            out.update(self._run_one_stage(stages[index], index, final and index == indices[-1], run_id,
+                                           feeds, inputs, reports))
+        out[STAGE_STATS] = reports
+        return out
+
+    def _run_one_stage(self, stage, index: int, last: bool, run_id: str, feeds: dict, received: dict,
+                       reports: dict) -> dict:
+        started = time.time()
+        inputs = {name: feeds[name] for name in stage.from_client}
+        inputs.update(received)
         inputs.update(self.kept.pop(run_id, {}) if last else self.kept.get(run_id, {}))
         clock = self.clock_at_start.pop(run_id, None) if last else self.clock_at_start.get(run_id)
         staleness = None
@@ -303,7 +314,6 @@ class DflowWorker(WorkerPlugin):
                 for dest, names in stage.sends.items()}
         reports[(stage.task, index)] = {"start": started, "end": time.time(), "sent": sent,
                                         "staleness": staleness}
-        out[STAGE_STATS] = reports
         return out
 
     # ---- one step of one plan (on a stage thread) -------------------------------------
@@ -365,12 +375,12 @@ class DflowWorker(WorkerPlugin):
                 "timeline": timeline}
 
 
-def run_stage(plan_id: str, index: int, run_id: str, feeds: dict, *upstream: dict) -> dict:
-    """A Dask task: stage ``index`` of this worker's stages of ``plan_id`` (registered before),
-    given the results of the stages it receives from (:mod:`~dflow.distributed.dask_runner`)."""
+def run_stage(plan_id: str, indices: tuple, final: bool, run_id: str, feeds: dict, *upstream: dict) -> dict:
+    """A Dask task: stages ``indices`` of this worker's stages of ``plan_id`` (registered before),
+    given the results of the stages they receive from (:mod:`~dflow.distributed.dask_runner`)."""
     from distributed import get_worker
 
-    return get_worker().plugins[PLUGIN_NAME].run_stage(plan_id, index, run_id, feeds, upstream)
+    return get_worker().plugins[PLUGIN_NAME].run_stage(plan_id, indices, final, run_id, feeds, upstream)
 
 
 def select(values: dict, names: list) -> dict:
