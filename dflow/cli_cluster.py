@@ -246,7 +246,7 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
     import dflow as tf
 
     from .distributed.liveness import RoleLostError, RoleWatch
-    from .distributed.replicate import start_replicas
+    from .distributed.replicate import cancel_replicas, start_replicas
 
     progress = distributed.Queue(f"dflow-train-{uuid.uuid4().hex[:8]}", client=cluster.client)
     view, failures = _Progress(steps, args.logdir), 0
@@ -262,6 +262,10 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                 results = [f.result(timeout=GATHER_TIMEOUT_S) for f in futures]
                 break
             except RoleLostError as lost:
+                # before anything waits: Dask would rerun a lost replica on its role's restarted worker
+                lost_roles = {error.role for error in watch.lost()} | {lost.role}
+                cancel_replicas(cluster.client, [f for f, role in zip(futures, _replica_roles(futures))
+                                                 if role in lost_roles])
                 failures += 1
                 if failures > args.max_failures or not args.checkpoint_dir:
                     why = ("pass --checkpoint_dir to recover from it automatically" if not args.checkpoint_dir
@@ -296,7 +300,7 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                 _say_last_checkpoint(args.checkpoint_dir)
                 raise
             finally:
-                cluster.client.cancel(futures)
+                cancel_replicas(cluster.client, futures)
     for result in results:
         staleness = result["staleness"]
         print(f"worker {result['task']}: {result['steps']} steps, last loss {result['loss']:.4f}, staleness "

@@ -140,3 +140,43 @@ def test_a_replica_error_reaches_the_caller(cluster):
 
     with pytest.raises(RuntimeError, match="failed on purpose"):
         tf.replicate(broken, cluster)
+
+
+def _role_of_this_worker(task_index):
+    import distributed
+
+    return task_index, distributed.get_worker().name
+
+
+def test_replicas_are_dask_tasks_pinned_by_their_roles_resource(cluster):
+    from dflow.distributed.replicate import cancel_replicas, start_replicas
+
+    futures = start_replicas(_role_of_this_worker, cluster)
+    try:
+        assert cluster.client.gather(futures) == [(i, f"worker/{i}") for i in range(WORKERS)]
+        restrictions = cluster.client.run_on_scheduler(
+            lambda dask_scheduler, keys: [(dask_scheduler.tasks[k].resource_restrictions,
+                                           dask_scheduler.tasks[k].worker_restrictions) for k in keys],
+            keys=[f.key for f in futures])
+        # pinned by role, not by address: a worker restarted under the role takes them again
+        assert [r for r, _ in restrictions] == [{f"worker/{i}": 1 / 64} for i in range(WORKERS)]
+        assert all(not workers for _, workers in restrictions)
+    finally:
+        cancel_replicas(cluster.client, futures)
+
+
+def test_a_replica_of_a_run_that_was_ended_does_not_run_again(cluster):
+    """Dask reruns a replica whose worker died once a worker offers its role again; dflow train
+    has ended that run and restarts every replica itself, so the rerun must not train."""
+    from dflow.distributed.replicate import _run_replica, cancel_replicas, start_replicas
+
+    futures = start_replicas(_role_of_this_worker, cluster)
+    cluster.client.gather(futures)
+    run = futures[0].key.rpartition("-")[2]
+    cancel_replicas(cluster.client, futures)
+    rerun = cluster.client.submit(_run_replica, _role_of_this_worker, 0, run, (), {}, pure=False,
+                                  resources={"worker/0": 1 / 64})
+    assert rerun.result(timeout=60) is None
+    fresh = start_replicas(_role_of_this_worker, cluster, task_indices=[0])
+    assert cluster.client.gather(fresh) == [(0, "worker/0")]
+    cancel_replicas(cluster.client, fresh)

@@ -143,7 +143,7 @@ def _run_repeat(cluster, settings: dict, repeat: int, keep_events: bool, echo, s
     """One repeat: a replica per worker task, followed until all finish; their results by task."""
     import distributed
 
-    from ..distributed.replicate import start_replicas
+    from ..distributed.replicate import cancel_replicas, start_replicas
     from ..train.program import interrupt_at_safe_points
 
     queue = distributed.Queue(f"dflow-bench-{uuid.uuid4().hex[:8]}", client=cluster.client)
@@ -159,7 +159,7 @@ def _run_repeat(cluster, settings: dict, repeat: int, keep_events: bool, echo, s
         raise
     finally:
         view.close()
-        cluster.client.cancel(futures)
+        cancel_replicas(cluster.client, futures)
 
 
 def _stop(cluster, futures) -> None:

@@ -5,6 +5,13 @@ own graph (``replica_device_setter`` puts the variables on the PS tasks) and
 opens ``tf.Session(target)``; variables created with the same name on the same
 PS task are the same variable, so the replicas train one model. Their steps
 run their own ops in-process and talk to the PS tasks directly.
+
+A replica is a Dask task pinned by the resource naming its role (``worker/1``), as a
+DaskRunner's stages are, so a worker restarted under the same role takes it again.
+Dask would also rerun a replica whose worker died on the role's restarted worker, on
+its own, while ``dflow train`` restarts every replica from the checkpoint: so a run's
+replicas are ended with :func:`cancel_replicas`, which marks the run over first, and a
+replica of a run that is over returns at once instead of training beside the new ones.
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ from typing import Any
 
 import distributed
 
+from ..cluster.spec import worker_infos
+from .dask_runner import ROLE_SHARE, role_resource
 from .liveness import RoleWatch
 from .runner import cluster_tasks, install
 
-__all__ = ["replicate", "start_replicas"]
+__all__ = ["replicate", "start_replicas", "cancel_replicas"]
 
 _WATCH_EVERY_S = 0.5  # how often a replicate() waiting for its replicas checks that their roles live
 
@@ -60,7 +69,7 @@ def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
             watch.check()
         return client.gather(futures)
     finally:
-        client.cancel(futures)
+        cancel_replicas(client, futures)
 
 
 def _pending(futures) -> bool:
@@ -80,14 +89,35 @@ def start_replicas(train_fn: Callable[..., Any], cluster, *args, job: str = "wor
         raise ValueError(f"the cluster has no {job!r} tasks to replicate on; its tasks are: "
                          f"{', '.join(sorted(tasks))}")
     run = uuid.uuid4().hex[:8]
-    return [client.submit(_run_replica, train_fn, i, args, kwargs, pure=False,
-                          workers=[tasks[f"/job:{job}/task:{i}"]["address"]], allow_other_workers=False,
-                          key=f"dflow-replica-{job}-{i}-{run}")
-            for i in indices]
+    offered = {info.get("name"): info.get("resources", {}) for info in worker_infos(client).values()}
+    futures = []
+    for i in indices:
+        task = f"/job:{job}/task:{i}"
+        role = role_resource(task)
+        # a worker that dflow did not start may lack its role's resource: pinned by address then
+        where = ({"resources": {role: ROLE_SHARE}} if role in offered.get(role, {})
+                 else {"workers": [tasks[task]["address"]], "allow_other_workers": False})
+        futures.append(client.submit(_run_replica, train_fn, i, run, args, kwargs, pure=False,
+                                     key=f"dflow-replica-{job}-{i}-{run}", **where))
+    return futures
 
 
-def _run_replica(train_fn, task_index: int, args, kwargs):
+def cancel_replicas(client: distributed.Client, futures: list[distributed.Future]) -> None:
+    """End the replicas of :func:`start_replicas`' ``futures`` for good: their run is marked over
+    (a rerun of one on a restarted worker returns at once), then their tasks are cancelled."""
+    for run in {f.key.rpartition("-")[2] for f in futures}:
+        distributed.Event(_over(run), client=client).set()
+    client.cancel(futures)
+
+
+def _over(run: str) -> str:
+    return f"dflow-replicas-over-{run}"
+
+
+def _run_replica(train_fn, task_index: int, run: str, args, kwargs):
     from ..graph import Graph
 
+    if distributed.Event(_over(run)).is_set():  # Dask reran it after its run was ended
+        return None
     with Graph().as_default():  # each replica builds its own graph, as its own client would
         return train_fn(task_index, *args, **kwargs)
