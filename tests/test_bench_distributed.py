@@ -38,13 +38,15 @@ def test_cifar10_comparison_moves_exactly_the_parameters_each_way(input_mode):
         assert result["feed_bytes"] == 0 and set(links) == {(PS0, W0), (W0, PS0)}
 
     assert result["steps"] == 3
-    for side in ("local", "distributed", "dask"):
+    for side in ("local", "distributed", "dask", "dask_pipelined"):
         assert len(result[side]["step_seconds"]) == 3
         assert result[side]["images_per_sec"] == pytest.approx(batch / result[side]["median_step_seconds"])
     assert result["ratio"] == pytest.approx(
         result["local"]["median_step_seconds"] / result["distributed"]["median_step_seconds"])
     assert result["dask_vs_direct"] == pytest.approx(
         result["distributed"]["median_step_seconds"] / result["dask"]["median_step_seconds"])
+    assert result["pipelined_vs_direct"] == pytest.approx(
+        result["distributed"]["median_step_seconds"] / result["dask_pipelined"]["median_step_seconds"])
     assert set(result["compute_ms"]) == set(result["waited_ms"]) == {PS0, W0}
     assert result["blas_threads"]["cluster"].keys() == {"ps/0", "worker/0"}
     assert result["blas_threads"]["cluster"]["ps/0"] == 1
@@ -71,6 +73,8 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
     back = {**row, "from": W0, "to": PS0, "carries": "gradients", "bytes": 20, "x_params": 1.25}
     result = {"input": "feed", "batch_size": 100, "steps": 10, "ratio": 0.9, "dask_ratio": 0.8,
               "dask_vs_direct": 0.89, "dask": {"median_step_seconds": 0.125, "images_per_sec": 800.0},
+              "pipelined_ratio": 0.88, "pipelined_vs_direct": 0.97,
+              "dask_pipelined": {"median_step_seconds": 0.114, "images_per_sec": 877.0},
               "blas_threads": {"local": 2, "cluster": {"ps/0": 1, "worker/0": 2}},
               "local": {"median_step_seconds": 0.1, "images_per_sec": 1000.0},
               "distributed": {"median_step_seconds": 0.111, "images_per_sec": 900.0},
@@ -81,6 +85,7 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
     text = "\n".join(lines)
     assert "local Session" in text and "1 PS + 1 worker, direct" in text and "0.90" in text
     assert "1 PS + 1 worker, Dask" in text and "0.89 x the images/sec" in text
+    assert "2 steps in flight" in text and "0.97 x with 2 steps in flight" in text
     assert "4 bytes of waste" in text and "worker/0 2" in text
 
 

@@ -313,3 +313,52 @@ def test_a_killed_worker_gives_a_clear_error_and_no_hang(runner):
             with pytest.raises((UnavailableError, FailedPreconditionError), match="ps"):
                 sess.run(y)
             assert time.monotonic() - start < 15
+
+
+# ---- ConfigProto(steps_in_flight=N): runs that fetch only ops leave their step running ------------
+def _adder():
+    """A PS variable that each step adds the sum of a fed pair to (a fed value of another size
+    fails on the worker: its reshape)."""
+    x = tf.placeholder(tf.float32, [None])
+    with tf.device(PS1):
+        total = tf.Variable(0.0, name="total")
+    with tf.device(W1):
+        pair_sum = tf.reduce_sum(tf.reshape(x, [2]))
+    return x, total, tf.assign_add(total, pair_sum).op
+
+
+def test_steps_left_running_apply_in_order(target):
+    x, total, add = _adder()
+    config = tf.ConfigProto(runner="dask", steps_in_flight=3)
+    with tf.Session(target, config=config) as sess:
+        sess.run(total.initializer)
+        for i in range(20):
+            assert sess.run(add, {x: np.array([i, 1.0], np.float32)}) is None
+        # a run that fetches a value waits for the steps before it: it reads all twenty updates
+        assert sess.run(total) == sum(range(20)) + 20
+        left = sess.runner._thread_state().in_flight
+        sess.run(add, {x: np.ones(2, np.float32)})
+        assert len(left) == 1  # this run returned with its step still in flight
+        assert sess.run(total) == sum(range(20)) + 22
+
+
+def test_an_error_of_a_step_left_running_raises_from_the_next_run_naming_it(target):
+    x, total, add = _adder()
+    with tf.Session(target, config=tf.ConfigProto(runner="dask", steps_in_flight=2)) as sess:
+        sess.run(total.initializer)
+        sess.run(add, {x: np.ones(2, np.float32)})
+        sess.run(add, {x: np.ones(3, np.float32)})  # fails on the worker, after this run returned
+        with pytest.raises(tf.errors.AbortedError, match=r"step \d+, left running .* failed and 1 later "
+                                                         r"step\(s\) with it: InvalidArgumentError.*Reshape"):
+            sess.run(add, {x: np.ones(2, np.float32)})
+        assert sess.run(total) == 2.0  # the failed step and the one after it did not apply
+        sess.run(add, {x: np.ones(3, np.float32)})
+        with pytest.raises(tf.errors.AbortedError, match="failed: InvalidArgumentError"):
+            sess.close()  # the last chance to hear of it
+
+
+def test_steps_in_flight_needs_the_dask_runner(target):
+    with pytest.raises(ValueError, match="needs runner='dask', not 'direct'"):
+        tf.Session(target, config=tf.ConfigProto(steps_in_flight=2))
+    with pytest.raises(ValueError, match="1 or more"):
+        tf.ConfigProto(steps_in_flight=0)

@@ -98,12 +98,13 @@ def parameter_bytes(graph) -> int:
                for v in graph.get_collection("trainable_variables"))
 
 
-def _session(graph, target: str = "", runner: str = ""):
+def _session(graph, target: str = "", runner: str = "", steps_in_flight: int = 1):
     import dflow as tf
 
     with graph.as_default():
         init = tf.global_variables_initializer()
-    sess = tf.Session(target, graph=graph, config=tf.ConfigProto(runner=runner))
+    config = tf.ConfigProto(runner=runner, steps_in_flight=steps_in_flight)
+    sess = tf.Session(target, graph=graph, config=config)
     sess.run(init)
     return sess
 
@@ -136,11 +137,15 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
         local = _session(local_graph)
         direct = _session(remote_graph, cluster.target, "direct")
         dask = _session(remote_graph, cluster.target, "dask")  # the same variables, on the same PS
+        # each run returns once its step is submitted and the one before it is done
+        pipelined = _session(remote_graph, cluster.target, "dask", steps_in_flight=2)
         try:
             times, stats = _take_turns({
                 "local": lambda: local.run(local_op, local_feeds),
                 "direct": lambda: _run_with_stats(direct, remote_op, remote_feeds),
-                "dask": lambda: dask.run(remote_op, remote_feeds)}, warmup, steps, block)
+                "dask": lambda: dask.run(remote_op, remote_feeds),
+                "dask_pipelined": lambda: pipelined.run(remote_op, remote_feeds)}, warmup, steps, block,
+                finish={"dask_pipelined": pipelined.runner.finish})
             result = _cifar10_result(batch_size, input_mode, times, stats["direct"],
                                      parameter_bytes(remote_graph), remote_feeds)
             result["placement"] = direct.describe_placement(remote_op, remote_feeds)
@@ -150,6 +155,7 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
             local.close()
             direct.close()
             dask.close()
+            pipelined.close()
     return result
 
 
@@ -158,18 +164,25 @@ def _run_with_stats(sess, op, feeds):
     return sess.last_run_stats
 
 
-def _take_turns(runs: dict, warmup: int, steps: int, block: int) -> tuple[dict, dict]:
+def _take_turns(runs: dict, warmup: int, steps: int, block: int,
+                finish: dict | None = None) -> tuple[dict, dict]:
     """Step times of each of ``runs`` (name -> function), in turns of ``block`` steps; and what
-    each step returned."""
+    each step returned. ``finish[name]`` waits for the steps a run left running: its time counts
+    in the block's last step, so that no step of one session runs in another's turn."""
+    finish = finish or {}
     for _ in range(warmup):
-        for run in runs.values():
+        for name, run in runs.items():
             run()
+            finish.get(name, lambda: None)()
     times: dict[str, list] = {name: [] for name in runs}
     results: dict[str, list] = {name: [] for name in runs}
     while len(times[next(iter(runs))]) < steps:
         n = min(block, steps - len(times[next(iter(runs))]))
         for name, run in runs.items():
             measured, returned = _timed(run, n)
+            start = time.perf_counter()
+            finish.get(name, lambda: None)()
+            measured[-1] += time.perf_counter() - start
             times[name] += measured
             results[name] += returned
     return times, results
@@ -193,9 +206,13 @@ def _cifar10_result(batch_size, input_mode, times: dict, remote_stats, params, f
         "local": _summary(batch_size, times["local"]),
         "distributed": {**_summary(batch_size, times["direct"]), "ps": 1, "workers": 1, "runner": "direct"},
         "dask": {**_summary(batch_size, times["dask"]), "ps": 1, "workers": 1, "runner": "dask"},
+        "dask_pipelined": {**_summary(batch_size, times["dask_pipelined"]), "ps": 1, "workers": 1,
+                           "runner": "dask", "steps_in_flight": 2},
         "ratio": medians["local"] / medians["direct"],
         "dask_ratio": medians["local"] / medians["dask"],
         "dask_vs_direct": medians["direct"] / medians["dask"],
+        "pipelined_ratio": medians["local"] / medians["dask_pipelined"],
+        "pipelined_vs_direct": medians["direct"] / medians["dask_pipelined"],
         "compute_ms": {t: 1000 * statistics.median(s.compute_s[t] for s in remote_stats) for t in tasks},
         "waited_ms": {t: 1000 * statistics.median(s.waited_s[t] for s in remote_stats) for t in tasks},
         "not_computing_ms": 1000 * statistics.median(idle),
@@ -336,8 +353,11 @@ def _print_cifar10(r: dict, warmup: int, block: int, echo) -> None:
     dask = r["dask"]
     echo(f"{'1 PS + 1 worker, Dask':24}{1000 * dask['median_step_seconds']:>9.1f}"
          f"{dask['images_per_sec']:>12.1f}{r['dask_ratio']:>7.2f}  (target >= {DASK_LOCAL_TARGET})")
-    echo(f"Dask tasks / direct path: {r['dask_vs_direct']:.2f} x the images/sec "
-         f"(target >= {DASK_DIRECT_TARGET})")
+    pipelined = r["dask_pipelined"]
+    echo(f"{'  2 steps in flight':24}{1000 * pipelined['median_step_seconds']:>9.1f}"
+         f"{pipelined['images_per_sec']:>12.1f}{r['pipelined_ratio']:>7.2f}")
+    echo(f"Dask tasks / direct path: {r['dask_vs_direct']:.2f} x the images/sec, "
+         f"{r['pipelined_vs_direct']:.2f} x with 2 steps in flight (target >= {DASK_DIRECT_TARGET})")
     per_task = ", ".join(f"{task} computes {ms:.1f} ms, waits {r['waited_ms'][task]:.1f} ms"
                          for task, ms in r["compute_ms"].items())
     echo(f"distributed step: {per_task}; nothing computes for {r['not_computing_ms']:.1f} ms "

@@ -35,15 +35,16 @@ import itertools
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import distributed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed.worker import thread_state
 
 from ..cluster.spec import role_name, worker_infos
-from ..errors import DeadlineExceededError, FailedPreconditionError, UnavailableError
+from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..placement import DeviceSpec
 from ..runtime.executor import RunStats
 from ..runtime.passes import Plan
@@ -81,6 +82,18 @@ class _StageTask:
         return self.indices[0]
 
 
+@dataclass
+class _Step:
+    """A submitted step: what it ran with, and the futures of its results and of its last stages."""
+
+    number: int
+    plan: Plan
+    feeds: dict
+    stats: RunStats
+    results: list = field(default_factory=list)  # the keys holding fetched values, and the final ones
+    last: dict = field(default_factory=dict)  # task -> its last stage in the step
+
+
 class DaskRunner(DirectRunner):
     """Runs a Session's steps as Dask tasks on the cluster at ``target``."""
 
@@ -89,11 +102,13 @@ class DaskRunner(DirectRunner):
         self._session = uuid.uuid4().hex[:8]
         self._steps = itertools.count(1)
         self._layouts: dict[str, list[_StageTask]] = {}
-        # the last step's futures, released only after the next step is submitted: the client and
-        # the scheduler batch their messages (at most one send per 10 ms, per 5 ms to a worker),
-        # so a release sent just before the next step's graph held that graph back (~5 ms a step).
-        # Per thread: a chief's queue runner runs steps beside the training loop's.
-        self._last_step = threading.local()
+        self.steps_in_flight = config.steps_in_flight
+        # Per thread (a chief's queue runner runs steps beside the training loop's): the last
+        # step's futures, released only after the next step is submitted (the client and the
+        # scheduler batch their messages, at most one send per 10 ms, per 5 ms to a worker, so a
+        # release sent just before the next step's graph held that graph back, ~5 ms a step);
+        # and the steps left running (ConfigProto.steps_in_flight)
+        self._mine = threading.local()
 
     def _make_plan(self, fetches: list, fed: Collection[str]) -> Plan:
         plan = super()._make_plan(fetches, fed)
@@ -114,37 +129,107 @@ class DaskRunner(DirectRunner):
                     f"--resources \"{role}=1\"), or use runner='direct'")
 
     def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
-        step = next(self._steps)
-        graph, fetching, finishing = self._step_graph(plan, feeds, step)
-        futures = self.client.get(graph, fetching + finishing, sync=False)
-        self._release_last_step(futures)
+        mine = self._thread_state()
         in_task = getattr(thread_state, "key", None) is not None  # a between-graph replica's program
+        leave_running = (self.steps_in_flight > 1 and not in_task and not plan.fetches
+                         and not any(stage.waits for stages in plan.stages.values() for stage in stages))
+        if not leave_running:
+            self._finish_in_flight(mine)  # the earlier steps first: their errors are this run's
+        step = _Step(next(self._steps), plan, feeds, stats)
+        graph, fetching, finishing, last = self._step_graph(plan, feeds, step.number, mine.tails)
+        keys = fetching + finishing
+        wanted = list(dict.fromkeys(keys + list(last.values())))
+        futures = dict(zip(wanted, self.client.get(graph, wanted, sync=False)))
+        step.results = [futures[key] for key in keys]
+        step.last = {task: futures[key] for task, key in last.items()}
+        if leave_running:  # the next step's stages on each task will follow this one's last there
+            self._release(mine, [])
+            mine.in_flight.append(step)
+            mine.tails.update(step.last)
+            while len(mine.in_flight) >= self.steps_in_flight:
+                self._finish(mine, mine.in_flight[0])
+            return {}
+        self._release(mine, list(futures.values()))
         if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
             distributed.secede()
         try:
-            self._wait(plan, futures, step)
-            errors = [f for f in futures if f.status == "error"]
-            if errors:
-                errors[0].result()  # raises the stage's error, as its task raised it
-            # only the fetched values and the stats travel back (a last stage that fetches
-            # nothing returns only the stats of the stages it followed), in one gather
-            results = self.client.gather(futures, direct=self.worker is None)
+            return self._collect(step)
         finally:
             if in_task:
                 distributed.rejoin()
+
+    def _thread_state(self):
+        mine = self._mine
+        if not hasattr(mine, "in_flight"):
+            mine.in_flight, mine.tails, mine.last_futures = deque(), {}, []
+        return mine
+
+    def _release(self, mine, futures: list) -> None:
+        """Release the last step's futures (now that the next step's graph is on its way)."""
+        for future in mine.last_futures:
+            future.release()
+        mine.last_futures = futures
+
+    def _collect(self, step: _Step) -> dict:
+        """Wait for ``step``; its fetched values (its error raises), and its stats filled."""
+        self._wait(step.plan, step.results, step.number)
+        errors = [f for f in step.results if f.status == "error"]
+        if errors:
+            errors[0].result()  # raises the stage's error, as its task raised it
+        # only the fetched values and the stats travel back (a last stage that fetches
+        # nothing returns only the stats of the stages it followed), in one gather
+        results = self.client.gather(step.results, direct=self.worker is None)
         values = {name: value for result in results for name, value in result.items()}
-        fetched = {name: values[name] for name in plan.fetches if name in values}
-        self._fill(stats, plan, feeds, results, fetched)
+        fetched = {name: values[name] for name in step.plan.fetches if name in values}
+        self._fill(step.stats, step.plan, step.feeds, results, fetched)
         return fetched
 
-    def _release_last_step(self, futures: list) -> None:
-        for future in getattr(self._last_step, "futures", []):
+    def _finish(self, mine, step: _Step) -> None:
+        """Wait for the oldest step left running; if it failed, so do the steps after it (they
+        follow its updates): they are dropped, and its error raises here, saying which step."""
+        try:
+            self._collect(step)
+        except OpError as error:
+            dropped = len(mine.in_flight) - 1
+            self._drop_in_flight(mine)
+            with_it = f" and {dropped} later step(s) with it" if dropped else ""
+            raise AbortedError(
+                f"step {step.number}, left running by an earlier run (ConfigProto(steps_in_flight="
+                f"{self.steps_in_flight})), failed{with_it}: {type(error).__name__}: {error.message}",
+                op=error.op) from error
+        except BaseException:
+            self._drop_in_flight(mine)
+            raise
+        mine.in_flight.popleft()
+        for task, future in step.last.items():
+            if mine.tails.get(task) is future:
+                del mine.tails[task]
+        for future in step.results + list(step.last.values()):
             future.release()
-        self._last_step.futures = futures
+
+    def _finish_in_flight(self, mine) -> None:
+        while mine.in_flight:
+            self._finish(mine, mine.in_flight[0])
+
+    def _drop_in_flight(self, mine) -> None:
+        futures = [f for step in mine.in_flight for f in step.results + list(step.last.values())]
+        self.client.cancel(futures)
+        mine.in_flight.clear()
+        mine.tails.clear()
+
+    def finish(self) -> None:
+        """Wait for the steps this thread's runs left running (ConfigProto.steps_in_flight); the
+        first error among them raises here."""
+        self._finish_in_flight(self._thread_state())
 
     def close(self) -> None:
-        self._release_last_step([])
-        super().close()
+        """Waits for this thread's steps left running (their error raises after the close)."""
+        mine = self._thread_state()
+        try:
+            self._finish_in_flight(mine)
+        finally:
+            self._release(mine, [])
+            super().close()
 
     def _fill(self, stats: RunStats, plan: Plan, feeds: dict, results: list[dict], fetched: dict) -> None:
         """``stats`` of a step from its stages' reports: the bytes sent per link (fed values from
@@ -190,9 +275,12 @@ class DaskRunner(DirectRunner):
                 raise UnavailableError(f"task {', '.join(gone)} left the cluster during step {step} (its "
                                        f"worker died or was stopped), so {', '.join(late)} cannot run")
 
-    def _step_graph(self, plan: Plan, feeds: dict, step: int) -> tuple[HighLevelGraph, list, list]:
-        """Step ``step`` of ``plan`` as one task graph, with the keys holding the fetched values and
-        the keys of the last stages (the step is done when they are)."""
+    def _step_graph(self, plan: Plan, feeds: dict, step: int,
+                    after: dict) -> tuple[HighLevelGraph, list, list, dict]:
+        """Step ``step`` of ``plan`` as one task graph, whose first stage on each task follows
+        ``after[task]`` (a future of an earlier step's last stage there, if it may still run);
+        with the keys holding the fetched values, the keys of the stages nothing in the step
+        follows (it is done when they are) and each task's last stage's key."""
         layout = self._layouts[plan.plan_id]
         run_id = f"{self._session}-{step}"
         keys = {(s.task, s.index): f"{s.label}:step {step} [{self._session} #{s.index}]" for s in layout}
@@ -201,7 +289,8 @@ class DaskRunner(DirectRunner):
         for s in layout:
             key, upstream = keys[s.task, s.index], [keys[u] for u in s.upstream]
             stage_feeds = {name: feeds[name] for name in s.feeds}
-            task = (run_stage, plan.plan_id, s.indices, s.final, run_id, stage_feeds, *upstream)
+            follows = [after[s.task]] if s.index == 0 and s.task in after else []
+            task = (run_stage, plan.plan_id, s.indices, s.final, run_id, stage_feeds, follows, *upstream)
             layers[key] = MaterializedLayer({key: task}, annotations={"resources": {s.resource: ROLE_SHARE}})
             dependencies[key] = set(upstream)
             if s.fetches and s.sends:  # a select task, so that what it sends does not reach the client
@@ -214,7 +303,8 @@ class DaskRunner(DirectRunner):
                 fetching.append(key)
             elif (s.task, s.index) not in has_dependents:
                 finishing.append(key)
-        return HighLevelGraph(layers, dependencies), fetching, finishing
+        last = {s.task: keys[s.task, s.index] for s in layout if s.final}
+        return HighLevelGraph(layers, dependencies), fetching, finishing, last
 
 
 def _layout(plan: Plan) -> list[_StageTask]:

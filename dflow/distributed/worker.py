@@ -375,9 +375,11 @@ class DflowWorker(WorkerPlugin):
                 "timeline": timeline}
 
 
-def run_stage(plan_id: str, indices: tuple, final: bool, run_id: str, feeds: dict, *upstream: dict) -> dict:
+def run_stage(plan_id: str, indices: tuple, final: bool, run_id: str, feeds: dict, after: list,
+              *upstream: dict) -> dict:
     """A Dask task: stages ``indices`` of this worker's stages of ``plan_id`` (registered before),
-    given the results of the stages they receive from (:mod:`~dflow.distributed.dask_runner`)."""
+    given the results of the stages they receive from (:mod:`~dflow.distributed.dask_runner`);
+    ``after`` holds the results of an earlier step's stages that this one only follows."""
     from distributed import get_worker
 
     return get_worker().plugins[PLUGIN_NAME].run_stage(plan_id, indices, final, run_id, feeds, upstream)

@@ -105,6 +105,9 @@ def make_runner(target: str, graph, config) -> Runner:
     if choice not in RUNNERS:
         raise ValueError(f"ConfigProto(runner={config.runner!r}): choose one of {', '.join(RUNNERS)}, "
                          "or leave it empty for the default")
+    if config.steps_in_flight > 1 and choice != "dask":
+        raise ValueError(f"ConfigProto(steps_in_flight={config.steps_in_flight}) leaves steps running as "
+                         f"Dask tasks: it needs runner='dask', not {choice!r}")
     if choice == "local":
         if target:
             raise ValueError(f"ConfigProto(runner='local') runs in this process, but the session was given "

@@ -108,12 +108,20 @@ class ConfigProto:
     # registered on the workers, one RPC per task) or "dask" (each stage one Dask task);
     # "" is local without a target, else direct (the README's "How a step runs" says why)
     runner: str = ""
+    # dflow's own, runner="dask" only: a run that fetches only ops (a train op) and waits for no
+    # other step returns once its step is submitted, leaving at most this many steps unfinished;
+    # this session's later steps run after its updates, and its error raises from a later run
+    # or from close (1: every run returns when its step is done, as in TF)
+    steps_in_flight: int = 1
 
     def __post_init__(self):
         if self.gpu_options is None:
             self.gpu_options = GPUOptions()
         if self.graph_options is None:
             self.graph_options = GraphOptions()
+        if not isinstance(self.steps_in_flight, int) or self.steps_in_flight < 1:
+            raise ValueError(f"ConfigProto(steps_in_flight=) is how many steps a run may leave unfinished "
+                             f"(1 or more), got {self.steps_in_flight!r}")
         bad = [f for f in self.device_filters if not (isinstance(f, str) and f.startswith("/job:"))]
         if bad:
             raise ValueError(f"ConfigProto(device_filters=) takes device names like '/job:ps' or "
