@@ -130,8 +130,12 @@ def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:
                         help="--local: dflow, PyTorch and TensorFlow compat.v1 (those installed) in "
                              "interleaved rounds, images/sec with spread and ratios (default batch "
                              "sizes 1,10,100)")
-    legacy.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=True,
-                        help="--local --peers: the model with its two LRN layers (default) or without")
+    legacy.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=None,
+                        help="--local --peers, the cifar10 model only: with its two LRN layers (default) "
+                             "or without")
+    legacy.add_argument("--memory", action="store_true",
+                        help="--local --peers: also each framework's peak step memory at each batch size "
+                             "(MiB, a fresh process per framework and batch size) and dflow's ratio")
     legacy.add_argument("--rounds", type=int, default=3, help="--local --peers: timed rounds (default 3)")
     legacy.add_argument("--baseline", metavar="PATH",
                         help="--local --peers: also time the dflow of this source tree (before/after)")
@@ -152,6 +156,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _module(SUBCOMMANDS[command][1]).main(args)
     if args.peers and not args.local:
         parser.error("--peers compares frameworks in the local benchmark: add --local")
+    if not args.peers and (args.memory or args.lrn is not None):
+        flag = "--memory" if args.memory else "--lrn/--no-lrn"
+        parser.error(f"{flag} belongs to --local --peers: add --local --peers")
     if args.local or args.distributed:
         return _run_legacy(args, parser)
     return _run_harness(args, parser)
@@ -164,7 +171,9 @@ def _update_mode(args: argparse.Namespace) -> str:
 
 
 def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    given = [f"--{key}" for key in _HARNESS_ONLY if getattr(args, key) is not None]
+    # --peers races the frameworks on one of its own models (--model)
+    harness_only = [key for key in _HARNESS_ONLY if not (args.peers and key == "model")]
+    given = [f"--{key}" for key in harness_only if getattr(args, key) is not None]
     given += ["--trace"] if args.trace else []
     if given:
         parser.error(f"--local and --distributed are fixed benchmarks; {', '.join(given)} set one run "
@@ -179,9 +188,13 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if args.peers:
         from . import peers
 
-        results = peers.run(args.batch_sizes or (1, 10, 100), warmup=args.num_warmup_batches,
-                            steps=args.num_batches, rounds=args.rounds, lrn=args.lrn,
-                            baseline=args.baseline, echo=lambda line: print(line, flush=True))
+        try:
+            results = peers.run(args.batch_sizes or (1, 10, 100), warmup=args.num_warmup_batches,
+                                steps=args.num_batches, rounds=args.rounds, lrn=args.lrn,
+                                baseline=args.baseline, echo=lambda line: print(line, flush=True),
+                                model=args.model or "cifar10", memory=args.memory)
+        except ValueError as error:  # a combination it cannot run, said before anything starts
+            parser.error(str(error))
         from .local import write_results
 
         write_results(results, args.output, print)
