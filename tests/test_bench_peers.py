@@ -56,3 +56,50 @@ def test_the_engine_figures_cover_every_way_to_run_the_chain():
     assert set(result["overhead_us_per_op"]) == {"session_run", "compiled_stage", "counting_executor",
                                                  "by_hand"}
     assert all(us > 0 for us in result["us_per_op"].values())
+
+
+@pytest.mark.parametrize("model", ["deep_mnist", "mnist_dnn"])
+def test_the_mnist_peer_steps_train_the_models_of_dflow_models(model):
+    """The graph the frameworks race on is dflow.models' model (the same variables) and trains:
+    its loss on the synthetic batch falls within a few steps."""
+    import dflow as tf
+    from dflow.models import MODELS
+
+    session, train_op, feeds = peers.graph_session(tf, 8, model=model)
+    with session.graph.as_default():
+        raced = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
+    with tf.Graph().as_default():
+        MODELS[model](tf.placeholder(tf.float32, [8, *MODELS[model].input_shape]))
+        defined = {v.op.name: v.shape.as_list() for v in tf.trainable_variables()}
+    assert raced == defined
+    loss = session.graph.get_tensor_by_name("cross_entropy:0")
+    first = session.run(loss, feeds)
+    for _ in range(8):
+        session.run(train_op, feeds)
+    assert session.run(loss, feeds) < 0.8 * first
+
+
+def test_peers_refuse_a_model_they_do_not_race_and_lrn_without_lrn_layers(capsys):
+    from dflow.cli import main
+
+    with pytest.raises(ValueError, match="unknown model 'resnet50' for --peers; choose one of: cifar10"):
+        peers.run([2], model="resnet50")
+    with pytest.raises(ValueError, match="deep_mnist has none"):
+        peers.run([2], model="deep_mnist", lrn=True)
+    for argv, said in [(["--local", "--peers", "--model", "mnist_dnn", "--no-lrn"], "mnist_dnn has none"),
+                       (["--local", "--memory"], "--memory belongs to --local --peers"),
+                       (["--local", "--model", "mnist_dnn"], "--model set one run of the harness")]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["bench", *argv])
+        assert exit_.value.code == 2
+        assert said in capsys.readouterr().err
+
+
+def test_step_memory_grows_with_the_batch():  # two fresh interpreters: 3 s at load 3
+    """Each measurement in a process of its own: the larger batch's peak is not hidden by, nor
+    hides, the smaller one's."""
+    small = peers.measure_step_memory("dflow", 2, lrn=False)
+    large = peers.measure_step_memory("dflow", 64, lrn=False)
+    assert small["step_memory_bytes"] > 0
+    assert large["step_memory_bytes"] > small["step_memory_bytes"] + 8 * 2**20
+    assert small["peak_rss_bytes"] >= small["rss_before_bytes"]

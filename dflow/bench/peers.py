@@ -103,7 +103,7 @@ def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10")
         labels = tf.placeholder(tf.int32, [batch_size])
         logits, decayed = _LOGITS[model](tf, images, lrn)
         cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=tf.cast(labels, tf.int64), logits=logits))
+            labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")  # found by name
         loss = tf.add_n([cross_entropy, *decayed]) if decayed else cross_entropy
         optimizer, learning_rate = PEER_MODELS[model][2]
         train_op = (tf.train.AdamOptimizer(learning_rate) if optimizer == "adam"
