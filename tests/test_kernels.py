@@ -191,3 +191,13 @@ def test_blas_threads_are_set_from_any_thread():
         in_pieces = stage_thread.submit(parallel.map_pieces, xp_numpy, lambda _: _blas_threads_now(), [0, 1])
         assert in_pieces.result() == ([1, 1] if parallel.cores() >= 2 else [2, 2])
         assert _blas_threads_now() == 2
+
+
+def test_a_users_blas_limit_still_counts_after_dflow_set_one():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as stage_thread:  # alive: threadpoolctl would let it keep control
+        before = stage_thread.submit(parallel.set_blas_threads, 1).result()
+        with threadpool_limits(3, "blas"):
+            assert _blas_threads_now() == 3
+        parallel.restore_blas_threads(before)

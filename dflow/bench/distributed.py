@@ -27,7 +27,7 @@ BLAS threads (the step is mostly GEMM): the local session uses OpenBLAS's
 default, one per core; ``tf.cluster.local`` gives each worker
 ``cores // workers`` and the PS 1, so with one worker both compute on all cores.
 The local session also gets the glibc malloc thresholds dflow's workers set
-(:func:`~dflow.distributed.worker.keep_freed_memory_for_reuse`).
+(:func:`~dflow.runtime.memory.keep_freed_memory_for_reuse`: every local session does).
 """
 
 from __future__ import annotations
@@ -119,12 +119,12 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
     ``if __name__ == "__main__":``.
     """
     import dflow as tf
-    from dflow.distributed.worker import keep_freed_memory_for_reuse
+    from dflow.runtime.memory import keep_freed_memory_for_reuse
 
     if input_mode not in INPUTS:
         raise ValueError(f"input_mode must be one of {INPUTS}, got {input_mode!r}")
-    # the allocator settings dflow's workers run with, for the local session too: measured, they
-    # make the local step ~5% faster (122 -> 116 ms), so the ratio is not flattered by them
+    # the allocator settings of dflow's workers and local sessions (set here before the cluster's
+    # processes start, and reported)
     allocator_tuned = keep_freed_memory_for_reuse()
     with tempfile.TemporaryDirectory() as directory, tf.cluster.local(ps=1, workers=1) as cluster:
         store = _synthetic_store(directory, batch_size) if input_mode == "dataset" else None

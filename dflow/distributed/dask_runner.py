@@ -5,8 +5,8 @@ place and partition the step, and each task's stages are registered once on its 
 step is then one task graph, sent to the scheduler in one message (``client.get`` of a
 high-level graph):
 
-- every stage is a task ``run_stage(plan_id, indices, final, run_id, feeds, *upstream)``, annotated
-  ``resources={"ps/0": ROLE_SHARE}``: only the worker holding that role offers the resource
+- every stage is a task ``run_stage(plan_id, indices, final, run_id, feeds, follows, *upstream)``,
+  annotated ``resources={"ps/0": ROLE_SHARE}``: only the worker holding that role offers the resource
   (:func:`dflow.cluster.role_resources`), so the scheduler runs the stage there, and a worker
   restarted under the same role takes the stages again. A stage takes a small share of it, not
   all: the stages of concurrent steps (between-graph replicas) run there side by side, as on
@@ -108,7 +108,7 @@ class DaskRunner(DirectRunner):
         # scheduler batch their messages, at most one send per 10 ms, per 5 ms to a worker, so a
         # release sent just before the next step's graph held that graph back, ~5 ms a step);
         # and the steps left running (ConfigProto.steps_in_flight)
-        self._mine = threading.local()
+        self._per_thread = threading.local()
 
     def _make_plan(self, fetches: list, fed: Collection[str]) -> Plan:
         plan = super()._make_plan(fetches, fed)
@@ -129,27 +129,27 @@ class DaskRunner(DirectRunner):
                     f"--resources \"{role}=1\"), or use runner='direct'")
 
     def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
-        mine = self._thread_state()
+        local = self._thread_state()
         in_task = getattr(thread_state, "key", None) is not None  # a between-graph replica's program
         leave_running = (self.steps_in_flight > 1 and not in_task and not plan.fetches
                          and not any(stage.waits for stages in plan.stages.values() for stage in stages))
         if not leave_running:
-            self._finish_in_flight(mine)  # the earlier steps first: their errors are this run's
+            self._finish_in_flight(local)  # the earlier steps first: their errors are this run's
         step = _Step(next(self._steps), plan, feeds, stats)
-        graph, fetching, finishing, last = self._step_graph(plan, feeds, step.number, mine.tails)
+        graph, fetching, finishing, last = self._step_graph(plan, feeds, step.number, local.tails)
         keys = fetching + finishing
         wanted = list(dict.fromkeys(keys + list(last.values())))
         futures = dict(zip(wanted, self.client.get(graph, wanted, sync=False)))
         step.results = [futures[key] for key in keys]
         step.last = {task: futures[key] for task, key in last.items()}
         if leave_running:  # the next step's stages on each task will follow this one's last there
-            self._release(mine, [])
-            mine.in_flight.append(step)
-            mine.tails.update(step.last)
-            while len(mine.in_flight) >= self.steps_in_flight:
-                self._finish(mine, mine.in_flight[0])
+            self._release(local, [])
+            local.in_flight.append(step)
+            local.tails.update(step.last)
+            while len(local.in_flight) >= self.steps_in_flight:
+                self._finish(local, local.in_flight[0])
             return {}
-        self._release(mine, list(futures.values()))
+        self._release(local, list(futures.values()))
         if in_task:  # give the worker's thread back while waiting: this worker's own stages need it
             distributed.secede()
         try:
@@ -159,16 +159,16 @@ class DaskRunner(DirectRunner):
                 distributed.rejoin()
 
     def _thread_state(self):
-        mine = self._mine
-        if not hasattr(mine, "in_flight"):
-            mine.in_flight, mine.tails, mine.last_futures = deque(), {}, []
-        return mine
+        local = self._per_thread
+        if not hasattr(local, "in_flight"):
+            local.in_flight, local.tails, local.last_futures = deque(), {}, []
+        return local
 
-    def _release(self, mine, futures: list) -> None:
+    def _release(self, local, futures: list) -> None:
         """Release the last step's futures (now that the next step's graph is on its way)."""
-        for future in mine.last_futures:
+        for future in local.last_futures:
             future.release()
-        mine.last_futures = futures
+        local.last_futures = futures
 
     def _collect(self, step: _Step) -> dict:
         """Wait for ``step``; its fetched values (its error raises), and its stats filled."""
@@ -184,38 +184,38 @@ class DaskRunner(DirectRunner):
         self._fill(step.stats, step.plan, step.feeds, results, fetched)
         return fetched
 
-    def _finish(self, mine, step: _Step) -> None:
+    def _finish(self, local, step: _Step) -> None:
         """Wait for the oldest step left running; if it failed, so do the steps after it (they
         follow its updates): they are dropped, and its error raises here, saying which step."""
         try:
             self._collect(step)
         except OpError as error:
-            dropped = len(mine.in_flight) - 1
-            self._drop_in_flight(mine)
+            dropped = len(local.in_flight) - 1
+            self._drop_in_flight(local)
             with_it = f" and {dropped} later step(s) with it" if dropped else ""
             raise AbortedError(
                 f"step {step.number}, left running by an earlier run (ConfigProto(steps_in_flight="
                 f"{self.steps_in_flight})), failed{with_it}: {type(error).__name__}: {error.message}",
                 op=error.op) from error
         except BaseException:
-            self._drop_in_flight(mine)
+            self._drop_in_flight(local)
             raise
-        mine.in_flight.popleft()
+        local.in_flight.popleft()
         for task, future in step.last.items():
-            if mine.tails.get(task) is future:
-                del mine.tails[task]
+            if local.tails.get(task) is future:
+                del local.tails[task]
         for future in step.results + list(step.last.values()):
             future.release()
 
-    def _finish_in_flight(self, mine) -> None:
-        while mine.in_flight:
-            self._finish(mine, mine.in_flight[0])
+    def _finish_in_flight(self, local) -> None:
+        while local.in_flight:
+            self._finish(local, local.in_flight[0])
 
-    def _drop_in_flight(self, mine) -> None:
-        futures = [f for step in mine.in_flight for f in step.results + list(step.last.values())]
+    def _drop_in_flight(self, local) -> None:
+        futures = [f for step in local.in_flight for f in step.results + list(step.last.values())]
         self.client.cancel(futures)
-        mine.in_flight.clear()
-        mine.tails.clear()
+        local.in_flight.clear()
+        local.tails.clear()
 
     def finish(self) -> None:
         """Wait for the steps this thread's runs left running (ConfigProto.steps_in_flight); the
@@ -224,11 +224,11 @@ class DaskRunner(DirectRunner):
 
     def close(self) -> None:
         """Waits for this thread's steps left running (their error raises after the close)."""
-        mine = self._thread_state()
+        local = self._thread_state()
         try:
-            self._finish_in_flight(mine)
+            self._finish_in_flight(local)
         finally:
-            self._release(mine, [])
+            self._release(local, [])
             super().close()
 
     def _fill(self, stats: RunStats, plan: Plan, feeds: dict, results: list[dict], fetched: dict) -> None:

@@ -34,7 +34,6 @@ Dask task threads.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import threading
@@ -52,12 +51,13 @@ from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionErro
 from ..ops.parallel import set_blas_threads
 from ..runtime.devices import gpu_namespace, numpy_namespace
 from ..runtime.executor import RunStats, execute
+from ..runtime.memory import keep_freed_memory_for_reuse
 from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
 
 __all__ = ["DflowWorker", "PLUGIN_NAME", "STAGE_STATS", "PlanNotFoundError", "serialized", "deserialized",
-           "nbytes", "keep_freed_memory_for_reuse", "error_to_plain", "error_from_plain", "run_stage",
+           "nbytes", "error_to_plain", "error_from_plain", "run_stage",
            "select"]
 
 PLUGIN_NAME = "dflow"
@@ -432,33 +432,6 @@ def _apply_thread_env() -> None:
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit():
         set_blas_threads(int(threads))
-
-
-# glibc's mallopt parameters, and the values its own adaptive rule reaches under a NumPy workload
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_MMAP_THRESHOLD_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
-_TRIM_THRESHOLD_BYTES = 2 * _MMAP_THRESHOLD_BYTES  # what glibc sets beside a raised mmap threshold
-
-
-def keep_freed_memory_for_reuse() -> bool:
-    """Let glibc keep freed arrays' memory for the next step (in this process: a worker's, or a
-    local session's for a fair comparison), with the thresholds glibc settles on by itself.
-
-    A Dask nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also freezes
-    glibc's mmap threshold at 128 KiB: every array above that is then mmap'ed, zero-filled
-    page by page and unmapped again, each step. Measured (CIFAR-10 CNN, batch 100, one
-    process): 135 ms/step, 270 ms with that variable, 128 ms with these two settings on top.
-    The price is memory kept for the next step: that worker's resident size after 35 steps
-    was 190 MiB instead of 112 MiB (the PS's 124 instead of 99).
-    Returns False where the C library is not glibc (nothing to undo there).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-                and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES))
 
 
 def serialized(values: dict) -> dict:

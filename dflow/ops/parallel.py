@@ -100,10 +100,13 @@ def set_blas_threads(count: int) -> list:
 def restore_blas_threads(counts: list) -> None:
     """Give each BLAS library the thread count that :func:`set_blas_threads` returned for it."""
     for lib, count in counts:
-        take_control = getattr(type(lib), "clear_controlling_thread", None)  # threadpoolctl >= 3.8
-        if take_control is not None:
-            take_control(force=True)
+        release_control = getattr(type(lib), "clear_controlling_thread", None)  # threadpoolctl >= 3.8
+        if release_control is None:
+            lib.set_num_threads(count)
+            continue
+        release_control(force=True)  # so that this thread's change counts,
         lib.set_num_threads(count)
+        release_control(force=True)  # and the next thread's (a user's threadpool_limits) too
 
 
 def _single_threaded(fn, item):

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from .devices import gpu_namespace, numpy_namespace
 from .executor import RunStats, execute
+from .memory import keep_freed_memory_for_reuse
 from .passes import LOCAL_TASK, Devices, Plan, PlanCache, make_plan
 from .state import SessionState
 
@@ -56,6 +57,7 @@ class LocalRunner:
 
     def __init__(self, graph, config):
         self.config = config
+        keep_freed_memory_for_reuse()  # each step's arrays reuse the last step's memory
         self.state = _new_state(config)
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None:
