@@ -51,10 +51,15 @@ from ..runtime.passes import Plan
 from .runner import DirectRunner, cluster_tasks, count_sent
 from .worker import STAGE_STATS, nbytes, run_stage, select
 
-__all__ = ["DaskRunner", "role_resource"]
+__all__ = ["DaskRunner", "role_resource", "resources_by_role"]
 
 WATCH_EVERY_S = 0.5  # how often a step waiting for its tasks checks that their workers are there
 ROLE_SHARE = 1 / 64  # of its role's resource (1) a stage takes: up to 64 at once (exact in binary)
+
+
+def resources_by_role(client: distributed.Client) -> dict[str, dict]:
+    """Each worker's Dask resources by its role (its name): ``{"ps/0": {"ps": 1, "ps/0": 1}}``."""
+    return {info.get("name"): info.get("resources", {}) for info in worker_infos(client).values()}
 
 
 def role_resource(task: str) -> str:
@@ -118,7 +123,7 @@ class DaskRunner(DirectRunner):
 
     def _require_role_resources(self, tasks: list[str]) -> None:
         """Each task's worker must offer its role as a resource, or its stages would wait forever."""
-        offered = {info.get("name"): info.get("resources", {}) for info in worker_infos(self.client).values()}
+        offered = resources_by_role(self.client)
         for task in tasks:
             role = role_resource(task)
             if role not in offered.get(role, {}):
@@ -138,10 +143,12 @@ class DaskRunner(DirectRunner):
         step = _Step(next(self._steps), plan, feeds, stats)
         graph, fetching, finishing, last = self._step_graph(plan, feeds, step.number, local.tails)
         keys = fetching + finishing
-        wanted = list(dict.fromkeys(keys + list(last.values())))
+        # only a step left running is followed by the next one: a step run to its end holds no
+        # more of its stages' results than the client takes
+        wanted = list(dict.fromkeys(keys + list(last.values()))) if leave_running else keys
         futures = dict(zip(wanted, self.client.get(graph, wanted, sync=False)))
         step.results = [futures[key] for key in keys]
-        step.last = {task: futures[key] for task, key in last.items()}
+        step.last = {task: futures[key] for task, key in last.items() if key in futures}
         if leave_running:  # the next step's stages on each task will follow this one's last there
             self._release(local, [])
             local.in_flight.append(step)

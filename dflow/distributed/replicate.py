@@ -23,8 +23,7 @@ from typing import Any
 
 import distributed
 
-from ..cluster.spec import worker_infos
-from .dask_runner import ROLE_SHARE, role_resource
+from .dask_runner import ROLE_SHARE, resources_by_role, role_resource
 from .liveness import RoleWatch
 from .runner import cluster_tasks, install
 
@@ -89,7 +88,7 @@ def start_replicas(train_fn: Callable[..., Any], cluster, *args, job: str = "wor
         raise ValueError(f"the cluster has no {job!r} tasks to replicate on; its tasks are: "
                          f"{', '.join(sorted(tasks))}")
     run = uuid.uuid4().hex[:8]
-    offered = {info.get("name"): info.get("resources", {}) for info in worker_infos(client).values()}
+    offered = resources_by_role(client)
     futures = []
     for i in indices:
         task = f"/job:{job}/task:{i}"
