@@ -1,19 +1,18 @@
-"""tf.image: every deterministic kernel against a NumPy reference (on NumPy and on
-array_api_strict), the random ones by what must hold of each draw, and the ops through a
-Session in the TF 1.x style."""
+"""tf.image: every deterministic kernel against a NumPy reference (on NumPy, on
+array_api_strict and on CuPy where a GPU exists), the random ones by what must hold of each
+draw, and the ops through a Session in the TF 1.x style."""
 
 from __future__ import annotations
 
 import array_api_compat.numpy as xp_numpy
-import array_api_strict
 import numpy as np
 import pytest
+from namespaces import NAMESPACES, to_host
 
 import dflow as tf
 from dflow.ops.registry import get_opdef
 from dflow.runtime.state import SessionState
 
-NAMESPACES = [pytest.param(xp_numpy, id="numpy"), pytest.param(array_api_strict, id="strict")]
 RNG = np.random.default_rng(7)
 IMAGE = RNG.uniform(0, 255, (5, 7, 3)).astype(np.float32)
 BATCH = RNG.uniform(0, 255, (4, 5, 7, 3)).astype(np.float32)
@@ -23,7 +22,7 @@ def run_kernel(xp, op_type, *arrays, state=None, **attrs):
     opdef = get_opdef(op_type)
     inputs = [xp.asarray(a) for a in arrays]
     out = opdef.kernel(state, xp, *inputs, **attrs) if opdef.stateful else opdef.kernel(xp, *inputs, **attrs)
-    return np.asarray(out)
+    return to_host(out)
 
 
 # ---- references (plain NumPy, loops where that is clearer) ------------------------------------------

@@ -1,25 +1,23 @@
 """nn ops: every kernel against a float64 NumPy reference (on NumPy and on
-array_api_strict), every gradient kernel against central finite differences of
+array_api_strict, and CuPy where a GPU exists), every gradient kernel against central finite differences of
 its forward kernel, and a few graph-level checks through a Session."""
 
 from __future__ import annotations
 
 import array_api_compat.numpy as xp_numpy
-import array_api_strict
 import numpy as np
 import pytest
+from namespaces import NAMESPACES, to_host
 
 import dflow as tf
 from dflow.ops import conv_lowering
 from dflow.ops.registry import get_opdef
 
-NAMESPACES = [pytest.param(xp_numpy, id="numpy"), pytest.param(array_api_strict, id="strict")]
-
 
 def run_kernel(xp, op_type, *arrays, **attrs):
     """The op's kernel on ``xp`` with NumPy inputs; NumPy outputs back."""
     out = get_opdef(op_type).kernel(xp, *(xp.asarray(a) for a in arrays), **attrs)
-    return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
+    return tuple(to_host(o) for o in out) if isinstance(out, tuple) else to_host(out)
 
 
 # ---- float64 references (loops on purpose: obviously right, not fast) --------------------------
@@ -328,14 +326,14 @@ def test_dropout_kernel(xp):
     x = np.ones((200, 50))
     out, scale = get_opdef("Dropout").kernel(FakeState(), xp, xp.asarray(x), xp.asarray(0.25),
                                              noise_shape=None, seed=[1, 2])
-    out, scale = np.asarray(out), np.asarray(scale)
+    out, scale = to_host(out), to_host(scale)
     assert set(np.unique(out)) == {0.0, 4.0}
     assert abs((out > 0).mean() - 0.25) < 0.02
     np.testing.assert_array_equal(out, x * scale)
     out, scale = get_opdef("Dropout").kernel(FakeState(), xp, xp.asarray(x), xp.asarray(0.5),
                                              noise_shape=[200, 1], seed=[1, 2])
-    assert np.asarray(scale).shape == (200, 1)
-    assert (np.asarray(out).std(axis=1) == 0).all()  # whole rows kept or dropped
+    assert to_host(scale).shape == (200, 1)
+    assert (to_host(out).std(axis=1) == 0).all()  # whole rows kept or dropped
 
 
 # ---- graph level: static shapes, errors, and gradients through a Session ------------------------

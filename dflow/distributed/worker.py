@@ -49,7 +49,7 @@ from distributed.protocol.serialize import to_serialize
 from .. import errors
 from ..errors import AbortedError, DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
 from ..ops.parallel import set_blas_threads
-from ..runtime.devices import gpu_namespace, numpy_namespace
+from ..runtime.devices import gpu_namespace, numpy_namespace, to_namespace
 from ..runtime.executor import RunStats, execute
 from ..runtime.memory import keep_freed_memory_for_reuse
 from ..runtime.state import SessionState
@@ -308,8 +308,9 @@ class DflowWorker(WorkerPlugin):
             self.kept.setdefault(run_id, {}).update({n: values[n] for n in stage.keeps})
             while len(self.kept) > KEPT_STEPS:  # steps that failed before their last stage here
                 self.kept.popitem(last=False)
-        out = {n: None if n.startswith("^") else values[n] for names in stage.sends.values() for n in names}
-        out.update({n: values[n] for n in stage.fetches})
+        out = {n: None if n.startswith("^") else on_host(values[n])
+               for names in stage.sends.values() for n in names}
+        out.update({n: on_host(values[n]) for n in stage.fetches})
         sent = {dest: sum(nbytes(values[n]) for n in names if not n.startswith("^"))
                 for dest, names in stage.sends.items()}
         reports[(stage.task, index)] = {"start": started, "end": time.time(), "sent": sent,
@@ -437,8 +438,14 @@ def _apply_thread_env() -> None:
 def serialized(values: dict) -> dict:
     """``values`` ready for a ``distributed`` message: arrays travel as frames, not msgpack;
     arrays of Python objects (``tf.string`` values: bytes) as a list, which Dask would pickle."""
-    return {k: None if v is None else _as_strings(v) if _is_object_array(v) else to_serialize(v)
+    return {k: None if v is None else _as_strings(v) if _is_object_array(v) else to_serialize(on_host(v))
             for k, v in values.items()}
+
+
+def on_host(value):
+    """A value leaving this task, in host memory (a GPU's arrays are copied back, as TF's
+    sends do): the task that takes it may have no GPU, and moves it to its own device."""
+    return to_namespace(value, numpy_namespace)
 
 
 def deserialized(values: dict) -> dict:

@@ -10,8 +10,9 @@ import functools
 
 import array_api_compat
 import array_api_compat.numpy as numpy_namespace
+import numpy
 
-__all__ = ["numpy_namespace", "gpu_namespace", "to_namespace"]
+__all__ = ["numpy_namespace", "gpu_namespace", "to_namespace", "synchronize"]
 
 
 @functools.cache
@@ -35,6 +36,17 @@ def to_namespace(value, xp):
     """``value`` as an array of ``xp`` (copies between host and GPU only when they differ)."""
     if not hasattr(value, "shape"):
         return value  # Python objects (variable references) are device-free
-    if array_api_compat.is_cupy_array(value):
-        return value if xp is not numpy_namespace else value.get()
-    return value if xp is numpy_namespace else xp.asarray(value)
+    if xp is not numpy_namespace:
+        return xp.asarray(value)  # no copy where it is one of xp's already
+    if isinstance(value, (numpy.ndarray, numpy.generic)):
+        return value
+    return value.get() if array_api_compat.is_cupy_array(value) else numpy.asarray(value)
+
+
+def synchronize(xp) -> None:
+    """Return once the work queued on ``xp``'s device is done (CuPy's kernels run
+    asynchronously; other namespaces compute as they are called)."""
+    if array_api_compat.is_cupy_namespace(xp):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()

@@ -23,6 +23,11 @@ a slot of a list, each kernel bound to its attributes, each input freed at its
 last use. Running it is one loop over that list: no dicts of counts, no ready
 list, no tensor names, 1-2 us per op instead of ~10 (``dflow bench --local``'s
 engine figures measure both on a chain of 1,000 tiny ops).
+
+On a GPU (CuPy) kernels only queue work; a run returns when the GPU has done it, as
+TF's does, so that an error shows in the step that made it and a step's time is its
+work's. Fed values (host arrays, or another task's) move to the namespace of the
+ops that take them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError, OpError
 from ..ops.registry import get_opdef
-from .devices import to_namespace
+from .devices import synchronize, to_namespace
 
 __all__ = ["OpNode", "Schedule", "schedule", "execute", "compile_stage", "RunStats"]
 
@@ -65,6 +70,7 @@ class Schedule:
     refcount: dict[str, int]  # tensor -> consumers (+1 when fetched, so it survives)
     fetches: tuple[str, ...]
     mixed_devices: bool = False  # some ops on a GPU: inputs may need a host/device copy
+    on_gpu: bool = False  # some ops on a GPU: a run waits for the GPU's work before it returns
     # compiled forms by (fed tensors, threads, namespaces), made by the first run that can use one
     compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -103,8 +109,9 @@ def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule
             refcount[t] = refcount.get(t, 0) + 1
     for t in fetches:
         refcount[t] = refcount.get(t, 0) + 1
-    mixed = len({n.device_type for n in nodes}) > 1
-    return Schedule(by_name, waiting, dependents, refcount, tuple(fetches), mixed)
+    device_types = {n.device_type for n in nodes}
+    return Schedule(by_name, waiting, dependents, refcount, tuple(fetches), len(device_types) > 1,
+                    "GPU" in device_types)
 
 
 def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: int = 1,
@@ -115,16 +122,29 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
     ``compiled=False`` runs the counting loop even where a compiled stage could run
     (the engine benchmark compares the two).
     """
+    if not plan.mixed_devices and plan.nodes:  # (a mixed plan moves each op's inputs instead)
+        xp = namespaces[next(iter(plan.nodes.values())).device_type]
+        feeds = {tensor: to_namespace(value, xp) for tensor, value in feeds.items()}
+    stats = stats if stats is not None else RunStats()
     key = (frozenset(feeds), num_threads, tuple(namespaces.items()))  # namespaces: modules
     compiled = compiled and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
     if compiled:
-        return compiled(feeds, state, stats if stats is not None else RunStats())
+        values = compiled(feeds, state, stats)
+    else:
+        values = _count_and_run(plan, feeds, state, namespaces, num_threads, stats)
+    if plan.on_gpu:
+        synchronize(namespaces["GPU"])
+    return values
+
+
+def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: int,
+                   stats: RunStats) -> dict:
+    """The counting loop of :func:`execute`."""
     waiting = dict(plan.waiting)
     refcount = dict(plan.refcount)
     values = dict(feeds)
-    stats = stats if stats is not None else RunStats()
     live_bytes = [sum(getattr(v, "nbytes", 0) for v in values.values())]
     ready = [name for name, count in waiting.items() if count == 0]
 

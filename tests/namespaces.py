@@ -1,0 +1,33 @@
+"""The array namespaces the kernels are tested on: NumPy; array_api_strict (nothing beyond the
+standard, as CuPy needs); and CuPy itself, marked ``gpu``, where a GPU exists (``tox -e gpu``).
+
+>>> [p.id for p in NAMESPACES]
+['numpy', 'strict', 'cupy']
+"""
+
+import array_api_compat
+import array_api_compat.numpy as numpy_namespace
+import array_api_strict
+import numpy as np
+import pytest
+
+from dflow.runtime.devices import gpu_namespace
+
+# gpu_namespace() is None without CuPy or a GPU; conftest then skips the gpu-marked parameter
+CUPY = pytest.param(gpu_namespace(), id="cupy", marks=pytest.mark.gpu)
+#: Every namespace but NumPy's: where a plan computed with NumPy is run again.
+OTHER_NAMESPACES = [pytest.param(array_api_strict, id="strict"), CUPY]
+NAMESPACES = [pytest.param(numpy_namespace, id="numpy"), *OTHER_NAMESPACES]
+
+
+def to_host(value) -> np.ndarray:
+    """A kernel's output as a NumPy array (CuPy's arrays copy back from the GPU)."""
+    return value.get() if array_api_compat.is_cupy_array(value) else np.asarray(value)
+
+
+def assert_of_namespace(value, xp, name: str = "") -> None:
+    """``value`` is an array of ``xp``: a kernel did not drop back to NumPy on the way."""
+    if xp is array_api_strict:
+        assert type(value).__module__.startswith("array_api_strict"), name
+    else:
+        assert array_api_compat.is_cupy_array(value), name

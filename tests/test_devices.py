@@ -1,0 +1,52 @@
+"""The GPU path's plumbing on a machine without a GPU: array_api_strict stands in for CuPy as
+the GPU's namespace (it refuses NumPy's arrays in its functions, as CuPy does), so a step
+placed on /gpu:0 must move its feeds there, keep its variables there and bring its fetches
+back to the host. CuPy itself on a real GPU: tests/test_gpu.py."""
+
+import array_api_strict
+import numpy as np
+import pytest
+
+import dflow as tf
+from dflow.runtime import runners
+
+RNG = np.random.default_rng(0)
+IMAGES = RNG.standard_normal((4, 8, 8, 3)).astype(np.float32)
+KERNEL = RNG.standard_normal((3, 3, 3, 5)).astype(np.float32) * 0.3
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch):
+    monkeypatch.setattr(runners, "gpu_namespace", lambda: array_api_strict)
+
+
+def _train(model_device: str, loss_device: str, steps: int = 3):
+    """A small conv net trained by SGD with its model on one device and its loss on another:
+    the losses, the trained kernel, and the session's stored value of the kernel."""
+    with tf.Graph().as_default():
+        images = tf.placeholder(tf.float32, IMAGES.shape)
+        with tf.device(model_device):
+            kernel = tf.Variable(KERNEL, name="kernel")
+            conv = tf.nn.relu(tf.nn.conv2d(images, kernel, [1, 1, 1, 1], "SAME"))
+            pooled = tf.nn.max_pool(conv, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
+        with tf.device(loss_device):
+            loss = tf.reduce_mean(tf.square(pooled - 0.5))
+        with tf.device(model_device):
+            train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            losses = [sess.run([train, loss], {images: IMAGES})[1] for _ in range(steps)]
+            return losses, sess.run(kernel), sess.runner.state.read_variable(kernel.op.name)
+
+
+@pytest.mark.parametrize("loss_device", ["/gpu:0", "/cpu:0"], ids=["all-on-gpu", "loss-on-cpu"])
+def test_a_step_on_the_gpu_gives_the_cpu_s_numbers(stand_in_gpu, loss_device):
+    cpu_losses, cpu_kernel, cpu_stored = _train("/cpu:0", "/cpu:0")
+    gpu_losses, gpu_kernel, gpu_stored = _train("/gpu:0", loss_device)
+    on_host = (np.ndarray, np.generic)
+    assert all(isinstance(value, on_host) for value in (*gpu_losses, gpu_kernel))  # fetched to the host
+    assert type(gpu_stored).__module__.startswith("array_api_strict")  # the variable stays on the GPU
+    assert type(cpu_stored) is np.ndarray
+    np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-5)
+    np.testing.assert_allclose(gpu_kernel, cpu_kernel, rtol=1e-5, atol=1e-6)
+    assert gpu_losses[-1] < gpu_losses[0]
