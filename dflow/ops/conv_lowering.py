@@ -20,7 +20,11 @@ measurements of the CIFAR-10 step at batch 100 on 2 cores:
   lowerings (no scatter-add col2im);
 - the filter gradient is ``patches.T @ dy``, or its row form;
 - max-pooling is ``maximum`` over the ``kh*kw`` strided slices;
-- big batches are processed in pieces: :data:`BATCH_PIECE` images per im2col
+- on a GPU (CuPy) every op takes its batch whole and every convolution is im2col + ONE
+  matmul: each kernel launch costs ~10-20 us of Python and driver time, so the CPU's
+  pieces and ``kh*OW`` row matmuls (1,500 launches for one layer at batch 100) cost more
+  than the arithmetic, and the GPU has the memory for the whole patch matrix;
+- on a CPU big batches are processed in pieces: :data:`BATCH_PIECE` images per im2col
   buffer (25x the input for a 5x5 filter), :data:`ROWS_PIECE` for the lowerings
   whose buffers are input-sized (bigger matmuls are faster), :data:`POOL_PIECE`
   for pooling (its per-window temporaries then stay in cache).
@@ -32,6 +36,8 @@ pads ``max((out-1)*stride + k_eff - in, 0)`` in total, ``total // 2`` before.
 from __future__ import annotations
 
 import math
+
+import array_api_compat
 
 from .parallel import map_pieces, pieces_for
 
@@ -113,28 +119,33 @@ def _im2col_channel_major(xp, xpad, ksize, out_hw, strides, dilations):
     return xp.reshape(xp.stack(slices, axis=0), (len(slices), n * out_hw[0] * out_hw[1]))
 
 
-def _channel_major(channels):
-    return channels < CHANNEL_MAJOR_BELOW
+def _whole_batch(xp) -> bool:
+    """Whether ``xp`` computes on a GPU: batches whole, convolutions by im2col (module doc)."""
+    return array_api_compat.is_cupy_namespace(xp)
+
+
+def _channel_major(xp, channels):
+    return channels < CHANNEL_MAJOR_BELOW and not _whole_batch(xp)
 
 
 def _filter_matrix(xp, w):
     """``w (kh, kw, c, o)`` as the ``(kh*kw*c, o)`` matrix matching the patch order."""
     kh, kw, c, o = w.shape
-    if _channel_major(c):
+    if _channel_major(xp, c):
         w = xp.permute_dims(w, (2, 0, 1, 3))
     return xp.reshape(w, (kh * kw * c, o))
 
 
 def _patches_times(xp, xpad, wmat, ksize, out_hw, strides, dilations):
     """``patches(xpad) @ wmat``: ``(N*OH*OW, o)``."""
-    if _channel_major(xpad.shape[3]):
+    if _channel_major(xp, xpad.shape[3]):
         return _im2col_channel_major(xp, xpad, ksize, out_hw, strides, dilations).T @ wmat
     return _im2col(xp, xpad, ksize, out_hw, strides, dilations) @ wmat
 
 
 def _patches_t_times(xp, xpad, dy2, ksize, out_hw, strides, dilations):
     """``patches(xpad).T @ dy2``: ``(kh*kw*c, o)`` in the patch order."""
-    if _channel_major(xpad.shape[3]):
+    if _channel_major(xp, xpad.shape[3]):
         return _im2col_channel_major(xp, xpad, ksize, out_hw, strides, dilations) @ dy2
     return _im2col(xp, xpad, ksize, out_hw, strides, dilations).T @ dy2
 
@@ -145,7 +156,7 @@ def _in_pieces(xp, fn, *arrays, size=None):
     The result is filled in place: concatenating would hold every piece and the whole twice.
     """
     n = arrays[0].shape[0]
-    pieces = _batch_pieces(n, size)
+    pieces = _batch_pieces(xp, n, size)
     if len(pieces) < 2:  # whole, but still through map_pieces: one BLAS thread
         return map_pieces(xp, lambda _: fn(*arrays), [None])[0]
     parts = map_pieces(xp, lambda piece: fn(*(a[piece, ...] for a in arrays)), pieces)
@@ -155,22 +166,25 @@ def _in_pieces(xp, fn, *arrays, size=None):
     return out
 
 
-def _batch_pieces(n, size=None):
-    """At most ``size`` images a piece, and one piece per core at least (:mod:`.parallel`)."""
+def _batch_pieces(xp, n, size=None):
+    """At most ``size`` images a piece, and one piece per core at least (:mod:`.parallel`);
+    on a GPU one piece."""
+    if _whole_batch(xp):
+        return [slice(0, n)]
     return pieces_for(n, size or BATCH_PIECE)
 
 
-def _conv_piece(stride_h, dilation_w, channels):
+def _conv_piece(xp, stride_h, dilation_w, channels):
     """Images per piece of a convolution: big unless its buffer is a ``(i, j, c)`` im2col."""
-    if _by_rows(stride_h, dilation_w, channels) or _channel_major(channels):
+    if _by_rows(xp, stride_h, dilation_w, channels) or _channel_major(xp, channels):
         return ROWS_PIECE
     return BATCH_PIECE
 
 
 # ---- convolution ----------------------------------------------------------------------------
-def _by_rows(stride_h, dilation_w, channels):
-    """Whether the im2col-free row lowering applies: stride 1 down, no dilation across."""
-    return stride_h == 1 and dilation_w == 1 and not _channel_major(channels)
+def _by_rows(xp, stride_h, dilation_w, channels):
+    """Whether the im2col-free row lowering applies: on a CPU, stride 1 down, no dilation across."""
+    return stride_h == 1 and dilation_w == 1 and channels >= CHANNEL_MAJOR_BELOW and not _whole_batch(xp)
 
 
 def _rows_layout(xp, x, offset, padded_hw, steps=(1, 1)):
@@ -261,13 +275,13 @@ def conv2d(xp, x, w, strides, dilations, padding):
     wmat = _filter_matrix(xp, w)
 
     def piece(xs):
-        if _by_rows(strides[0], dilations[1], c):
+        if _by_rows(xp, strides[0], dilations[1], c):
             rows = _rows_layout(xp, xs, (pads[0], pads[2]), padded_hw)
             return _conv_rows(xp, rows, xs.shape[0], w, out_hw, strides[1], dilations[0])
         y = _patches_times(xp, _pad(xp, xs, pads), wmat, (kh, kw), out_hw, strides, dilations)
         return xp.reshape(y, (xs.shape[0], *out_hw, o))
 
-    return _in_pieces(xp, piece, x, size=_conv_piece(strides[0], dilations[1], c))
+    return _in_pieces(xp, piece, x, size=_conv_piece(xp, strides[0], dilations[1], c))
 
 
 def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
@@ -291,7 +305,7 @@ def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
 
     def piece(dys):
         n = dys.shape[0]
-        if _by_rows(1, dw, o):  # rows, cols: the part of the dilated dy from (pad_top, pad_left) on
+        if _by_rows(xp, 1, dw, o):  # rows, cols: the part of the dilated dy from (pad_top, pad_left) on
             layout = _rows_layout(xp, dys, (front_h - pt, front_w - pl), (rows - pt, cols - pl), strides)
             return _conv_rows(xp, layout, n, flipped, (h, wd), 1, dh)
         full = xp.zeros((n, rows, cols, o), dtype=dys.dtype)
@@ -301,7 +315,7 @@ def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
         dx = _patches_times(xp, full, wmat, (kh, kw), (h, wd), (1, 1), dilations)
         return xp.reshape(dx, (n, h, wd, c))
 
-    return _in_pieces(xp, piece, dy, size=_conv_piece(1, dilations[1], o))
+    return _in_pieces(xp, piece, dy, size=_conv_piece(xp, 1, dilations[1], o))
 
 
 def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):
@@ -314,17 +328,17 @@ def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):
     padded_hw = (x.shape[1] + pads[0] + pads[1], x.shape[2] + pads[2] + pads[3])
 
     def piece(xs, dys):
-        if _by_rows(strides[0], dilations[1], c):
+        if _by_rows(xp, strides[0], dilations[1], c):
             rows = _rows_layout(xp, xs, (pads[0], pads[2]), padded_hw)
             return _filter_grad_rows(xp, rows, dys, (kh, kw, c, o), strides[1], dilations[0])
         dy2 = xp.reshape(dys, (dys.shape[0] * out_hw[0] * out_hw[1], o))
         part = _patches_t_times(xp, _pad(xp, xs, pads), dy2, (kh, kw), out_hw, strides, dilations)
-        if _channel_major(c):
+        if _channel_major(xp, c):
             return xp.permute_dims(xp.reshape(part, (c, kh, kw, o)), (1, 2, 0, 3))
         return xp.reshape(part, (kh, kw, c, o))
 
     acc = None
-    pieces = _batch_pieces(x.shape[0], _conv_piece(strides[0], dilations[1], c))
+    pieces = _batch_pieces(xp, x.shape[0], _conv_piece(xp, strides[0], dilations[1], c))
     for part in map_pieces(xp, lambda batch: piece(x[batch, ...], dy[batch, ...]), pieces):
         acc = part if acc is None else acc + part
     return xp.zeros((kh, kw, c, o), dtype=x.dtype) if acc is None else acc  # None: empty batch
