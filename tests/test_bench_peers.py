@@ -79,6 +79,12 @@ def test_the_mnist_peer_steps_train_the_models_of_dflow_models(model):
     assert session.run(loss, feeds) < 0.8 * first
 
 
+def _has_gpu() -> bool:
+    from dflow.runtime.devices import gpu_namespace
+
+    return gpu_namespace() is not None
+
+
 def test_peers_refuse_a_model_they_do_not_race_and_lrn_without_lrn_layers(capsys):
     from dflow.cli import main
 
@@ -88,7 +94,11 @@ def test_peers_refuse_a_model_they_do_not_race_and_lrn_without_lrn_layers(capsys
         peers.run([2], model="deep_mnist", lrn=True)
     for argv, said in [(["--local", "--peers", "--model", "mnist_dnn", "--no-lrn"], "mnist_dnn has none"),
                        (["--local", "--memory"], "--memory belongs to --local --peers"),
-                       (["--local", "--model", "mnist_dnn"], "--model set one run of the harness")]:
+                       (["--local", "--model", "mnist_dnn"], "--model set one run of the harness"),
+                       (["--local", "--device", "gpu"], "--device belongs to --local --peers"),
+                       (["--local", "--peers", "--device", "gpu", "--memory"] if _has_gpu() else
+                        ["--local", "--peers", "--device", "gpu"],
+                        "not the GPU's" if _has_gpu() else "dflow finds no GPU here")]:
         with pytest.raises(SystemExit) as exit_:
             main(["bench", *argv])
         assert exit_.value.code == 2

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import dflow as tf
+from dflow.bench.peers import PEER_MODELS, graph_session
 
 pytestmark = pytest.mark.gpu
 
@@ -32,6 +33,28 @@ def test_gpu_ops_match_cpu():
                 assert any(n.device_type == "GPU" for n in _nodes(sess)) == (device == "/gpu:0")
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-4)
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", list(PEER_MODELS))
+def test_training_steps_on_the_gpu_match_the_cpu(model):
+    """The benchmark's models (SGD, Adam) trained 3 steps from the same initial values on each
+    device: the same losses; the GPU's variables stay CuPy arrays between steps."""
+    cpu, train_cpu, feeds_cpu = graph_session(tf, 8, model=model)
+    gpu, train_gpu, feeds_gpu = graph_session(tf, 8, model=model, device="gpu")
+    with cpu.graph.as_default():
+        cpu_variables = tf.trainable_variables()
+    with gpu.graph.as_default():
+        gpu_variables = tf.trainable_variables()
+    for source, target in zip(cpu_variables, gpu_variables):
+        target.load(cpu.run(source), gpu)
+    losses = []
+    for sess, train, feeds in ((cpu, train_cpu, feeds_cpu), (gpu, train_gpu, feeds_gpu)):
+        loss = sess.graph.get_tensor_by_name("cross_entropy:0")
+        losses.append([sess.run([train, loss], feeds)[1] for _ in range(3)])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=2e-4)
+    np.testing.assert_allclose(gpu.run(gpu_variables[-1]), cpu.run(cpu_variables[-1]), rtol=1e-3, atol=1e-5)
+    stored = gpu.runner.state.read_variable(gpu_variables[0].op.name)
+    assert type(stored).__module__.startswith("cupy"), type(stored)
 
 
 def _nodes(sess):

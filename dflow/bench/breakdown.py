@@ -1,13 +1,14 @@
 """Where a CIFAR-10 training step's time goes: ms per op type, GFLOP/s per convolution.
 
-    python -m dflow.bench.breakdown --batch_size 100 --steps 5 [--no-lrn]
+    python -m dflow.bench.breakdown --batch_size 100 --steps 5 [--no-lrn] [--device gpu]
 
 Runs the step's planned kernels one by one with a timer around each (the plan of
 ``Session.run``, so the kernels and their order are the engine's), and sets each
 convolution's rate beside this machine's SGEMM rate, measured with a NumPy matmul of
 the same ``(M, K) x (K, N)`` sizes as the layer's im2col product and of 2048^3. Prints
-the CPU's vector flags too (AVX2, AVX-512): they decide BLAS's peak. ``docs/kernels.md``
-holds a run of it.
+the CPU's vector flags too (AVX2, AVX-512): they decide BLAS's peak. With ``--device gpu``
+the kernels run on CuPy, each timed to the end of its GPU work, against CuPy's SGEMM.
+``docs/kernels.md`` holds runs of it.
 """
 
 from __future__ import annotations
@@ -44,28 +45,40 @@ def _best_seconds(fn, repeats: int) -> float:
     return best
 
 
-def sgemm_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
-    """GFLOP/s of a float32 NumPy matmul ``(m, k) @ (k, n)`` (the best of ``repeats``)."""
+def sgemm_gflops(m: int, k: int, n: int, repeats: int = 5, xp=None) -> float:
+    """GFLOP/s of a float32 matmul ``(m, k) @ (k, n)`` on ``xp`` (NumPy's by default; the
+    best of ``repeats``, each to the end of its device work)."""
+    from ..runtime.devices import numpy_namespace, synchronize
+
+    xp = xp or numpy_namespace
     rng = numpy.random.default_rng(0)
-    a = rng.standard_normal((m, k), dtype=numpy.float32)
-    b = rng.standard_normal((k, n), dtype=numpy.float32)
-    return 2 * m * k * n / _best_seconds(lambda: a @ b, repeats) / 1e9
+    a = xp.asarray(rng.standard_normal((m, k), dtype=numpy.float32))
+    b = xp.asarray(rng.standard_normal((k, n), dtype=numpy.float32))
+
+    def product():
+        a @ b
+        synchronize(xp)
+
+    return 2 * m * k * n / _best_seconds(product, repeats) / 1e9
 
 
-def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True) -> dict:
-    """ms per op type per step and, per convolution, its ms and GFLOP/s against SGEMM's."""
-    import array_api_compat.numpy as xp
-
+def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True, device: str = "cpu") -> dict:
+    """ms per op type per step and, per convolution, its ms and GFLOP/s against SGEMM's, on the
+    ``device`` ("cpu", or "gpu": CuPy)."""
     import dflow
+    from dflow.runtime.devices import gpu_namespace, numpy_namespace, synchronize, to_namespace
     from dflow.runtime.executor import run_op
 
     from .peers import graph_session
 
-    session, train_op, feeds = graph_session(dflow, batch_size, lrn)
+    xp = numpy_namespace if device == "cpu" else gpu_namespace()
+    if xp is None:
+        raise ValueError("--device gpu: dflow finds no GPU here (it computes on GPUs through CuPy)")
+    session, train_op, feeds = graph_session(dflow, batch_size, lrn, device=device)
     session.run(train_op, feeds)
     plan = session.runner.plans.values()[-1].schedule
     nodes = [plan.nodes[name] for name in session.last_run_stats.order]
-    fed = {tensor.name: numpy.asarray(value) for tensor, value in feeds.items()}
+    fed = {tensor.name: to_namespace(numpy.asarray(value), xp) for tensor, value in feeds.items()}
     per_type: dict[str, float] = collections.defaultdict(float)
     per_conv: dict[str, list] = {}
     for repeat in range(steps + 1):
@@ -74,11 +87,13 @@ def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True) -> dict:
             args = [values[t] for t in node.inputs]
             start = time.perf_counter()
             outputs = run_op(node, args, session.state, xp)
+            synchronize(xp)
             took = time.perf_counter() - start
             if repeat:  # the first pass warms up
                 per_type[node.type] += took / steps
                 if node.type in _CONVS:  # a 1-D input is a shape: (n, h, w, c) or the filter's
-                    shapes = [tuple(int(d) for d in (a if a.ndim == 1 else a.shape)) for a in args]
+                    shapes = [tuple(int(d) for d in (to_namespace(a, numpy_namespace) if a.ndim == 1
+                                                     else a.shape)) for a in args]
                     per_conv.setdefault(node.name, [node.type, shapes, 0.0])[2] += took / steps
             for i, value in enumerate(outputs):
                 values[f"{node.name}:{i}"] = value
@@ -88,10 +103,10 @@ def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True) -> dict:
         m, k = n * h * w, kh * kw * c  # stride 1, SAME (CIFAR-10's): one output per input pixel
         flops = 2.0 * m * k * o
         convs.append({"op": name, "type": op_type, "mkn": (m, k, o), "ms": seconds * 1e3,
-                      "gflops": flops / seconds / 1e9, "sgemm_gflops": sgemm_gflops(m, k, o)})
-    return {"batch_size": batch_size, "lrn": lrn, "ms_per_type": {k: v * 1e3 for k, v in per_type.items()},
-            "convolutions": convs, "sgemm_2048_gflops": sgemm_gflops(2048, 2048, 2048),
-            "cpu_flags": cpu_flags()}
+                      "gflops": flops / seconds / 1e9, "sgemm_gflops": sgemm_gflops(m, k, o, xp=xp)})
+    return {"batch_size": batch_size, "lrn": lrn, "device": device,
+            "ms_per_type": {k: v * 1e3 for k, v in per_type.items()}, "convolutions": convs,
+            "sgemm_2048_gflops": sgemm_gflops(2048, 2048, 2048, xp=xp), "cpu_flags": cpu_flags()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,10 +114,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args(argv)
-    result = breakdown(args.batch_size, args.steps, args.lrn)
+    try:
+        result = breakdown(args.batch_size, args.steps, args.lrn, args.device)
+    except ValueError as error:
+        parser.error(str(error))
     total = sum(result["ms_per_type"].values())
-    print(f"CIFAR-10 step, batch {args.batch_size}, {'with' if args.lrn else 'without'} LRN: "
+    print(f"CIFAR-10 step on the {args.device.upper()}, batch {args.batch_size}, "
+          f"{'with' if args.lrn else 'without'} LRN: "
           f"{total:.1f} ms of kernels; CPU flags: {' '.join(result['cpu_flags'])}; "
           f"SGEMM 2048^3: {result['sgemm_2048_gflops']:.1f} GFLOP/s")
     print("| op type | ms per step | share |\n| --- | ---: | ---: |")

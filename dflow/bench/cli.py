@@ -136,6 +136,9 @@ def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:
     legacy.add_argument("--memory", action="store_true",
                         help="--local --peers: also each framework's peak step memory at each batch size "
                              "(MiB, a fresh process per framework and batch size) and dflow's ratio")
+    legacy.add_argument("--device", choices=("cpu", "gpu"), default=None,
+                        help="--local --peers: where every framework computes (default cpu; gpu: "
+                             "dflow and TensorFlow under tf.device('/gpu:0'), PyTorch on CUDA)")
     legacy.add_argument("--rounds", type=int, default=3, help="--local --peers: timed rounds (default 3)")
     legacy.add_argument("--baseline", metavar="PATH",
                         help="--local --peers: also time the dflow of this source tree (before/after)")
@@ -156,8 +159,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _module(SUBCOMMANDS[command][1]).main(args)
     if args.peers and not args.local:
         parser.error("--peers compares frameworks in the local benchmark: add --local")
-    if not args.peers and (args.memory or args.lrn is not None):
-        flag = "--memory" if args.memory else "--lrn/--no-lrn"
+    if not args.peers and (args.memory or args.lrn is not None or args.device):
+        flag = "--memory" if args.memory else "--device" if args.device else "--lrn/--no-lrn"
         parser.error(f"{flag} belongs to --local --peers: add --local --peers")
     if args.local or args.distributed:
         return _run_legacy(args, parser)
@@ -192,7 +195,8 @@ def _run_legacy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             results = peers.run(args.batch_sizes or (1, 10, 100), warmup=args.num_warmup_batches,
                                 steps=args.num_batches, rounds=args.rounds, lrn=args.lrn,
                                 baseline=args.baseline, echo=lambda line: print(line, flush=True),
-                                model=args.model or "cifar10", memory=args.memory)
+                                model=args.model or "cifar10", memory=args.memory,
+                                device=args.device or "cpu")
         except ValueError as error:  # a combination it cannot run, said before anything starts
             parser.error(str(error))
         from .local import write_results

@@ -13,6 +13,10 @@ on every framework alike. A ratio is taken within a round (dflow's images/sec ov
 peer's in the same round) and reported as its median and its spread (min-max) across
 rounds.
 
+With ``device="gpu"`` (``--device gpu``) every framework computes on the GPU: dflow and
+TensorFlow build the graph under ``tf.device("/gpu:0")``, PyTorch moves its model and batch
+to CUDA, and every timed step ends when the GPU has done its work.
+
 With ``memory``, each framework also trains a few steps at each batch size in a fresh
 process of its own, and its peak resident memory while it trains, minus its resident
 memory just before the first step, is reported beside its images/sec
@@ -40,8 +44,8 @@ import numpy
 
 from .cifar_step import time_steps
 
-__all__ = ["FRAMEWORKS", "PEER_MODELS", "available", "graph_session", "run", "spread", "step_memory",
-           "steps_for"]
+__all__ = ["DEVICES", "FRAMEWORKS", "PEER_MODELS", "available", "graph_session", "run", "spread",
+           "step_memory", "steps_for"]
 
 #: the frameworks in the order they are reported; dflow's ratios are against the others
 FRAMEWORKS = ("dflow", "pytorch", "tensorflow")
@@ -56,6 +60,8 @@ PEER_MODELS = {
     # dflow.models' train_defaults for mnist_dnn: Adam 1e-3
     "mnist_dnn": ("MNIST-DNN 784-512-512-10 ReLU", (784,), ("adam", 1e-3)),
 }
+#: where the frameworks compute: ``--device``
+DEVICES = ("cpu", "gpu")
 #: steps that :func:`step_memory` runs after its baseline reading (the first allocates most)
 MEMORY_STEPS = 3
 
@@ -83,15 +89,16 @@ def _synthetic_batch(batch_size: int, model: str = "cifar10"):
             rng.integers(0, 10, batch_size).astype(numpy.int32))
 
 
-def _graph_step(tf, batch_size: int, lrn: bool, model: str = "cifar10"):
-    session, train_op, feeds = graph_session(tf, batch_size, lrn, model)
+def _graph_step(tf, batch_size: int, lrn: bool, model: str = "cifar10", device: str = "cpu"):
+    session, train_op, feeds = graph_session(tf, batch_size, lrn, model, device)
     return lambda: session.run(train_op, feeds)
 
 
-def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10"):
+def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10", device: str = "cpu"):
     """``model``'s training step (:data:`PEER_MODELS`) written once in the TF 1.x API, built
-    with ``tf`` = ``dflow`` or ``tensorflow.compat.v1``: the same graph for both. Returns the
-    initialized session, the train op and the feeds of a synthetic batch.
+    with ``tf`` = ``dflow`` or ``tensorflow.compat.v1``: the same graph for both, its model,
+    loss and updates on ``/gpu:0`` when ``device`` is "gpu". Returns the initialized session,
+    the train op and the feeds of a synthetic batch.
 
     >>> import dflow
     >>> session, train_op, feeds = graph_session(dflow, 2, model="mnist_dnn")
@@ -101,13 +108,14 @@ def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10")
     with graph.as_default():
         images = tf.placeholder(tf.float32, [batch_size, *PEER_MODELS[model][1]])
         labels = tf.placeholder(tf.int32, [batch_size])
-        logits, decayed = _LOGITS[model](tf, images, lrn)
-        cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")  # found by name
-        loss = tf.add_n([cross_entropy, *decayed]) if decayed else cross_entropy
-        optimizer, learning_rate = PEER_MODELS[model][2]
-        train_op = (tf.train.AdamOptimizer(learning_rate) if optimizer == "adam"
-                    else tf.train.GradientDescentOptimizer(learning_rate)).minimize(loss)
+        with tf.device("/gpu:0" if device == "gpu" else None):
+            logits, decayed = _LOGITS[model](tf, images, lrn)
+            cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")  # found by name
+            loss = tf.add_n([cross_entropy, *decayed]) if decayed else cross_entropy
+            optimizer, learning_rate = PEER_MODELS[model][2]
+            train_op = (tf.train.AdamOptimizer(learning_rate) if optimizer == "adam"
+                        else tf.train.GradientDescentOptimizer(learning_rate)).minimize(loss)
         init = tf.global_variables_initializer()
     session = tf.Session(graph=graph)
     session.run(init)
@@ -196,25 +204,35 @@ def _mnist_dnn_logits(tf, images, lrn: bool):
 _LOGITS = {"cifar10": _cifar10_logits, "deep_mnist": _deep_mnist_logits, "mnist_dnn": _mnist_dnn_logits}
 
 
-def _dflow_step(batch_size: int, lrn: bool, model: str = "cifar10"):
+def _dflow_step(batch_size: int, lrn: bool, model: str = "cifar10", device: str = "cpu"):
     import dflow
 
-    return _graph_step(dflow, batch_size, lrn, model)
+    return _graph_step(dflow, batch_size, lrn, model, device)
 
 
-def _tensorflow_step(batch_size: int, lrn: bool, model: str = "cifar10"):
+def _tensorflow_step(batch_size: int, lrn: bool, model: str = "cifar10", device: str = "cpu"):
     import tensorflow
 
     tensorflow.compat.v1.disable_eager_execution()
-    return _graph_step(tensorflow.compat.v1, batch_size, lrn, model)
+    return _graph_step(tensorflow.compat.v1, batch_size, lrn, model, device)
 
 
-def _pytorch_step(batch_size: int, lrn: bool, model: str = "cifar10"):
-    """The same model in PyTorch (NCHW, its CPU default), the same initial scales and optimizer."""
+def _pytorch_step(batch_size: int, lrn: bool, model: str = "cifar10", device: str = "cpu"):
+    """The same model in PyTorch (NCHW, its default), the same initial scales and optimizer; on
+    the GPU each step waits for CUDA's queued kernels, as a graph step's run does."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    return _PYTORCH_STEPS[model](torch, batch_size, lrn)
+    if device == "cpu":
+        return _PYTORCH_STEPS[model](torch, batch_size, lrn)
+    with torch.device("cuda"):  # parameters made here are on the GPU
+        step = _PYTORCH_STEPS[model](torch, batch_size, lrn)
+
+    def step_on_gpu():
+        step()
+        torch.cuda.synchronize()
+
+    return step_on_gpu
 
 
 def _pytorch_cifar10(torch, batch_size: int, lrn: bool):
@@ -231,8 +249,8 @@ def _pytorch_cifar10(torch, batch_size: int, lrn: bool):
         nn.Flatten(), local3, nn.ReLU(), local4, nn.ReLU(), nn.Linear(192, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     x, y = _synthetic_batch(batch_size)
-    images = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
-    labels = torch.from_numpy(y).long()
+    images = torch.as_tensor(x).permute(0, 3, 1, 2).contiguous()
+    labels = torch.as_tensor(y).long()
 
     def step():
         optimizer.zero_grad()
@@ -264,7 +282,7 @@ def _pytorch_deep_mnist(torch, batch_size: int, lrn: bool):
     model = nn.Sequential(conv1, nn.ReLU(), nn.MaxPool2d(2, 2), conv2, nn.ReLU(), nn.MaxPool2d(2, 2),
                           nn.Flatten(), fc1, nn.ReLU(), fc2)
     x, y = _synthetic_batch(batch_size, "deep_mnist")
-    return _pytorch_classifier_step(torch, model, torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(),
+    return _pytorch_classifier_step(torch, model, torch.as_tensor(x).permute(0, 3, 1, 2).contiguous(),
                                     y, "deep_mnist")
 
 
@@ -278,7 +296,7 @@ def _pytorch_mnist_dnn(torch, batch_size: int, lrn: bool):
                                   lambda layer: 1.0 / math.sqrt(layer.in_features), 0.0)
     model = nn.Sequential(*[m for layer in layers[:-1] for m in (layer, nn.ReLU())], layers[-1])
     x, y = _synthetic_batch(batch_size, "mnist_dnn")
-    return _pytorch_classifier_step(torch, model, torch.from_numpy(x), y, "mnist_dnn")
+    return _pytorch_classifier_step(torch, model, torch.as_tensor(x), y, "mnist_dnn")
 
 
 def _pytorch_classifier_step(torch, model, images, labels, name: str):
@@ -286,7 +304,7 @@ def _pytorch_classifier_step(torch, model, images, labels, name: str):
     optimizer, learning_rate = PEER_MODELS[name][2]
     optimizer = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(model.parameters(),
                                                                               lr=learning_rate)
-    labels = torch.from_numpy(labels).long()
+    labels = torch.as_tensor(labels).long()
 
     def step():
         optimizer.zero_grad()
@@ -320,7 +338,7 @@ def _use_checkout(path: str) -> None:
 
 
 def _serve(connection, framework: str, lrn: bool, checkout: str | None = None,
-           model: str = "cifar10") -> None:
+           model: str = "cifar10", device: str = "cpu") -> None:
     """A framework's process: ``(batch, warmup, steps)`` requests in, step seconds out.
     With ``checkout``, the dflow of that source tree (``--baseline``) runs the step."""
     steps_at: dict[int, object] = {}
@@ -332,7 +350,7 @@ def _serve(connection, framework: str, lrn: bool, checkout: str | None = None,
             batch_size, warmup, steps = request
             try:
                 if batch_size not in steps_at:
-                    steps_at[batch_size] = _BUILDERS[framework](batch_size, lrn, model)
+                    steps_at[batch_size] = _BUILDERS[framework](batch_size, lrn, model, device)
                 connection.send(("ok", time_steps(steps_at[batch_size], warmup, steps)))
             except Exception:
                 connection.send(("error", traceback.format_exc()))
@@ -406,12 +424,13 @@ def measure_step_memory(framework: str, batch_size: int, model: str = "cifar10",
 class _Framework:
     """One framework's process and the pipe to it."""
 
-    def __init__(self, name: str, lrn: bool, checkout: str | None = None, model: str = "cifar10"):
+    def __init__(self, name: str, lrn: bool, checkout: str | None = None, model: str = "cifar10",
+                 device: str = "cpu"):
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no shared threads
         self.name = "dflow@baseline" if checkout else name
         self.framework, self.checkout = name, checkout
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, name, lrn, checkout, model),
+        self._process = context.Process(target=_serve, args=(child, name, lrn, checkout, model, device),
                                         daemon=True)
         self._process.start()
         child.close()
@@ -458,7 +477,8 @@ def _load() -> str:
 
 def run(batch_sizes=(1, 10, 100), warmup: int = 10, steps: int = 20, rounds: int = 3,
         lrn: bool | None = None, frameworks: tuple[str, ...] | None = None, baseline: str | None = None,
-        timeout: float = 600.0, echo=print, model: str = "cifar10", memory: bool = False) -> dict:
+        timeout: float = 600.0, echo=print, model: str = "cifar10", memory: bool = False,
+        device: str = "cpu") -> dict:
     """Interleaved rounds of every installed framework at each batch size; print a table of
     images/sec (median, min-max over rounds) and dflow's ratios, and return the results.
 
@@ -466,7 +486,8 @@ def run(batch_sizes=(1, 10, 100), warmup: int = 10, steps: int = 20, rounds: int
     when None) applies to ``cifar10`` only. ``baseline``: a dflow source tree (another
     checkout, say main) timed beside this one as ``dflow@baseline``: a before/after in the
     same rounds. ``memory``: also each framework's peak step memory at each batch size, in a
-    fresh process per framework and batch size (:func:`measure_step_memory`).
+    fresh process per framework and batch size (:func:`measure_step_memory`). ``device``: one of
+    :data:`DEVICES`.
 
     >>> run([2], model="mnist_dnn", lrn=False)
     Traceback (most recent call last):
@@ -478,6 +499,17 @@ def run(batch_sizes=(1, 10, 100), warmup: int = 10, steps: int = 20, rounds: int
     if lrn is not None and model != "cifar10":
         raise ValueError(f"--lrn/--no-lrn choose the CIFAR-10 CNN's LRN layers; {model} has none: "
                          "leave them out")
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r} for --peers; choose one of: {', '.join(DEVICES)}")
+    if device == "gpu":
+        from ..runtime.devices import gpu_namespace
+
+        if gpu_namespace() is None:
+            raise ValueError("--device gpu: dflow finds no GPU here (it computes on GPUs through CuPy: "
+                             "pip install 'dflow[gpu]' on a machine with an NVIDIA GPU)")
+    if memory and device != "cpu":
+        raise ValueError("--memory measures each step's resident host memory, not the GPU's: "
+                         "leave out --memory or --device gpu")
     lrn = model == "cifar10" and lrn is not False
     if baseline is not None and not os.path.isdir(os.path.join(baseline, "dflow")):
         raise ValueError(f"--baseline {baseline!r} is not a dflow source tree (no dflow/ in it): "
@@ -495,17 +527,18 @@ def run(batch_sizes=(1, 10, 100), warmup: int = 10, steps: int = 20, rounds: int
     if model == "cifar10":
         title += " with LRN" if lrn else " without LRN (--no-lrn)"
     optimizer_name = {"sgd": "SGD", "adam": "Adam"}[optimizer]
-    echo(f"{title}, {optimizer_name} {learning_rate:g}, synthetic data; each framework in its own process, "
+    echo(f"{title}, {optimizer_name} {learning_rate:g}, synthetic data, on the {device.upper()}; "
+         "each framework in its own process, "
          f"{warmup} warm-up steps, then {rounds} interleaved rounds")
     if missing:
         echo(f"not installed, left out: {', '.join(_MODULES[m] for m in missing)} "
              f"(pip install {' '.join(_MODULES[m] for m in missing)})")
-    results = {"model": model, "lrn": lrn, "optimizer": optimizer, "learning_rate": learning_rate,
-               "rounds": rounds, "warmup_steps": warmup, "load_before": _load(), "versions": {},
-               "batches": []}
-    workers = [_Framework(name, lrn, model=model) for name in names]
+    results = {"model": model, "lrn": lrn, "device": device, "optimizer": optimizer,
+               "learning_rate": learning_rate, "rounds": rounds, "warmup_steps": warmup,
+               "load_before": _load(), "versions": {}, "batches": []}
+    workers = [_Framework(name, lrn, model=model, device=device) for name in names]
     if baseline is not None:
-        workers.insert(1, _Framework("dflow", lrn, checkout=baseline, model=model))
+        workers.insert(1, _Framework("dflow", lrn, checkout=baseline, model=model, device=device))
     try:
         for worker in workers:
             results["versions"][worker.name] = worker.started(timeout)
