@@ -20,7 +20,7 @@ def stand_in_gpu(monkeypatch):
     monkeypatch.setattr(runners, "gpu_namespace", lambda: array_api_strict)
 
 
-def _train(model_device: str, loss_device: str, steps: int = 3):
+def _train(model_device: str | None, loss_device: str | None, steps: int = 3, config=None):
     """A small conv net trained by SGD with its model on one device and its loss on another:
     the losses, the trained kernel, and the session's stored value of the kernel."""
     with tf.Graph().as_default():
@@ -33,16 +33,19 @@ def _train(model_device: str, loss_device: str, steps: int = 3):
             loss = tf.reduce_mean(tf.square(pooled - 0.5))
         with tf.device(model_device):
             train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
-        with tf.Session() as sess:
+        with tf.Session(config=config) as sess:
             sess.run(tf.global_variables_initializer())
             losses = [sess.run([train, loss], {images: IMAGES})[1] for _ in range(steps)]
             return losses, sess.run(kernel), sess.runner.state.read_variable(kernel.op.name)
 
 
-@pytest.mark.parametrize("loss_device", ["/gpu:0", "/cpu:0"], ids=["all-on-gpu", "loss-on-cpu"])
-def test_a_step_on_the_gpu_gives_the_cpu_s_numbers(stand_in_gpu, loss_device):
+@pytest.mark.parametrize("model_device, loss_device",
+                         [("/gpu:0", "/gpu:0"), ("/gpu:0", "/cpu:0"), (None, None)],
+                         ids=["all-on-gpu", "loss-on-cpu", "no-device-given"])
+def test_a_step_on_the_gpu_gives_the_cpu_s_numbers(stand_in_gpu, model_device, loss_device):
+    """On the GPU, asked for or (no device given) by TF's default: the CPU's numbers."""
     cpu_losses, cpu_kernel, cpu_stored = _train("/cpu:0", "/cpu:0")
-    gpu_losses, gpu_kernel, gpu_stored = _train("/gpu:0", loss_device)
+    gpu_losses, gpu_kernel, gpu_stored = _train(model_device, loss_device)
     on_host = (np.ndarray, np.generic)
     assert all(isinstance(value, on_host) for value in (*gpu_losses, gpu_kernel))  # fetched to the host
     assert type(gpu_stored).__module__.startswith("array_api_strict")  # the variable stays on the GPU
@@ -50,3 +53,32 @@ def test_a_step_on_the_gpu_gives_the_cpu_s_numbers(stand_in_gpu, loss_device):
     np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-5)
     np.testing.assert_allclose(gpu_kernel, cpu_kernel, rtol=1e-5, atol=1e-6)
     assert gpu_losses[-1] < gpu_losses[0]
+
+
+def _placed(fetches, feeds, config=None) -> dict[str, str]:
+    """The device type each op of the plan that fetches ``fetches`` runs on, by op name."""
+    with tf.Session(config=config) as sess:
+        sess.run(fetches, feeds)
+        plan = sess.runner.plans.values()[-1].schedule
+    return {node.name: node.device_type for node in plan.nodes.values()}
+
+
+def test_without_a_device_ops_prefer_the_gpu_but_not_those_without_a_gpu_kernel(stand_in_gpu):
+    """TF's placer: an op with a GPU kernel and no device type asked for runs on the GPU; an op
+    of strings, a summary, a queue or a Print stays on the CPU; an explicit /cpu:0 is kept."""
+    x = tf.placeholder(tf.float32, [3])
+    total = tf.reduce_sum(tf.square(x))
+    queue = tf.FIFOQueue(2, [tf.float32], shapes=[[]])
+    with tf.device("/cpu:0"):
+        negated = tf.negative(total)
+    fetches = [tf.Print(total, [total], "total: "), tf.summary.scalar("total", total),
+               queue.enqueue([total]), negated, tf.constant(["a", "b"])]
+    placed = _placed(fetches, {x: np.ones(3, np.float32)})
+    assert placed[total.op.name] == placed[total.op.inputs[0].op.name] == "GPU"
+    assert all(placed[fetch.op.name if hasattr(fetch, "op") else fetch.name] == "CPU" for fetch in fetches)
+    assert placed[queue.queue_ref.op.name] == "CPU"
+
+
+def test_device_count_gpu_0_keeps_a_session_on_the_cpu(stand_in_gpu):
+    losses, _, stored = _train(None, None, steps=1, config=tf.ConfigProto(device_count={"GPU": 0}))
+    assert type(stored) is np.ndarray

@@ -155,6 +155,24 @@ def test_scatter_add_sub_update():
             sess.run(tf.scatter_add(table, [4], [[1.0, 1.0]]))
 
 
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+def test_scatters_on_other_namespaces(xp):
+    """The scatters on array_api_strict (which has no assignment through an index array: a
+    one-hot product stands in) and CuPy: the variable's rows as NumPy's."""
+    table = tf.Variable(tf.zeros([4, 2]), name="table")
+    updates = [tf.scatter_add(table, [1, 3, 1], [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]),
+               tf.scatter_sub(table, tf.constant([3]), [[0.5, 0.5]]),
+               tf.scatter_update(table, [0, 2], [[9.0, 8.0], [7.0, 6.0]])]
+    state = SessionState()
+    with tf.Session() as sess:
+        for fetch in [table.initializer, *updates]:
+            sess.run(fetch)
+            execute(sess.runner.plans.values()[-1].schedule, {}, state, {"CPU": xp})
+        want = sess.run(table)
+    np.testing.assert_array_equal(to_host(state.read_variable(table.op.name)), want)
+    np.testing.assert_array_equal(want, [[9, 8], [4, 4], [7, 6], [1.5, 1.5]])
+
+
 # ---- candidate samplers ---------------------------------------------------------------------------
 def _log_uniform(k, range_max):
     return math.log((k + 2.0) / (k + 1.0)) / math.log(range_max + 1.0)

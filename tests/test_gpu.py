@@ -12,9 +12,9 @@ pytestmark = pytest.mark.gpu
 
 def _model(device):
     rng = np.random.default_rng(0)
-    images = tf.constant(rng.standard_normal((4, 8, 8, 3)).astype(np.float32))
-    kernel = tf.Variable(rng.standard_normal((3, 3, 3, 5)).astype(np.float32))
     with tf.device(device):
+        images = tf.constant(rng.standard_normal((4, 8, 8, 3)).astype(np.float32))
+        kernel = tf.Variable(rng.standard_normal((3, 3, 3, 5)).astype(np.float32))
         conv = tf.nn.relu(tf.nn.conv2d(images, kernel, [1, 1, 1, 1], "SAME"))
         pooled = tf.nn.max_pool(conv, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
         loss = tf.reduce_mean(tf.square(pooled))
@@ -35,12 +35,14 @@ def test_gpu_ops_match_cpu():
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("gpu_device", ["gpu", None], ids=["on-gpu0", "no-device-given"])
 @pytest.mark.parametrize("model", list(PEER_MODELS))
-def test_training_steps_on_the_gpu_match_the_cpu(model):
-    """The benchmark's models (SGD, Adam) trained 3 steps from the same initial values on each
-    device: the same losses; the GPU's variables stay CuPy arrays between steps."""
+def test_training_steps_on_the_gpu_match_the_cpu(model, gpu_device):
+    """The benchmark's models (SGD, Adam) trained 3 steps from the same initial values on the
+    CPU and on the GPU (asked for, or TF's default for ops of no device): the same losses; the
+    GPU's variables stay CuPy arrays between steps."""
     cpu, train_cpu, feeds_cpu = graph_session(tf, 8, model=model)
-    gpu, train_gpu, feeds_gpu = graph_session(tf, 8, model=model, device="gpu")
+    gpu, train_gpu, feeds_gpu = graph_session(tf, 8, model=model, device=gpu_device)
     with cpu.graph.as_default():
         cpu_variables = tf.trainable_variables()
     with gpu.graph.as_default():
@@ -58,7 +60,8 @@ def test_training_steps_on_the_gpu_match_the_cpu(model):
 
 
 def _nodes(sess):
-    return [n for plan in sess.runner.plans.values() for n in plan.schedule.nodes.values()]
+    """The ops of the session's last plan (not the initializer's: it is on the default device)."""
+    return list(sess.runner.plans.values()[-1].schedule.nodes.values())
 
 
 def test_cuda_cluster_computes_on_its_gpu_worker():

@@ -94,28 +94,29 @@ def _graph_step(tf, batch_size: int, lrn: bool, model: str = "cifar10", device: 
     return lambda: session.run(train_op, feeds)
 
 
-def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10", device: str = "cpu"):
+def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10",
+                  device: str | None = "cpu"):
     """``model``'s training step (:data:`PEER_MODELS`) written once in the TF 1.x API, built
-    with ``tf`` = ``dflow`` or ``tensorflow.compat.v1``: the same graph for both, its model,
-    loss and updates on ``/gpu:0`` when ``device`` is "gpu". Returns the initialized session,
-    the train op and the feeds of a synthetic batch.
+    with ``tf`` = ``dflow`` or ``tensorflow.compat.v1``: the same graph for both, every op of
+    it on ``/cpu:0`` or ``/gpu:0`` (``device`` "cpu" or "gpu"; None: where the framework
+    places ops of no device, a GPU where there is one). Returns the initialized session, the
+    train op and the feeds of a synthetic batch.
 
     >>> import dflow
     >>> session, train_op, feeds = graph_session(dflow, 2, model="mnist_dnn")
     >>> session.run(train_op, feeds)
     """
     graph = tf.Graph()
-    with graph.as_default():
+    with graph.as_default(), tf.device(device and f"/{device}:0"):
         images = tf.placeholder(tf.float32, [batch_size, *PEER_MODELS[model][1]])
         labels = tf.placeholder(tf.int32, [batch_size])
-        with tf.device("/gpu:0" if device == "gpu" else None):
-            logits, decayed = _LOGITS[model](tf, images, lrn)
-            cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")  # found by name
-            loss = tf.add_n([cross_entropy, *decayed]) if decayed else cross_entropy
-            optimizer, learning_rate = PEER_MODELS[model][2]
-            train_op = (tf.train.AdamOptimizer(learning_rate) if optimizer == "adam"
-                        else tf.train.GradientDescentOptimizer(learning_rate)).minimize(loss)
+        logits, decayed = _LOGITS[model](tf, images, lrn)
+        cross_entropy = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(labels, tf.int64), logits=logits), name="cross_entropy")  # found by name
+        loss = tf.add_n([cross_entropy, *decayed]) if decayed else cross_entropy
+        optimizer, learning_rate = PEER_MODELS[model][2]
+        train_op = (tf.train.AdamOptimizer(learning_rate) if optimizer == "adam"
+                    else tf.train.GradientDescentOptimizer(learning_rate)).minimize(loss)
         init = tf.global_variables_initializer()
     session = tf.Session(graph=graph)
     session.run(init)

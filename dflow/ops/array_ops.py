@@ -635,7 +635,9 @@ def _encode_key(key) -> list:
 def _decode_key(spec) -> tuple:
     decode = {"ellipsis": lambda: Ellipsis, "newaxis": lambda: None,
               "slice": lambda a, b, c: slice(a, b, c), "index": lambda i: i}
-    return tuple(decode[kind](*args) for kind, *args in spec)
+    key = tuple(decode[kind](*args) for kind, *args in spec)
+    # x[0] of a matrix means x[0, ...]: NumPy and CuPy fill in the ellipsis, the standard does not
+    return key if Ellipsis in key else (*key, Ellipsis)
 
 
 def _slice_infer(inputs, spec):

@@ -63,7 +63,7 @@ def _nearest_kernel(xp, points, centers, k):
     return xp.astype(nearest, xp.int64), picked
 
 
-defop("NearestNeighbors", _nearest_infer, _nearest_kernel, num_outputs=2)
+defop("NearestNeighbors", _nearest_infer, _nearest_kernel, num_outputs=2, gpu=False)
 
 
 def nearest_neighbors(points, centers, k, name=None) -> tuple[Tensor, Tensor]:
@@ -127,7 +127,7 @@ def _add_centers_kernel(state, xp, centers, candidates, num_clusters, method, se
     return xp.asarray(new)
 
 
-defop("KMeansAddCenters", _add_centers_infer, _add_centers_kernel, stateful=True)
+defop("KMeansAddCenters", _add_centers_infer, _add_centers_kernel, stateful=True, gpu=False)
 
 
 def kmeans_add_centers(centers, candidates, num_clusters, method, seed, num_retries=2,

@@ -87,9 +87,9 @@ def _broadcast_kernel(state, xp, *tensors, group, instance_key, names, root=0):
 
 # not differentiable: they sit between the gradients and the updates, as in TF
 defop("CollectiveAllReduce", _same_as_inputs, _all_reduce_kernel, stateful=True, num_outputs=None,
-      asynchronous=True)
+      asynchronous=True, gpu=False)
 defop("CollectiveBroadcast", _same_as_inputs, _broadcast_kernel, stateful=True, num_outputs=None,
-      asynchronous=True)
+      asynchronous=True, gpu=False)
 
 
 def all_reduce(tensors, group, instance_key: str, average: bool = False, algorithm: str = "auto",

@@ -43,4 +43,4 @@ def _next_kernel(state, xp, spec, shared_name, image_shape, image_dtype):
                               "epoch(s)") from None
 
 
-defop("DatasetNext", _next_infer, _next_kernel, stateful=True, num_outputs=2)
+defop("DatasetNext", _next_infer, _next_kernel, stateful=True, num_outputs=2, gpu=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import array_api_compat
 import numpy as np  # the candidate samplers draw on the host, as TF's CPU kernels do
 
 from .. import dtypes
@@ -266,8 +267,15 @@ def _add_rows(xp, table, ids, rows):
 
 
 def _set_rows(xp, table, ids, rows):
-    table[ids] = rows
-    return table
+    if array_api_compat.is_numpy_namespace(xp) or array_api_compat.is_cupy_namespace(xp):
+        table[ids] = rows
+        return table
+    # the standard has no assignment through an index array: the rows picked by a one-hot
+    # product (ids that repeat add up; TF leaves their order unspecified anyway)
+    onehot = xp.astype(ids[:, None] == xp.arange(table.shape[0], dtype=ids.dtype)[None, :], table.dtype)
+    picked = xp.matmul(xp.matrix_transpose(onehot), xp.reshape(rows, (ids.shape[0], -1)))
+    hit = xp.reshape(xp.sum(onehot, axis=0) > 0, (-1,) + (1,) * (table.ndim - 1))
+    return xp.where(hit, xp.reshape(picked, table.shape), table)
 
 
 def _scatter_kernel(combine):
@@ -369,7 +377,7 @@ def _shard_ids_kernel(xp, ids, sizes, strategy):
 
 
 defop("EmbeddingShardIds", lambda inputs, sizes, strategy: [inputs[0], inputs[0]], _shard_ids_kernel,
-      num_outputs=2)
+      num_outputs=2, gpu=False)
 
 
 def _sharded_lookup(shards, ids, strategy):
@@ -510,7 +518,7 @@ def _sampler_kernel(state, xp, true_classes, num_true, num_sampled, unique, rang
             xp.asarray(sampled_expected.astype(np.float32)))
 
 
-defop("CandidateSampler", _sampler_infer, _sampler_kernel, stateful=True, num_outputs=3)
+defop("CandidateSampler", _sampler_infer, _sampler_kernel, stateful=True, num_outputs=3, gpu=False)
 
 
 def _candidate_sampler(distribution, true_classes, num_true, num_sampled, unique, range_max, seed,

@@ -430,7 +430,7 @@ def _decode_infer(inputs, channels, kind):
     return [Spec((None, None, channels or None), dtypes.uint8)]
 
 
-defop("DecodeImage", _decode_infer, _decode_kernel)
+defop("DecodeImage", _decode_infer, _decode_kernel, gpu=False)
 
 
 def _decode(contents, channels, kind, dtype, name):

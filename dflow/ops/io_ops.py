@@ -151,7 +151,7 @@ def _scalar_string(inputs, **_):
 
 
 for _kind in _RECORD_KINDS:
-    defop(_kind, _scalar_string, _reader_kernel(_kind), stateful=True)
+    defop(_kind, _scalar_string, _reader_kernel(_kind), stateful=True, gpu=False)
 
 
 def _read_kernel(state, xp, reader, queue):
@@ -162,10 +162,10 @@ def _read_kernel(state, xp, reader, queue):
 
 
 defop("ReaderReadV2", lambda inputs: [Spec((), dtypes.string)] * 2, _read_kernel, stateful=True,
-      num_outputs=2)
+      num_outputs=2, gpu=False)
 defop("ReaderNumRecordsProducedV2", lambda inputs: [Spec((), dtypes.int64)],
       lambda state, xp, reader: xp.asarray(state.resources[str(reader)].records_produced, dtype=xp.int64),
-      stateful=True)
+      stateful=True, gpu=False)
 
 
 class ReaderBase:
@@ -255,7 +255,7 @@ def _decode_raw_kernel(xp, data, out_type, little_endian):
     return xp.asarray(native.reshape(*items.shape, -1))
 
 
-defop("DecodeRaw", _decode_raw_infer, _decode_raw_kernel)
+defop("DecodeRaw", _decode_raw_infer, _decode_raw_kernel, gpu=False)
 
 
 def decode_raw(bytes, out_type, little_endian=True, name=None) -> Tensor:  # noqa: A002 - TF's name
@@ -285,7 +285,7 @@ def _shuffle_rows_kernel(state, xp, *values, seed):
 
 
 defop("RandomShuffleRows", lambda inputs, seed: [spec._replace(value=None) for spec in inputs],
-      _shuffle_rows_kernel, stateful=True, num_outputs=None)
+      _shuffle_rows_kernel, stateful=True, num_outputs=None, gpu=False)
 
 
 def shuffle_together(values, seed=None, name=None) -> list[Tensor]:
@@ -308,7 +308,7 @@ def _count_up_to_kernel(state, xp, ref, limit, var):
 
 
 defop("CountUpTo", lambda inputs, limit, var: [Spec((), inputs[0].dtype)], _count_up_to_kernel,
-      stateful=True)
+      stateful=True, gpu=False)
 
 
 def count_up_to(ref, limit, name=None) -> Tensor:
@@ -329,7 +329,7 @@ def _read_file_kernel(xp, filename):
         return numpy.array(file.read(), dtype=object)
 
 
-defop("ReadFile", lambda inputs: [Spec((), dtypes.string)], _read_file_kernel)
+defop("ReadFile", lambda inputs: [Spec((), dtypes.string)], _read_file_kernel, gpu=False)
 
 
 def read_file(filename, name=None) -> Tensor:
@@ -431,7 +431,7 @@ def _decode_csv_infer(inputs, defaults, **_):
     return [Spec(inputs[0].shape, dtype) for dtype, _ in defaults]
 
 
-defop("DecodeCSV", _decode_csv_infer, _decode_csv_kernel, num_outputs=None)
+defop("DecodeCSV", _decode_csv_infer, _decode_csv_kernel, num_outputs=None, gpu=False)
 
 
 def decode_csv(records, record_defaults, field_delim=",", use_quote_delim=True, name=None, na_value="",

@@ -374,8 +374,8 @@ def _to_string_handle_kernel(xp, handle):
     return numpy.asarray(str(handle).encode(), dtype=object)  # TF hands string handles out as bytes
 
 
-defop("IteratorV2", _handle_infer, _handle_kernel, stateful=True)
-defop("OneShotIterator", _handle_infer, _one_shot_kernel, stateful=True)
-defop("MakeIterator", lambda inputs, plan: [], _make_iterator_kernel, stateful=True, num_outputs=0)
-defop("IteratorToStringHandle", _handle_infer, _to_string_handle_kernel)
-defop("IteratorGetNext", _get_next_infer, _get_next_kernel, stateful=True, num_outputs=None)
+defop("IteratorV2", _handle_infer, _handle_kernel, stateful=True, gpu=False)
+defop("OneShotIterator", _handle_infer, _one_shot_kernel, stateful=True, gpu=False)
+defop("MakeIterator", lambda inputs, plan: [], _make_iterator_kernel, stateful=True, num_outputs=0, gpu=False)
+defop("IteratorToStringHandle", _handle_infer, _to_string_handle_kernel, gpu=False)
+defop("IteratorGetNext", _get_next_infer, _get_next_kernel, stateful=True, num_outputs=None, gpu=False)

@@ -579,7 +579,7 @@ def _host_scalar(value):
 
 
 defop("Print", lambda inputs, **_: [inputs[0]._replace(value=None)], _print_kernel,
-      lambda op, g: [g] + [None] * (len(op.inputs) - 1), stateful=True)
+      lambda op, g: [g] + [None] * (len(op.inputs) - 1), stateful=True, gpu=False)
 
 
 def Print(input_, data, message=None, first_n=None, summarize=None, name=None) -> Tensor:  # noqa: N802
@@ -603,7 +603,7 @@ def _assert_kernel(xp, condition, *data, message, summarize):
     return ()
 
 
-defop("Assert", lambda inputs, **_: [], _assert_kernel, num_outputs=0)
+defop("Assert", lambda inputs, **_: [], _assert_kernel, num_outputs=0, gpu=False)
 
 
 def Assert(condition, data, summarize=None, name=None):  # noqa: N802 - TF's name

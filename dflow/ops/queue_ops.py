@@ -211,17 +211,23 @@ def _stack(xp, parts, dtype):
     return xp.stack(parts)
 
 
+# queues hold Python lists of host arrays: no GPU kernels
 defop("FIFOQueueV2", _handle_infer,
-      lambda state, xp, **attrs: _make_queue_kernel(state, xp, shuffle=False, **attrs), stateful=True)
+      lambda state, xp, **attrs: _make_queue_kernel(state, xp, shuffle=False, **attrs), stateful=True,
+      gpu=False)
 defop("RandomShuffleQueueV2", _handle_infer,
-      lambda state, xp, **attrs: _make_queue_kernel(state, xp, shuffle=True, **attrs), stateful=True)
-defop("QueueEnqueueV2", _enqueue_infer, _enqueue_kernel, stateful=True, num_outputs=0, blocking=True)
-defop("QueueDequeueV2", _dequeue_infer, _dequeue_kernel, stateful=True, num_outputs=None, blocking=True)
+      lambda state, xp, **attrs: _make_queue_kernel(state, xp, shuffle=True, **attrs), stateful=True,
+      gpu=False)
+defop("QueueEnqueueV2", _enqueue_infer, _enqueue_kernel, stateful=True, num_outputs=0, blocking=True,
+      gpu=False)
+defop("QueueDequeueV2", _dequeue_infer, _dequeue_kernel, stateful=True, num_outputs=None, blocking=True,
+      gpu=False)
 defop("QueueCloseV2", lambda inputs, cancel_pending_enqueues: [],
       lambda state, xp, handle, cancel_pending_enqueues:
-      _queue_of(state, handle).close(cancel_pending_enqueues) or (), stateful=True, num_outputs=0)
+      _queue_of(state, handle).close(cancel_pending_enqueues) or (), stateful=True, num_outputs=0, gpu=False)
 defop("QueueSizeV2", lambda inputs: [Spec((), dtypes_module.int32)],
-      lambda state, xp, handle: xp.asarray(_queue_of(state, handle).size(), dtype=xp.int32), stateful=True)
+      lambda state, xp, handle: xp.asarray(_queue_of(state, handle).size(), dtype=xp.int32), stateful=True,
+      gpu=False)
 
 
 # ---- the Python classes ----------------------------------------------------------------------

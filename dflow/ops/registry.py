@@ -17,6 +17,9 @@ An ``asynchronous`` kernel (the collectives) returns a ``concurrent.futures.Futu
 of its outputs; the executor runs other ops while it is pending. A ``blocking`` kernel may
 wait for another step to run (a queue's dequeue, a barrier, an accumulator's take): a
 runner must not hold the only thread that step needs while it waits.
+An op with ``gpu=False`` has no GPU kernel (files, queues, summaries, Python objects):
+where a GPU exists, an op placed on no particular device type runs on it, as TF's placer
+does, except these (and ops of strings), which stay on the CPU.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class OpDef:
     num_outputs: int | None = 1
     asynchronous: bool = False
     blocking: bool = False
+    gpu: bool = True  # its kernel runs on CuPy: a GPU is its default device where there is one
 
     @property
     def waits(self) -> bool:
@@ -61,11 +65,11 @@ OP_DEFS: dict[str, OpDef] = {}
 
 
 def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1,
-          asynchronous=False, blocking=False) -> OpDef:
+          asynchronous=False, blocking=False, gpu=True) -> OpDef:
     """Register an op. Adding an op touches only the module that calls this."""
     if name in OP_DEFS:
         raise ValueError(f"op type {name!r} is registered twice")
-    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous, blocking)
+    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous, blocking, gpu)
     OP_DEFS[name] = opdef
     return opdef
 

@@ -34,12 +34,12 @@ defop("VariableV2", lambda inputs, shape, dtype, shared_name: [Spec(shape, dtype
       stateful=True)
 # takes the reference, so it runs where the variable lives (on a cluster: its PS task)
 defop("IsVariableInitialized", lambda inputs: [Spec((), dtypes.bool)],
-      lambda state, xp, ref: xp.asarray(state.is_initialized(ref)), stateful=True)
+      lambda state, xp, ref: xp.asarray(state.is_initialized(ref)), stateful=True, gpu=False)
 # the names of the variables whose flag says "not initialized", as TF's bytes
 defop("ReportUninitialized", lambda inputs, names: [Spec((None,), dtypes.string)],
       lambda xp, *initialized, names: xp.asarray(
           [name.encode() for name, ready in zip(names, *(f.tolist() for f in initialized)) if not ready],
-          dtype=object))
+          dtype=object), gpu=False)
 defop("ReadVariable", lambda inputs: [inputs[0]._replace(value=None)],
       lambda state, xp, ref: state.read_variable(ref), stateful=True)
 

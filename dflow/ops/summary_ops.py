@@ -223,13 +223,13 @@ def _merge_kernel(xp, *summaries):
     return _as_bytes_tensor(merged)
 
 
-defop("ScalarSummary", lambda inputs, tag: _STRING_SCALAR, _scalar_kernel)
-defop("HistogramSummary", lambda inputs, tag: _STRING_SCALAR, _histogram_kernel)
-defop("ImageSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _image_kernel)
-defop("AudioSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _audio_kernel)
-defop("TextSummary", lambda inputs, tag, text=None: _STRING_SCALAR, _text_kernel)
-defop("TensorSummary", lambda inputs, tag, description="": _STRING_SCALAR, _tensor_kernel)
-defop("MergeSummary", lambda inputs: _STRING_SCALAR, _merge_kernel)
+defop("ScalarSummary", lambda inputs, tag: _STRING_SCALAR, _scalar_kernel, gpu=False)
+defop("HistogramSummary", lambda inputs, tag: _STRING_SCALAR, _histogram_kernel, gpu=False)
+defop("ImageSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _image_kernel, gpu=False)
+defop("AudioSummary", lambda inputs, tag, max_outputs: _STRING_SCALAR, _audio_kernel, gpu=False)
+defop("TextSummary", lambda inputs, tag, text=None: _STRING_SCALAR, _text_kernel, gpu=False)
+defop("TensorSummary", lambda inputs, tag, description="": _STRING_SCALAR, _tensor_kernel, gpu=False)
+defop("MergeSummary", lambda inputs: _STRING_SCALAR, _merge_kernel, gpu=False)
 
 
 # ---- graph building ----------------------------------------------------------------------

@@ -222,14 +222,14 @@ def _cancel_kernel(state, xp, *, resource, kind):
 
 
 _no_outputs = lambda inputs, **_: []  # noqa: E731
-defop("AccumulatorApplyGradient", _no_outputs, _apply_kernel, stateful=True, num_outputs=0)
+defop("AccumulatorApplyGradient", _no_outputs, _apply_kernel, stateful=True, num_outputs=0, gpu=False)
 defop("AccumulatorTakeGradient", lambda inputs, shape, dtype, **_: [Spec(shape, dtype)], _take_kernel,
-      stateful=True, blocking=True)
+      stateful=True, blocking=True, gpu=False)
 defop("SyncReplicasBarrier", lambda inputs, **_: [inputs[0]._replace(value=None)], _barrier_kernel,
-      stateful=True, blocking=True)
-defop("SyncReplicasRelease", _no_outputs, _release_kernel, stateful=True, num_outputs=0)
-defop("SyncReplicasSetStep", _no_outputs, _set_step_kernel, stateful=True, num_outputs=0)
-defop("SyncReplicasCancel", _no_outputs, _cancel_kernel, stateful=True, num_outputs=0)
+      stateful=True, blocking=True, gpu=False)
+defop("SyncReplicasRelease", _no_outputs, _release_kernel, stateful=True, num_outputs=0, gpu=False)
+defop("SyncReplicasSetStep", _no_outputs, _set_step_kernel, stateful=True, num_outputs=0, gpu=False)
+defop("SyncReplicasCancel", _no_outputs, _cancel_kernel, stateful=True, num_outputs=0, gpu=False)
 
 
 def create_sync_op(op_type: str, inputs: list, attrs: dict, name: str) -> Operation:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor
 from ..ops.registry import get_opdef
@@ -179,10 +180,14 @@ def _device(op: Operation, spec: DeviceSpec | None, task: str, devices: Devices,
             warned: set[str]) -> str:
     """The one soft-placement rule: a device its task has, or (asked for a device it lacks: a GPU
     beyond its count, a second CPU, another job's task in a local session) its CPU when
-    ``allow_soft_placement``, else TF's error naming the op, the device and what there is."""
+    ``allow_soft_placement``, else TF's error naming the op, the device and what there is.
+    An op placed on no device type runs on its task's first GPU if the task has one and the
+    op a GPU kernel, as TF's placer prefers; else on the CPU."""
     gpus = int(devices.tasks[task].get("GPU", 0))
     if spec is not None and spec.device_type == "GPU" and (spec.device_index or 0) < gpus:
         return f"GPU:{spec.device_index or 0}"
+    if spec is not None and spec.device_type is None and gpus and _has_gpu_kernel(op):
+        return "GPU:0"
     if spec is not None and spec.device_type in (None, "CPU") and not spec.device_index:
         return "CPU:0"
     where = "this process" if devices.in_process else f"task {task}"
@@ -201,6 +206,12 @@ def _device(op: Operation, spec: DeviceSpec | None, task: str, devices: Devices,
         log.warning("soft placement: %s is not a device of %s, so its ops run on the CPU", op.device, where)
     wants_gpu = spec is None and DeviceSpec.from_string(op.device).device_type == "GPU" and gpus
     return "GPU:0" if wants_gpu else "CPU:0"
+
+
+def _has_gpu_kernel(op: Operation) -> bool:
+    """Whether ``op`` can run on CuPy: its kernel can (:class:`~dflow.ops.registry.OpDef`'s
+    ``gpu``) and no tensor of it holds strings (Python objects, which CuPy cannot)."""
+    return get_opdef(op.type).gpu and all(t.dtype != dtypes.string for t in (*op.inputs, *op.outputs))
 
 
 def _constants_to_their_consumers(graph: nx.MultiDiGraph) -> None:

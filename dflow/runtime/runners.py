@@ -60,7 +60,7 @@ class LocalRunner:
         keep_freed_memory_for_reuse()  # each step's arrays reuse the last step's memory
         self.state = _new_state(config)
         self.namespaces = {"CPU": numpy_namespace}
-        if gpu_namespace() is not None:
+        if gpu_namespace() is not None and (config.device_count or {}).get("GPU", 1) > 0:
             self.namespaces["GPU"] = gpu_namespace()
         threads = config.inter_op_parallelism_threads
         self.num_threads = threads if threads > 0 else 1

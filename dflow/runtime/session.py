@@ -80,8 +80,9 @@ class GraphOptions:
 
 @dataclass
 class ConfigProto:
-    """Session options under TF 1.x's names. ``gpu_options`` and ``device_count`` are
-    accepted, so TF scripts run, and have no effect."""
+    """Session options under TF 1.x's names. ``device_count={"GPU": 0}`` hides this process's
+    GPU from a local session, as in TF (its ops then run on the CPU); ``gpu_options`` is
+    accepted, so TF scripts run, and has no effect."""
 
     # 0: one thread. Measured on 2 cores (CIFAR-10 CNN, batch 100): 2 inter-op threads
     # beside 2 BLAS threads ran 15% slower than ops one at a time.
