@@ -11,6 +11,7 @@ import array_api_strict
 import numpy as np
 import pytest
 
+import dflow as tf
 from dflow.runtime.devices import gpu_namespace
 
 # gpu_namespace() is None without CuPy or a GPU; conftest then skips the gpu-marked parameter
@@ -18,6 +19,12 @@ CUPY = pytest.param(gpu_namespace(), id="cupy", marks=pytest.mark.gpu)
 #: Every namespace but NumPy's: where a plan computed with NumPy is run again.
 OTHER_NAMESPACES = [pytest.param(array_api_strict, id="strict"), CUPY]
 NAMESPACES = [pytest.param(numpy_namespace, id="numpy"), *OTHER_NAMESPACES]
+
+
+def reference_session() -> tf.Session:
+    """A session whose plans are all on the CPU, even where a GPU would take the ops of no
+    device: the NumPy reference that a test then runs again on another namespace."""
+    return tf.Session(config=tf.ConfigProto(device_count={"GPU": 0}))
 
 
 def to_host(value) -> np.ndarray:

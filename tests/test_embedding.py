@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import local_cluster_fixture
 from gradcheck import check_gradients
-from namespaces import OTHER_NAMESPACES, to_host
+from namespaces import OTHER_NAMESPACES, reference_session, to_host
 
 import dflow as tf
 from dflow.runtime.executor import execute
@@ -56,7 +56,7 @@ def test_kernels_run_on_other_namespaces(row, xp):
     y = build(*xs)
     grads = tf.gradients(tf.reduce_sum(y * y), xs)
     feeds = dict(zip(xs, inputs))
-    with tf.Session() as sess:
+    with reference_session() as sess:
         expected = sess.run([y, *grads], feeds)
         plan = sess.runner.plans.values()[-1].schedule
     out = execute(plan, {t.name: xp.asarray(v) for t, v in feeds.items()}, SessionState(), {"CPU": xp})
@@ -164,7 +164,7 @@ def test_scatters_on_other_namespaces(xp):
                tf.scatter_sub(table, tf.constant([3]), [[0.5, 0.5]]),
                tf.scatter_update(table, [0, 2], [[9.0, 8.0], [7.0, 6.0]])]
     state = SessionState()
-    with tf.Session() as sess:
+    with reference_session() as sess:
         for fetch in [table.initializer, *updates]:
             sess.run(fetch)
             execute(sess.runner.plans.values()[-1].schedule, {}, state, {"CPU": xp})
