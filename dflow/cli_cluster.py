@@ -458,6 +458,14 @@ def run_worker(args, parser) -> int:
         parser.error(f"--task must be 0 or more, got {args.task}")
     if not args.job.isidentifier():
         parser.error(f"--job must be a name like ps or worker, got {args.job!r}")
+    if args.gpus < 0:
+        parser.error(f"--gpus must be 0 or more, got {args.gpus}")
+    if args.gpus:
+        from .runtime.devices import gpu_namespace
+
+        if gpu_namespace() is None:  # its ops of no device would be placed on a GPU it cannot use
+            parser.error(f"--gpus {args.gpus}: this machine has no GPU that CuPy can use (dflow computes "
+                         "on GPUs through CuPy: pip install 'dflow[gpu]'), so leave out --gpus")
     listen = _listen_arguments(args, parser)
     security = tls_from_arguments(args, parser)
     problem = _role_problem(args.scheduler, role_name(args.job, args.task), security)

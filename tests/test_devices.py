@@ -82,3 +82,15 @@ def test_without_a_device_ops_prefer_the_gpu_but_not_those_without_a_gpu_kernel(
 def test_device_count_gpu_0_keeps_a_session_on_the_cpu(stand_in_gpu):
     losses, _, stored = _train(None, None, steps=1, config=tf.ConfigProto(device_count={"GPU": 0}))
     assert type(stored) is np.ndarray
+
+
+def test_a_worker_offering_gpus_needs_a_gpu_cupy_can_use(monkeypatch, capsys):
+    """Its ops of no device would go to a GPU it cannot compute on: refused before it joins."""
+    from dflow.cli import main
+    from dflow.runtime import devices
+
+    monkeypatch.setattr(devices, "gpu_namespace", lambda: None)
+    with pytest.raises(SystemExit) as exit_:
+        main(["worker", "--scheduler", "tcp://127.0.0.1:1", "--job", "worker", "--task", "0", "--gpus", "1"])
+    assert exit_.value.code == 2
+    assert "--gpus 1: this machine has no GPU that CuPy can use" in capsys.readouterr().err
