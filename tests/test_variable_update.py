@@ -118,6 +118,25 @@ def test_replicas_reducing_different_variables_are_named(cluster, target):
         tf.replicate(mismatched_replica, cluster, target, cluster.spec)
 
 
+def replica_whose_peer_reports_first(task_index, run):
+    """Replica 0 reports that its collective failed (as a peer of a failing replica does);
+    replica 1 raises the failure itself, only after that report is out."""
+    from distributed import Event
+
+    reported = Event(f"reported-{run}")
+    if task_index == 0:
+        reported.set()
+        raise tf.errors.UnavailableError("a member of the collective failed: /job:worker/task:1: ...")
+    reported.wait(timeout=30)
+    raise tf.errors.InvalidArgumentError("the replicas reduce different variables")
+
+
+def test_a_failed_run_raises_the_replica_s_own_error_not_its_peer_s_report(cluster):
+    """The peer's UnavailableError finishes first; replicate waits (2 s at most) for the own error."""
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the replicas reduce different variables"):
+        tf.replicate(replica_whose_peer_reports_first, cluster, "first")
+
+
 def dying_replica(task_index, target, spec):
     import os
 

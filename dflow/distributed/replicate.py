@@ -17,12 +17,14 @@ replica of a run that is over returns at once instead of training beside the new
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import distributed
 
+from ..errors import OpError, UnavailableError
 from .dask_runner import ROLE_SHARE, resources_by_role, role_resource
 from .liveness import RoleWatch
 from .runner import cluster_tasks, install
@@ -30,6 +32,8 @@ from .runner import cluster_tasks, install
 __all__ = ["replicate", "start_replicas", "cancel_replicas"]
 
 _WATCH_EVERY_S = 0.5  # how often a replicate() waiting for its replicas checks that their roles live
+# how long a failed run waits for a replica's own error after another's report of it (below)
+_ROOT_CAUSE_WAIT_S = 2.0
 
 
 def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker", **kwargs) -> list:
@@ -62,9 +66,8 @@ def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
                                      return_when="FIRST_COMPLETED")
             except (TimeoutError, asyncio.TimeoutError):  # (distinct types before Python 3.11)
                 pass
-            failed = [f for f in futures if f.status == "error"]
-            if failed:
-                raise failed[0].exception()
+            if any(f.status == "error" for f in futures):
+                raise _root_cause(client, futures)
             watch.check()
         return client.gather(futures)
     finally:
@@ -73,6 +76,27 @@ def replicate(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
 
 def _pending(futures) -> bool:
     return not all(f.done() for f in futures)
+
+
+def _root_cause(client, futures) -> BaseException:
+    """The error of a failed run: a replica's own error (an OpError other than
+    UnavailableError: say the InvalidArgumentError of replicas that reduce different
+    variables) over another replica's report that a member of its collective failed, which
+    can finish first; waits at most :data:`_ROOT_CAUSE_WAIT_S` for it."""
+    def own_error():
+        errors = (f.exception() for f in futures if f.status == "error")
+        return next((e for e in errors if isinstance(e, OpError) and not isinstance(e, UnavailableError)),
+                    None)
+
+    deadline = time.monotonic() + _ROOT_CAUSE_WAIT_S
+    while own_error() is None and _pending(futures) and time.monotonic() < deadline:
+        try:
+            with client.as_current():
+                distributed.wait([f for f in futures if not f.done()], timeout=deadline - time.monotonic(),
+                                 return_when="FIRST_COMPLETED")
+        except (TimeoutError, asyncio.TimeoutError):
+            break
+    return own_error() or next(f.exception() for f in futures if f.status == "error")
 
 
 def start_replicas(train_fn: Callable[..., Any], cluster, *args, job: str = "worker",
