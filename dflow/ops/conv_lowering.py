@@ -39,7 +39,7 @@ import math
 
 import array_api_compat
 
-from .parallel import map_pieces, pieces_for
+from .parallel import map_pieces, pieces_for, stacked_pieces
 
 __all__ = [
     "BATCH_PIECE", "ROWS_PIECE", "POOL_PIECE", "window_geometry",
@@ -151,19 +151,12 @@ def _patches_t_times(xp, xpad, dy2, ksize, out_hw, strides, dilations):
 
 
 def _in_pieces(xp, fn, *arrays, size=None):
-    """``fn`` applied to batch pieces of ``arrays`` (same leading dim), results stacked back.
-
-    The result is filled in place: concatenating would hold every piece and the whole twice.
-    """
-    n = arrays[0].shape[0]
-    pieces = _batch_pieces(xp, n, size)
+    """``fn`` applied to batch pieces of ``arrays`` (same leading dim), results stacked back,
+    each written into the result as it finishes (:func:`~.parallel.stacked_pieces`)."""
+    pieces = _batch_pieces(xp, arrays[0].shape[0], size)
     if len(pieces) < 2:  # whole, but still through map_pieces: one BLAS thread
         return map_pieces(xp, lambda _: fn(*arrays), [None])[0]
-    parts = map_pieces(xp, lambda piece: fn(*(a[piece, ...] for a in arrays)), pieces)
-    out = xp.empty((n, *parts[0].shape[1:]), dtype=parts[0].dtype)
-    for piece, part in zip(pieces, parts):
-        out[piece, ...] = part
-    return out
+    return stacked_pieces(xp, fn, arrays, pieces)
 
 
 def _batch_pieces(xp, n, size=None):

@@ -23,8 +23,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["cores", "map_pieces", "pieces_for", "matmul", "elementwise", "set_blas_threads",
-           "restore_blas_threads"]
+__all__ = ["cores", "map_pieces", "pieces_for", "stacked_pieces", "matmul", "elementwise",
+           "set_blas_threads", "restore_blas_threads"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -131,6 +131,28 @@ def map_pieces(xp, fn, items: list):
         _blas_to_one_thread(-1)
 
 
+def stacked_pieces(xp, fn, arrays, pieces: list) -> object:
+    """``fn`` over each piece (a slice of the leading axis) of ``arrays``, its parts written into
+    one result as they finish: at most one part per core is held beside the result, never all of
+    them (which doubled the peak memory of a step's largest elementwise ops).
+
+    >>> import array_api_compat.numpy as xp
+    >>> stacked_pieces(xp, lambda a: a * 2, [xp.arange(5)], [slice(0, 3), slice(3, 5)]).tolist()
+    [0, 2, 4, 6, 8]
+    """
+    result, lock = [], threading.Lock()
+
+    def piece(rows):
+        part = fn(*(a[rows, ...] for a in arrays))
+        with lock:  # the first part to finish sizes the result
+            if not result:
+                result.append(xp.empty((arrays[0].shape[0], *part.shape[1:]), dtype=part.dtype))
+        result[0][rows, ...] = part  # disjoint rows: the pieces' threads never write the same ones
+
+    map_pieces(xp, piece, pieces)
+    return result[0]
+
+
 _depth = 0  # map_pieces calls running (inter-op threads may run two ops at once)
 _saved: list = []
 _saved_threads = 0  # the most BLAS threads of _saved: what cores() says meanwhile
@@ -176,17 +198,15 @@ def matmul(xp, a, b):
 
 
 PARALLEL_ELEMENTS_FROM = 1 << 17  # elements: below, one core finishes before a hand-off would
+ELEMENTWISE_PIECE_BYTES = 8 << 20  # of the first input: the parts alive at once stay small
 
 
 def elementwise(xp, fn, *arrays):
     """``fn(*arrays)`` for an elementwise ``fn`` of same-shaped arrays; on the NumPy namespace a
-    big one is cut along its first axis, one part per core."""
+    big one is cut along its first axis, at least one part per core, at most
+    :data:`ELEMENTWISE_PIECE_BYTES` of the first input each."""
     first = arrays[0]
     if first.ndim == 0 or first.size < PARALLEL_ELEMENTS_FROM or not _is_numpy(xp) or cores() < 2:
         return fn(*arrays)
-    pieces = pieces_for(first.shape[0], first.shape[0])
-    parts = map_pieces(xp, lambda s: fn(*(a[s, ...] for a in arrays)), pieces)
-    out = xp.empty(first.shape, dtype=parts[0].dtype)
-    for s, part in zip(pieces, parts):
-        out[s, ...] = part
-    return out
+    rows = max(1, ELEMENTWISE_PIECE_BYTES // max(1, first.nbytes // max(first.shape[0], 1)))
+    return stacked_pieces(xp, fn, arrays, pieces_for(first.shape[0], rows))
