@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import dflow as tf
+from dflow.runtime import runners
 
 
 def _gpu_available() -> bool:
@@ -31,6 +32,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def cpu_unless_marked_gpu(request, monkeypatch):
+    """A test not marked ``gpu`` is about the CPU: where a GPU exists, its local sessions would
+    place the ops of no device there (TF's default), so the GPU is hidden from them."""
+    if "gpu" not in request.keywords:
+        monkeypatch.setattr(runners, "gpu_namespace", lambda: None)
 
 
 @pytest.fixture(autouse=True)
