@@ -122,9 +122,9 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
     ``compiled=False`` runs the counting loop even where a compiled stage could run
     (the engine benchmark compares the two).
     """
-    if not plan.mixed_devices and plan.nodes:  # (a mixed plan moves each op's inputs instead)
-        xp = namespaces[next(iter(plan.nodes.values())).device_type]
-        feeds = {tensor: to_namespace(value, xp) for tensor, value in feeds.items()}
+    if plan.on_gpu and not plan.mixed_devices:  # (a mixed plan moves each op's inputs instead;
+        # a CPU plan's feeds are host arrays already: the Session's, or on_host's from a task)
+        feeds = {tensor: to_namespace(value, namespaces["GPU"]) for tensor, value in feeds.items()}
     stats = stats if stats is not None else RunStats()
     key = (frozenset(feeds), num_threads, tuple(namespaces.items()))  # namespaces: modules
     compiled = compiled and plan.compiled.get(key, _NOT_YET)
