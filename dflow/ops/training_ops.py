@@ -10,6 +10,7 @@ their inputs, which other ops may share. :mod:`dflow.train.optimizers` builds th
 from __future__ import annotations
 
 from ..graph import Tensor, get_default_graph
+from . import fused
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 
@@ -63,9 +64,10 @@ def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsi
     lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
     with state.updating(var):
         old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
-        m_t = _store(state, xp, m, old_m, beta1 * old_m + (1 - beta1) * grad)
-        v_t = _store(state, xp, v, old_v, beta2 * old_v + (1 - beta2) * (grad * grad))
-        return _store(state, xp, var, old, old - lr_t * m_t / (xp.sqrt(v_t) + epsilon))
+        new, m_t, v_t = fused.adam(xp, old, old_m, old_v, grad, lr_t, beta1, beta2, epsilon)
+        _store(state, xp, m, old_m, m_t)
+        _store(state, xp, v, old_v, v_t)
+        return _store(state, xp, var, old, new)
 
 
 def _adagrad(state, xp, var, accum, lr, grad):

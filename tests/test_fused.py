@@ -1,0 +1,83 @@
+"""The fused kernels (dflow/ops/fused.py): numba's loop and the NumPy fallback both give the
+plain expression's numbers, on every namespace, and never write into their inputs."""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as xp_numpy
+import numpy as np
+import pytest
+from namespaces import NAMESPACES, to_host
+
+import dflow as tf
+from dflow.ops import fused
+
+RNG = np.random.default_rng(11)
+HYPER = dict(lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-8)
+
+
+def reference_adam(var, m, v, grad, lr_t, beta1, beta2, epsilon):
+    """TF's ApplyAdam in float64."""
+    var, m, v, grad = (np.asarray(a, np.float64) for a in (var, m, v, grad))
+    m_t = beta1 * m + (1 - beta1) * grad
+    v_t = beta2 * v + (1 - beta2) * grad * grad
+    return var - lr_t * m_t / (np.sqrt(v_t) + epsilon), m_t, v_t
+
+
+def adam_inputs(shape, dtype):
+    var, m, grad = (np.asarray(RNG.standard_normal(shape), dtype) for _ in range(3))
+    return var, m, np.asarray(np.abs(RNG.standard_normal(shape)), dtype), grad
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def compiled(request, monkeypatch):
+    """Each NumPy path in turn: numba's compiled loop, and the fallback where numba is absent."""
+    if request.param == "numba":
+        assert fused.compiled_kernels() is not None, "numba is a dependency: it must compile here"
+    else:
+        monkeypatch.setattr(fused, "compiled_kernels", lambda: None)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+@pytest.mark.parametrize("shape", [(), (7,), (33, 5)])
+def test_adam_on_numpy_matches_the_reference_and_keeps_its_inputs(compiled, dtype, rtol, shape):
+    inputs = adam_inputs(shape, dtype)
+    before = [a.copy() for a in inputs]
+    got = fused.adam(xp_numpy, *inputs, **HYPER)
+    for out, expected in zip(got, reference_adam(*inputs, **HYPER)):
+        assert out.dtype == dtype and out.shape == shape
+        np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol)
+    for a, b in zip(inputs, before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adam_reads_a_transposed_gradient_in_its_logical_order(compiled):
+    var, m, v, grad = adam_inputs((6, 4), np.float32)
+    transposed = np.ascontiguousarray(grad.T).T  # same values, Fortran order
+    got = fused.adam(xp_numpy, var, m, v, transposed, **HYPER)
+    for out, expected in zip(got, reference_adam(var, m, v, grad, **HYPER)):
+        np.testing.assert_allclose(out, expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_adam_on_every_namespace_matches_the_reference(xp):
+    inputs = adam_inputs((5, 3), np.float32)
+    got = fused.adam(xp, *(xp.asarray(a) for a in inputs), **HYPER)
+    for out, expected in zip(got, reference_adam(*inputs, **HYPER)):
+        np.testing.assert_allclose(to_host(out), expected, rtol=2e-6, atol=2e-6)
+
+
+def test_an_adam_step_in_a_session_is_the_fused_one(compiled, monkeypatch):
+    calls, real = [], fused.adam
+    monkeypatch.setattr(fused, "adam", lambda *args, **kw: calls.append(args[1].shape) or real(*args, **kw))
+    var0 = RNG.standard_normal((4, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        w = tf.Variable(var0, name="w")
+        train = tf.train.AdamOptimizer(0.1).minimize(tf.reduce_sum(w * w))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train)
+            lr_t = 0.1 * np.sqrt(1 - 0.999) / (1 - 0.9)
+            expected, _, _ = reference_adam(var0, 0 * var0, 0 * var0, 2 * var0, lr_t, 0.9, 0.999, 1e-8)
+            np.testing.assert_allclose(sess.run(w), expected, rtol=2e-6)
+    assert calls == [(4, 3)]
