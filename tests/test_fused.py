@@ -9,7 +9,7 @@ import pytest
 from namespaces import NAMESPACES, to_host
 
 import dflow as tf
-from dflow.ops import fused
+from dflow.ops import conv_lowering, fused
 
 RNG = np.random.default_rng(11)
 HYPER = dict(lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-8)
@@ -81,3 +81,26 @@ def test_an_adam_step_in_a_session_is_the_fused_one(compiled, monkeypatch):
             expected, _, _ = reference_adam(var0, 0 * var0, 0 * var0, 2 * var0, lr_t, 0.9, 0.999, 1e-8)
             np.testing.assert_allclose(sess.run(w), expected, rtol=2e-6)
     assert calls == [(4, 3)]
+
+
+POOLS = [((3, 3), (2, 2), "SAME"), ((2, 2), (2, 2), "SAME"), ((3, 3), (1, 1), "VALID"),
+         ((3, 2), (2, 3), "SAME")]
+
+
+@pytest.mark.parametrize("ksize, strides, padding", POOLS)
+def test_max_pool_and_its_gradient_compiled_match_the_numpy_code(monkeypatch, ksize, strides, padding):
+    """Ties route to the first maximum in scan order; NaN wins the maximum (as np.maximum);
+    a transposed (NCHW-made) input reads in its logical order."""
+    x = np.asarray(RNG.integers(0, 3, (3, 7, 9, 4)), np.float32)  # many ties
+    x[0, 2, 3, 1] = np.nan
+    x = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    dy_shape = conv_lowering.max_pool(xp_numpy, x, ksize, strides, padding).shape
+    dy = np.asarray(RNG.standard_normal(dy_shape), np.float32)
+    compiled = [conv_lowering.max_pool(xp_numpy, x, ksize, strides, padding)]
+    compiled.append(conv_lowering.max_pool_grad(xp_numpy, x, compiled[0], dy, ksize, strides, padding))
+    monkeypatch.setattr(fused, "compiled_kernels", lambda: None)
+    plain = [conv_lowering.max_pool(xp_numpy, x, ksize, strides, padding)]
+    plain.append(conv_lowering.max_pool_grad(xp_numpy, x, plain[0], dy, ksize, strides, padding))
+    np.testing.assert_array_equal(compiled[0], plain[0])  # NaN where NaN
+    np.testing.assert_allclose(compiled[1], plain[1], rtol=1e-6, atol=1e-6)
+    assert np.isnan(compiled[0]).any() and compiled[0].dtype == compiled[1].dtype == np.float32

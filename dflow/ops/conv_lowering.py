@@ -39,6 +39,7 @@ import math
 
 import array_api_compat
 
+from . import fused
 from .parallel import map_pieces, pieces_for, stacked_pieces
 
 __all__ = [
@@ -344,6 +345,9 @@ _NO_DILATION = (1, 1)
 def max_pool(xp, x, ksize, strides, padding):
     """Maximum over the ``kh*kw`` strided slices of the ``-inf``-padded input."""
     out_hw, pads = _geometry2d(x.shape[1:3], ksize, strides, _NO_DILATION, padding)
+    compiled = fused.compiled_for(xp, x)
+    if compiled:  # one pass over the input, no padded copy: 3-5x faster, and pieces would not pay
+        return compiled["max_pool"](x, *ksize, *strides, pads[0], pads[2], *out_hw)
 
     def piece(xs):
         xpad = _pad(xp, xs, pads, -math.inf)
@@ -360,6 +364,9 @@ def max_pool_grad(xp, x, y, dy, ksize, strides, padding):
     n, h, w, c = x.shape
     out_hw, pads = _geometry2d((h, w), ksize, strides, _NO_DILATION, padding)
     top, left = pads[0], pads[2]
+    compiled = fused.compiled_for(xp, x, y, dy)
+    if compiled:  # one pass, no padded copy or masks: 3-7x faster
+        return compiled["max_pool_grad"](x, y, dy, *ksize, *strides, top, left)
 
     def piece(xs, ys, dys):
         xpad = _pad(xp, xs, pads, -math.inf)

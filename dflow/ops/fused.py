@@ -25,7 +25,7 @@ import functools
 
 import numpy
 
-__all__ = ["adam", "compiled_kernels"]
+__all__ = ["adam", "compiled_for", "compiled_kernels"]
 
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
@@ -53,7 +53,56 @@ def compiled_kernels():
             new_m[i], new_v[i] = m_i, v_i
             new_var[i] = var[i] - lr_t * m_i / (numpy.sqrt(v_i) + epsilon)
 
-    return {"adam_into": adam_into}
+    @jit
+    def max_pool(x, kh, kw, sh, sw, top, left, oh, ow):
+        n, h, w, c = x.shape
+        out = numpy.empty((n, oh, ow, c), x.dtype)
+        for b in range(n):
+            for r in range(oh):
+                h0 = r * sh - top
+                for q in range(ow):
+                    w0 = q * sw - left
+                    for k in range(c):
+                        out[b, r, q, k] = -numpy.inf  # padding is -inf, as TF's
+                    for i in range(max(h0, 0), min(h0 + kh, h)):
+                        for j in range(max(w0, 0), min(w0 + kw, w)):
+                            for k in range(c):
+                                value = x[b, i, j, k]
+                                if value > out[b, r, q, k] or value != value:  # NaN wins, as np.maximum
+                                    out[b, r, q, k] = value
+        return out
+
+    @jit
+    def max_pool_grad(x, y, dy, kh, kw, sh, sw, top, left):
+        n, h, w, c = x.shape
+        _, oh, ow, _ = y.shape
+        dx = numpy.zeros(x.shape, dy.dtype)
+        routed = numpy.empty(c, numpy.bool_)
+        for b in range(n):
+            for r in range(oh):
+                h0 = r * sh - top
+                for q in range(ow):
+                    w0 = q * sw - left
+                    routed[:] = False
+                    for i in range(max(h0, 0), min(h0 + kh, h)):
+                        for j in range(max(w0, 0), min(w0 + kw, w)):
+                            for k in range(c):  # the first maximal element in scan order, as TF's
+                                if not routed[k] and x[b, i, j, k] == y[b, r, q, k]:
+                                    dx[b, i, j, k] += dy[b, r, q, k]
+                                    routed[k] = True
+        return dx
+
+    for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
+        one = numpy.ones(1, dtype)
+        adam_into(*[one] * 4, *one.repeat(4), *[one] * 3)
+        image = numpy.ones((1, 1, 1, 1), dtype)
+        max_pool(image, 1, 1, 1, 1, 0, 0, 1, 1)
+        max_pool_grad(image, image, image, 1, 1, 1, 1, 0, 0)
+    # compiling imported SciPy, whose BLAS the intra-op threads must also keep at one thread
+    from . import parallel
+
+    parallel.forget_blas_libraries()
+    return {"adam_into": adam_into, "max_pool": max_pool, "max_pool_grad": max_pool_grad}
 
 
 def _adam_into_numpy(var, m, v, grad, lr_t, beta1, beta2, epsilon, new_var, new_m, new_v):
@@ -72,17 +121,23 @@ def _adam_into_numpy(var, m, v, grad, lr_t, beta1, beta2, epsilon, new_var, new_
     numpy.subtract(var, new_var, out=new_var)
 
 
-def _numpy_arrays_of_one_dtype(xp, arrays) -> bool:
+def _numpy_floats(xp, arrays) -> bool:
+    """Whether ``arrays`` are NumPy arrays of one float dtype (float32 or float64)."""
     from .parallel import _is_numpy
 
-    return _is_numpy(xp) and arrays[0].dtype in _FLOATS and all(
-        isinstance(a, numpy.ndarray) and a.dtype == arrays[0].dtype and a.shape == arrays[0].shape
-        for a in arrays)
+    return _is_numpy(xp) and all(
+        isinstance(a, numpy.ndarray) and a.dtype == arrays[0].dtype in _FLOATS for a in arrays)
+
+
+def compiled_for(xp, *arrays) -> dict | None:
+    """The compiled kernels where they take ``arrays`` (see :func:`_numpy_floats`), else None:
+    the caller's own NumPy or array-API code runs."""
+    return compiled_kernels() if _numpy_floats(xp, arrays) else None
 
 
 def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon):
     """TF's ``ApplyAdam`` step with the bias-corrected rate ``lr_t``: the new (var, m, v)."""
-    if not _numpy_arrays_of_one_dtype(xp, [var, m, v, grad]):
+    if not _numpy_floats(xp, [var, m, v, grad]) or not var.shape == m.shape == v.shape == grad.shape:
         m_t = beta1 * m + (1 - beta1) * grad
         v_t = beta2 * v + (1 - beta2) * (grad * grad)
         return var - lr_t * m_t / (xp.sqrt(v_t) + epsilon), m_t, v_t

@@ -81,6 +81,13 @@ def _blas_libraries() -> list:
     return _blas
 
 
+def forget_blas_libraries() -> None:
+    """Find the loaded BLAS libraries again at the next use (a module loaded another one)."""
+    global _blas
+    with _lock:
+        _blas = None
+
+
 def set_blas_threads(count: int) -> list:
     """Set every BLAS library's thread count to ``count``, whichever thread calls; return what
     to pass back to restore the counts before.
