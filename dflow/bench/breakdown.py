@@ -1,9 +1,12 @@
-"""Where a CIFAR-10 training step's time goes: ms per op type, GFLOP/s per convolution.
+"""Where a training step's time goes: ms per op type, GFLOP/s per convolution.
 
     python -m dflow.bench.breakdown --batch_size 100 --steps 5 [--no-lrn] [--device gpu]
+        [--model cifar10|deep_mnist|mnist_dnn]
 
 Runs the step's planned kernels one by one with a timer around each (the plan of
-``Session.run``, so the kernels and their order are the engine's), and sets each
+``Session.run``, so the kernels and their order are the engine's; each value is dropped
+after its last use, as the executor drops it, so the allocator reuses memory as in a
+step), and sets each
 convolution's rate beside this machine's SGEMM rate, measured with a NumPy matmul of
 the same ``(M, K) x (K, N)`` sizes as the layer's im2col product and of 2048^3. Prints
 the CPU's vector flags too (AVX2, AVX-512): they decide BLAS's peak. With ``--device gpu``
@@ -62,7 +65,8 @@ def sgemm_gflops(m: int, k: int, n: int, repeats: int = 5, xp=None) -> float:
     return 2 * m * k * n / _best_seconds(product, repeats) / 1e9
 
 
-def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True, device: str = "cpu") -> dict:
+def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True, device: str = "cpu",
+              model: str = "cifar10") -> dict:
     """ms per op type per step and, per convolution, its ms and GFLOP/s against SGEMM's, on the
     ``device`` ("cpu", or "gpu": CuPy)."""
     import dflow
@@ -74,17 +78,21 @@ def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True, device: s
     xp = numpy_namespace if device == "cpu" else gpu_namespace()
     if xp is None:
         raise ValueError("--device gpu: dflow finds no GPU here (it computes on GPUs through CuPy)")
-    session, train_op, feeds = graph_session(dflow, batch_size, lrn, device=device)
+    session, train_op, feeds = graph_session(dflow, batch_size, lrn, model=model, device=device)
     session.run(train_op, feeds)
     plan = session.runner.plans.values()[-1].schedule
     nodes = [plan.nodes[name] for name in session.last_run_stats.order]
     fed = {tensor.name: to_namespace(numpy.asarray(value), xp) for tensor, value in feeds.items()}
+    last_use = {tensor: i for i, node in enumerate(nodes) for tensor in node.inputs}
     per_type: dict[str, float] = collections.defaultdict(float)
     per_conv: dict[str, list] = {}
     for repeat in range(steps + 1):
         values = dict(fed)
-        for node in nodes:
+        for position, node in enumerate(nodes):
             args = [values[t] for t in node.inputs]
+            for tensor in node.inputs:
+                if last_use[tensor] == position and tensor not in fed:
+                    del values[tensor]
             start = time.perf_counter()
             outputs = run_op(node, args, session.state, xp)
             synchronize(xp)
@@ -96,7 +104,8 @@ def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True, device: s
                                                      else a.shape)) for a in args]
                     per_conv.setdefault(node.name, [node.type, shapes, 0.0])[2] += took / steps
             for i, value in enumerate(outputs):
-                values[f"{node.name}:{i}"] = value
+                if f"{node.name}:{i}" in last_use:  # else nothing reads it: dropped now
+                    values[f"{node.name}:{i}"] = value
     convs = []
     for name, (op_type, shapes, seconds) in per_conv.items():
         (n, h, w, c), (kh, kw, _, o) = shapes[0], shapes[1]  # input (or its sizes), filter (or its)
@@ -104,7 +113,7 @@ def breakdown(batch_size: int = 100, steps: int = 5, lrn: bool = True, device: s
         flops = 2.0 * m * k * o
         convs.append({"op": name, "type": op_type, "mkn": (m, k, o), "ms": seconds * 1e3,
                       "gflops": flops / seconds / 1e9, "sgemm_gflops": sgemm_gflops(m, k, o, xp=xp)})
-    return {"batch_size": batch_size, "lrn": lrn, "device": device,
+    return {"model": model, "batch_size": batch_size, "lrn": lrn, "device": device,
             "ms_per_type": {k: v * 1e3 for k, v in per_type.items()}, "convolutions": convs,
             "sgemm_2048_gflops": sgemm_gflops(2048, 2048, 2048, xp=xp), "cpu_flags": cpu_flags()}
 
@@ -115,14 +124,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--model", choices=("cifar10", "deep_mnist", "mnist_dnn"), default="cifar10")
     args = parser.parse_args(argv)
     try:
-        result = breakdown(args.batch_size, args.steps, args.lrn, args.device)
+        result = breakdown(args.batch_size, args.steps, args.lrn, args.device, args.model)
     except ValueError as error:
         parser.error(str(error))
     total = sum(result["ms_per_type"].values())
-    print(f"CIFAR-10 step on the {args.device.upper()}, batch {args.batch_size}, "
-          f"{'with' if args.lrn else 'without'} LRN: "
+    lrn = f", {'with' if args.lrn else 'without'} LRN" if args.model == "cifar10" else ""
+    print(f"{args.model} step on the {args.device.upper()}, batch {args.batch_size}{lrn}: "
           f"{total:.1f} ms of kernels; CPU flags: {' '.join(result['cpu_flags'])}; "
           f"SGEMM 2048^3: {result['sgemm_2048_gflops']:.1f} GFLOP/s")
     print("| op type | ms per step | share |\n| --- | ---: | ---: |")
