@@ -10,6 +10,7 @@ from namespaces import NAMESPACES, to_host
 
 import dflow as tf
 from dflow.ops import conv_lowering, fused
+from dflow.ops.registry import get_opdef
 
 RNG = np.random.default_rng(11)
 HYPER = dict(lr_t=0.01, beta1=0.9, beta2=0.999, epsilon=1e-8)
@@ -104,3 +105,17 @@ def test_max_pool_and_its_gradient_compiled_match_the_numpy_code(monkeypatch, ks
     np.testing.assert_array_equal(compiled[0], plain[0])  # NaN where NaN
     np.testing.assert_allclose(compiled[1], plain[1], rtol=1e-6, atol=1e-6)
     assert np.isnan(compiled[0]).any() and compiled[0].dtype == compiled[1].dtype == np.float32
+
+
+def test_relu_grad_compiled_is_tf_s_select(monkeypatch):
+    """The gradient where the feature is positive, else 0: an inf gradient at a zero feature
+    is 0 (the NumPy mask's product gives NaN there), a NaN gradient passes where positive."""
+    kernel = get_opdef("ReluGrad").kernel
+    features = np.asarray([[1.0, 0.0, -2.0, 3.0, np.nan]], np.float32)
+    gradient = np.asarray([[2.0, np.inf, 5.0, np.nan, 1.0]], np.float32)
+    got = kernel(xp_numpy, gradient, features)
+    np.testing.assert_array_equal(got, [[2.0, 0.0, 0.0, np.nan, 0.0]])
+    big = [np.asarray(RNG.standard_normal((4, 9, 9, 8)), np.float64) for _ in range(2)]
+    compiled = kernel(xp_numpy, *big)
+    monkeypatch.setattr(fused, "compiled_kernels", lambda: None)
+    np.testing.assert_array_equal(compiled, kernel(xp_numpy, *big))

@@ -92,17 +92,29 @@ def compiled_kernels():
                                     routed[k] = True
         return dx
 
+    @jit
+    def relu_grad_into(gradient, features, out):
+        for i in range(out.size):  # TF's select: an inf gradient at a zero feature is 0, not NaN
+            out[i] = gradient[i] if features[i] > 0 else 0
+
+    def relu_grad(gradient, features):
+        out = numpy.empty(gradient.shape, gradient.dtype)
+        relu_grad_into(gradient.reshape(-1), features.reshape(-1), out.reshape(-1))  # C order, as adam's
+        return out
+
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
         adam_into(*[one] * 4, *one.repeat(4), *[one] * 3)
         image = numpy.ones((1, 1, 1, 1), dtype)
         max_pool(image, 1, 1, 1, 1, 0, 0, 1, 1)
         max_pool_grad(image, image, image, 1, 1, 1, 1, 0, 0)
+        relu_grad(image, image)
     # compiling imported SciPy, whose BLAS the intra-op threads must also keep at one thread
     from . import parallel
 
     parallel.forget_blas_libraries()
-    return {"adam_into": adam_into, "max_pool": max_pool, "max_pool_grad": max_pool_grad}
+    return {"adam_into": adam_into, "max_pool": max_pool, "max_pool_grad": max_pool_grad,
+            "relu_grad": relu_grad}
 
 
 def _adam_into_numpy(var, m, v, grad, lr_t, beta1, beta2, epsilon, new_var, new_m, new_v):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import conv_lowering as lowering
-from . import math_ops, parallel
+from . import fused, math_ops, parallel
 from .array_ops import expand_dims, shape, shape_value, squeeze, stop_gradient
 from .math_ops import exp, reduce_mean, reduce_sum, square
 from .registry import ShapeError, Spec, defop
@@ -136,6 +136,9 @@ def _sizes(xp_array):
 
 # ---- relu -----------------------------------------------------------------------------------------
 def _relu_grad_kernel(xp, g, features):
+    compiled = fused.compiled_for(xp, g, features)
+    if compiled and g.shape == features.shape:  # one pass: 4x the mask's three
+        return compiled["relu_grad"](g, features)
     # a multiply by the 0/1 mask: 10x faster than where() in NumPy (inf * 0 gives NaN, though)
     return parallel.elementwise(xp, lambda gs, fs: gs * xp.astype(fs > 0, gs.dtype), g, features)
 
