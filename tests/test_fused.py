@@ -119,3 +119,21 @@ def test_relu_grad_compiled_is_tf_s_select(monkeypatch):
     compiled = kernel(xp_numpy, *big)
     monkeypatch.setattr(fused, "compiled_kernels", lambda: None)
     np.testing.assert_array_equal(compiled, kernel(xp_numpy, *big))
+
+
+def test_a_compiler_failure_is_said_once_and_the_numpy_kernels_run(monkeypatch, caplog):
+    def fails(numba):
+        raise RuntimeError("no writable cache directory")
+
+    monkeypatch.setattr(fused, "_compile", fails)
+    fused.compiled_kernels.cache_clear()
+    try:
+        assert fused.compiled_kernels() is None and fused.compiled_kernels() is None
+        var, m, v, grad = adam_inputs((3,), np.float32)
+        for out, expected in zip(fused.adam(xp_numpy, var, m, v, grad, **HYPER),
+                                 reference_adam(var, m, v, grad, **HYPER)):
+            np.testing.assert_allclose(out, expected, rtol=2e-6, atol=2e-6)
+    finally:
+        fused.compiled_kernels.cache_clear()  # the real kernels for the tests after
+    said = [r.getMessage() for r in caplog.records if "compiled kernels are off" in r.getMessage()]
+    assert len(said) == 1 and "no writable cache directory" in said[0]

@@ -1,16 +1,18 @@
-"""Fused elementwise kernels for the NumPy namespace: one pass over memory, not one per operator.
+"""Compiled kernels for the NumPy namespace: one pass over memory where NumPy makes several.
 
-An update written as array expressions makes a NumPy pass and a temporary per operator: Adam's
-is a dozen passes over the variable and its two slots, 16 ms of a 70 ms deep MNIST step at batch
-50 (the step's largest op type; ``docs/kernels.md``). Compiled by numba into one loop that
-reads each input once and writes each output once, the same update is 3x faster.
+An op written as array expressions makes a NumPy pass, and a temporary, per operator: Adam's
+update is a dozen passes over the variable and its two slots (16 ms of a 70 ms deep MNIST step at
+batch 50, the step's largest op type), max pooling's gradient a padded copy, a mask and a pass per
+window offset, ReluGrad a compare, a cast and a multiply. numba compiles each into one loop that
+reads every input once and writes every output once: 3-7x faster (``docs/kernels.md``).
 
-numba is a declared dependency, imported on a fused kernel's first call (its import costs a few
-hundred ms that ``import dflow`` should not pay); where it cannot be imported (a NumPy newer than
-it supports) or its JIT is disabled (``NUMBA_DISABLE_JIT=1`` would run the loop in Python), the
-same kernels run as NumPy expressions that write into preallocated outputs. Other namespaces
-(CuPy, ``array_api_strict``) keep the plain expression. Every kernel writes new arrays and never
-its inputs, which other ops may share.
+numba is a declared dependency, imported by the first :func:`compiled_kernels` call (importing it
+and loading the kernels' cached code take about a second and 145 MiB resident, once a process,
+which ``import dflow`` should not pay). Where it cannot be imported, cannot compile, or its JIT is
+disabled (``NUMBA_DISABLE_JIT=1`` would run the loops in Python), the callers' NumPy code runs
+(Adam's writing into preallocated outputs). Other namespaces (CuPy, ``array_api_strict``) keep
+the plain array-API code. Every kernel writes new arrays, never its inputs, which other ops may
+share.
 
 >>> import array_api_compat.numpy as xp
 >>> var, m, v, grad = (xp.ones(3, dtype=xp.float32) for _ in range(4))
@@ -22,23 +24,40 @@ its inputs, which other ops may share.
 from __future__ import annotations
 
 import functools
+import logging
 
 import numpy
 
 __all__ = ["adam", "compiled_for", "compiled_kernels"]
 
+log = logging.getLogger("dflow")
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
 @functools.cache
-def compiled_kernels():
-    """The numba-compiled kernels, or None where numba cannot compile them here."""
+def compiled_kernels() -> dict | None:
+    """The numba-compiled kernels, or None where numba cannot compile them here (said once)."""
     try:
         import numba
-    except ImportError:
+    except ImportError as error:
+        log.warning("numba cannot be imported (%s): dflow's NumPy kernels run instead, slower", error)
         return None
     if numba.config.DISABLE_JIT:
         return None
+    try:
+        kernels = _compile(numba)
+    except Exception as error:  # e.g. no writable cache directory for numba's compiled code
+        log.warning("dflow's compiled kernels are off (%s: %s): its NumPy kernels run instead, slower; "
+                    "NUMBA_CACHE_DIR can name a writable directory for them", type(error).__name__, error)
+        return None
+    # compiling imported SciPy, whose BLAS the intra-op threads must also keep at one thread
+    from . import parallel
+
+    parallel.forget_blas_libraries()
+    return kernels
+
+
+def _compile(numba) -> dict:
     # error_model="numpy": a division by zero gives inf as in NumPy, and the loop vectorizes
     # (Python's model checks every divisor); nogil: the executor's threads run two at once
     jit = numba.njit(error_model="numpy", nogil=True, cache=True)
@@ -109,10 +128,6 @@ def compiled_kernels():
         max_pool(image, 1, 1, 1, 1, 0, 0, 1, 1)
         max_pool_grad(image, image, image, 1, 1, 1, 1, 0, 0)
         relu_grad(image, image)
-    # compiling imported SciPy, whose BLAS the intra-op threads must also keep at one thread
-    from . import parallel
-
-    parallel.forget_blas_libraries()
     return {"adam_into": adam_into, "max_pool": max_pool, "max_pool_grad": max_pool_grad,
             "relu_grad": relu_grad}
 
