@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 
+import array_api_compat
 import numpy
 
 __all__ = ["adam", "compiled_for", "compiled_kernels"]
@@ -150,9 +151,7 @@ def _adam_into_numpy(var, m, v, grad, lr_t, beta1, beta2, epsilon, new_var, new_
 
 def _numpy_floats(xp, arrays) -> bool:
     """Whether ``arrays`` are NumPy arrays of one float dtype (float32 or float64)."""
-    from .parallel import _is_numpy
-
-    return _is_numpy(xp) and all(
+    return array_api_compat.is_numpy_namespace(xp) and all(
         isinstance(a, numpy.ndarray) and a.dtype == arrays[0].dtype in _FLOATS for a in arrays)
 
 
