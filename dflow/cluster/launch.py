@@ -4,6 +4,7 @@ return, and the worker command line and environment that give a Dask worker its 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -64,7 +65,12 @@ class Cluster:
     def close(self) -> None:
         self.client.close()
         if self.dask_cluster is not None:
-            self.dask_cluster.close()
+            scheduler_log = logging.getLogger("distributed.scheduler")
+            scheduler_log.addFilter(_heartbeat_of_a_removed_worker)
+            try:
+                self.dask_cluster.close()
+            finally:
+                scheduler_log.removeFilter(_heartbeat_of_a_removed_worker)
 
     def __enter__(self) -> Cluster:
         return self
@@ -74,6 +80,12 @@ class Cluster:
 
     def __repr__(self) -> str:
         return f"<dflow Cluster {self.target} roles={self.spec.roles()}>"
+
+
+def _heartbeat_of_a_removed_worker(record: logging.LogRecord) -> bool:
+    """While the cluster closes, the scheduler removes workers whose heartbeat may already be on
+    its way (Dask's race, see ``Worker.heartbeat``): that it came is no news then."""
+    return not record.getMessage().startswith("Received heartbeat from unregistered worker")
 
 
 def role_list(ps: int, workers: int) -> list[tuple[str, int]]:
