@@ -147,7 +147,6 @@ class DflowWorker(WorkerPlugin):
         if gpu_namespace() is not None:
             self.namespaces["GPU"] = gpu_namespace()
         logging.getLogger("distributed.worker").addFilter(_quiet_replica_failures)
-        logging.getLogger("distributed.worker").addFilter(_quiet_missed_heartbeat)
         worker.handlers.update({
             "dflow_register": self.register, "dflow_unregister": self.unregister, "dflow_run": self.run,
             "dflow_deliver": self.deliver, "dflow_abort": self.abort, "dflow_reset": self.reset,
@@ -422,14 +421,6 @@ def _quiet_replica_failures(record: logging.LogRecord) -> bool:
     """A replica's error goes to the client, which says it in one line: Dask's 'Compute Failed'
     record of it, a traceback on the worker's terminal, would only repeat it."""
     return not (record.getMessage().startswith("Compute Failed") and "dflow-replica-" in record.getMessage())
-
-
-def _quiet_missed_heartbeat(record: logging.LogRecord) -> bool:
-    """Dask's own race (its comment in ``Worker.heartbeat``): the scheduler removed this worker,
-    as a closing cluster does, and answers a heartbeat already on its way 'missing'; the worker
-    then closes, as it was about to. Were the worker lost mid-training instead, dflow's liveness
-    check names its role (``dflow/distributed/liveness.py``): the warning would only repeat it."""
-    return record.getMessage() != "Scheduler was unaware of this worker; shutting down."
 
 
 def _apply_thread_env() -> None:
