@@ -9,7 +9,7 @@ import pytest
 from namespaces import NAMESPACES, to_host
 
 import dflow as tf
-from dflow.ops import conv_lowering, fused
+from dflow.ops import conv_lowering, fused, parallel
 from dflow.ops.registry import get_opdef
 
 RNG = np.random.default_rng(11)
@@ -137,3 +137,15 @@ def test_a_compiler_failure_is_said_once_and_the_numpy_kernels_run(monkeypatch, 
         fused.compiled_kernels.cache_clear()  # the real kernels for the tests after
     said = [r.getMessage() for r in caplog.records if "compiled kernels are off" in r.getMessage()]
     assert len(said) == 1 and "no writable cache directory" in said[0]
+
+
+def test_flat_kernels_cut_in_pieces_give_the_whole_s_numbers(compiled, monkeypatch):
+    inputs = adam_inputs((7, 11), np.float32)
+    gradient, features = inputs[3], inputs[0]
+    relu_grad = get_opdef("ReluGrad").kernel
+    whole = [*fused.adam(xp_numpy, *inputs, **HYPER), relu_grad(xp_numpy, gradient, features)]
+    monkeypatch.setattr(parallel, "PARALLEL_ELEMENTS_FROM", 0)
+    monkeypatch.setattr(parallel, "cores", lambda: 3)  # 77 elements: pieces of 26, 26 and 25
+    cut = [*fused.adam(xp_numpy, *inputs, **HYPER), relu_grad(xp_numpy, gradient, features)]
+    for a, b in zip(cut, whole):
+        np.testing.assert_array_equal(a, b)

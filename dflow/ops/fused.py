@@ -64,7 +64,7 @@ def _compile(numba) -> dict:
     jit = numba.njit(error_model="numpy", nogil=True, cache=True)
 
     @jit
-    def adam_into(var, m, v, grad, lr_t, beta1, beta2, epsilon, new_var, new_m, new_v):
+    def adam_into(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
         keep1, keep2 = 1 - beta1, 1 - beta2  # beta1, beta2 are the arrays' dtype: so is all of it
         for i in range(var.size):
             g = grad[i]
@@ -74,9 +74,9 @@ def _compile(numba) -> dict:
             new_var[i] = var[i] - lr_t * m_i / (numpy.sqrt(v_i) + epsilon)
 
     @jit
-    def max_pool(x, kh, kw, sh, sw, top, left, oh, ow):
+    def max_pool_into(x, out, kh, kw, sh, sw, top, left):
         n, h, w, c = x.shape
-        out = numpy.empty((n, oh, ow, c), x.dtype)
+        _, oh, ow, _ = out.shape
         for b in range(n):
             for r in range(oh):
                 h0 = r * sh - top
@@ -90,15 +90,14 @@ def _compile(numba) -> dict:
                                 value = x[b, i, j, k]
                                 if value > out[b, r, q, k] or value != value:  # NaN wins, as np.maximum
                                     out[b, r, q, k] = value
-        return out
 
     @jit
-    def max_pool_grad(x, y, dy, kh, kw, sh, sw, top, left):
+    def max_pool_grad_into(x, y, dy, dx, kh, kw, sh, sw, top, left):
         n, h, w, c = x.shape
         _, oh, ow, _ = y.shape
-        dx = numpy.zeros(x.shape, dy.dtype)
         routed = numpy.empty(c, numpy.bool_)
         for b in range(n):
+            dx[b] = 0  # here, not by the caller: each piece's thread zeroes what it then writes
             for r in range(oh):
                 h0 = r * sh - top
                 for q in range(ow):
@@ -110,7 +109,6 @@ def _compile(numba) -> dict:
                                 if not routed[k] and x[b, i, j, k] == y[b, r, q, k]:
                                     dx[b, i, j, k] += dy[b, r, q, k]
                                     routed[k] = True
-        return dx
 
     @jit
     def relu_grad_into(gradient, features, out):
@@ -119,21 +117,21 @@ def _compile(numba) -> dict:
 
     def relu_grad(gradient, features):
         out = numpy.empty(gradient.shape, gradient.dtype)
-        relu_grad_into(gradient.reshape(-1), features.reshape(-1), out.reshape(-1))  # C order, as adam's
+        _flat_pieces(relu_grad_into, [gradient, features, out])
         return out
 
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
-        adam_into(*[one] * 4, *one.repeat(4), *[one] * 3)
+        adam_into(*[one] * 7, *one.repeat(4))
         image = numpy.ones((1, 1, 1, 1), dtype)
-        max_pool(image, 1, 1, 1, 1, 0, 0, 1, 1)
-        max_pool_grad(image, image, image, 1, 1, 1, 1, 0, 0)
+        max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
+        max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0)
         relu_grad(image, image)
-    return {"adam_into": adam_into, "max_pool": max_pool, "max_pool_grad": max_pool_grad,
+    return {"adam_into": adam_into, "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_grad": relu_grad}
 
 
-def _adam_into_numpy(var, m, v, grad, lr_t, beta1, beta2, epsilon, new_var, new_m, new_v):
+def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
     """``adam_into`` as NumPy passes into the outputs (``new_var`` holds the temporaries)."""
     numpy.multiply(m, beta1, out=new_m)
     numpy.multiply(grad, 1 - beta1, out=new_var)
@@ -170,8 +168,21 @@ def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon):
     scalar = var.dtype.type  # float32 math for float32 arrays, as TF's kernel
     outputs = [numpy.empty(var.shape, var.dtype) for _ in range(3)]
     kernels = compiled_kernels()
-    adam_into = kernels["adam_into"] if kernels else _adam_into_numpy
-    # C order throughout: reshape(-1) of the fresh outputs is a view, of an input a copy if need be
-    adam_into(*(a.reshape(-1) for a in (var, m, v, grad)), scalar(lr_t), scalar(beta1), scalar(beta2),
-              scalar(epsilon), *(out.reshape(-1) for out in outputs))
+    _flat_pieces(kernels["adam_into"] if kernels else _adam_into_numpy, [var, m, v, grad, *outputs],
+                 [scalar(lr_t), scalar(beta1), scalar(beta2), scalar(epsilon)])
     return tuple(outputs)
+
+
+def _flat_pieces(kernel, arrays: list, scalars: list = ()) -> None:
+    """``kernel(*arrays, *scalars)`` over the arrays flattened in C order (an input that is not
+    C-contiguous is copied; the outputs are fresh, so their flat forms are views), a big one cut
+    into one piece per core: the cores share a memory-bound pass."""
+    from . import parallel
+
+    flat = [a.reshape(-1) for a in arrays]
+    size = flat[0].size
+    if size < parallel.PARALLEL_ELEMENTS_FROM:
+        kernel(*flat, *scalars)
+        return
+    parallel.map_pieces(numpy, lambda piece: kernel(*(a[piece] for a in flat), *scalars),
+                        parallel.pieces_for(size, size))
