@@ -149,8 +149,9 @@ def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2,
 
 def _numpy_floats(xp, arrays) -> bool:
     """Whether ``arrays`` are NumPy arrays of one float dtype (float32 or float64)."""
-    return array_api_compat.is_numpy_namespace(xp) and all(
-        isinstance(a, numpy.ndarray) and a.dtype == arrays[0].dtype in _FLOATS for a in arrays)
+    dtype = getattr(arrays[0], "dtype", None)
+    return array_api_compat.is_numpy_namespace(xp) and dtype in _FLOATS and all(
+        isinstance(a, numpy.ndarray) and a.dtype == dtype for a in arrays)
 
 
 def compiled_for(xp, *arrays) -> dict | None:
