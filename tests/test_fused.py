@@ -149,3 +149,15 @@ def test_flat_kernels_cut_in_pieces_give_the_whole_s_numbers(compiled, monkeypat
     cut = [*fused.adam(xp_numpy, *inputs, **HYPER), relu_grad(xp_numpy, gradient, features)]
     for a, b in zip(cut, whole):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-7), (np.float64, 1e-15)])
+def test_gradient_descent_on_numpy_matches_the_reference_and_keeps_its_inputs(compiled, dtype, rtol):
+    var, _, _, delta = adam_inputs((9, 4), dtype)
+    before = var.copy(), delta.copy()
+    got = fused.gradient_descent(xp_numpy, var, np.asarray(0.3, dtype), delta)
+    assert got.dtype == dtype
+    expected = var.astype(np.float64) - 0.3 * delta.astype(np.float64)
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
+    np.testing.assert_array_equal(var, before[0])
+    np.testing.assert_array_equal(delta, before[1])

@@ -2,9 +2,10 @@
 
 An op written as array expressions makes a NumPy pass, and a temporary, per operator: Adam's
 update is a dozen passes over the variable and its two slots (16 ms of a 70 ms deep MNIST step at
-batch 50, the step's largest op type), max pooling's gradient a padded copy, a mask and a pass per
-window offset, ReluGrad a compare, a cast and a multiply. numba compiles each into one loop that
-reads every input once and writes every output once: 3-7x faster (``docs/kernels.md``).
+batch 50, the step's largest op type), SGD's two, max pooling's gradient a padded copy, a mask
+and a pass per window offset, ReluGrad a compare, a cast and a multiply. numba compiles each into
+one loop that reads every input once and writes every output once: 2-7x faster
+(``docs/kernels.md``).
 
 numba is a declared dependency, imported by the first :func:`compiled_kernels` call (importing it
 and loading the kernels' cached code take about a second and 145 MiB resident, once a process,
@@ -29,7 +30,7 @@ import logging
 import array_api_compat
 import numpy
 
-__all__ = ["adam", "compiled_for", "compiled_kernels"]
+__all__ = ["adam", "gradient_descent", "compiled_for", "compiled_kernels"]
 
 log = logging.getLogger("dflow")
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
@@ -72,6 +73,11 @@ def _compile(numba) -> dict:
             v_i = beta2 * v[i] + keep2 * (g * g)
             new_m[i], new_v[i] = m_i, v_i
             new_var[i] = var[i] - lr_t * m_i / (numpy.sqrt(v_i) + epsilon)
+
+    @jit
+    def gradient_descent_into(var, delta, new_var, alpha):
+        for i in range(var.size):
+            new_var[i] = var[i] - alpha * delta[i]
 
     @jit
     def max_pool_into(x, out, kh, kw, sh, sw, top, left):
@@ -123,12 +129,13 @@ def _compile(numba) -> dict:
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
         adam_into(*[one] * 7, *one.repeat(4))
+        gradient_descent_into(one, one, one.copy(), one[0])
         image = numpy.ones((1, 1, 1, 1), dtype)
         max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
         max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0)
         relu_grad(image, image)
-    return {"adam_into": adam_into, "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
-            "relu_grad": relu_grad}
+    return {"adam_into": adam_into, "gradient_descent_into": gradient_descent_into,
+            "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into, "relu_grad": relu_grad}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -144,6 +151,11 @@ def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2,
     new_var += epsilon
     numpy.divide(new_m, new_var, out=new_var)
     new_var *= lr_t
+    numpy.subtract(var, new_var, out=new_var)
+
+
+def _gradient_descent_into_numpy(var, delta, new_var, alpha):
+    numpy.multiply(delta, alpha, out=new_var)
     numpy.subtract(var, new_var, out=new_var)
 
 
@@ -172,6 +184,17 @@ def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon):
     _flat_pieces(kernels["adam_into"] if kernels else _adam_into_numpy, [var, m, v, grad, *outputs],
                  [scalar(lr_t), scalar(beta1), scalar(beta2), scalar(epsilon)])
     return tuple(outputs)
+
+
+def gradient_descent(xp, var, alpha, delta):
+    """TF's ``ApplyGradientDescent``: ``var - alpha * delta``, one pass and no temporary."""
+    if not _numpy_floats(xp, [var, delta]) or var.shape != delta.shape:
+        return var - alpha * delta
+    new_var = numpy.empty(var.shape, var.dtype)
+    kernels = compiled_kernels()
+    _flat_pieces(kernels["gradient_descent_into"] if kernels else _gradient_descent_into_numpy,
+                 [var, delta, new_var], [var.dtype.type(alpha)])
+    return new_var
 
 
 def _flat_pieces(kernel, arrays: list, scalars: list = ()) -> None:

@@ -48,7 +48,7 @@ def _store(state, xp, ref, old, new):
 def _gradient_descent(state, xp, var, alpha, delta):
     with state.updating(var):
         old = state.read_variable(var)
-        return _store(state, xp, var, old, old - alpha * delta)
+        return _store(state, xp, var, old, fused.gradient_descent(xp, old, alpha, delta))
 
 
 def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
