@@ -217,9 +217,14 @@ class DflowWorker(WorkerPlugin):
         _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
                        timeout=(timeout, (int, float)))
         loop = asyncio.get_running_loop()
+        step = loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, deserialized(feeds), timeout,
+                                    loop)
+        # a client that gave the step up (it is recovering from a lost task) leaves no one to await
+        # it: its error, which the client has already had from the liveness check, is not logged
+        # again as "Future exception was never retrieved" with a traceback
+        step.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
-            reply = await loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id,
-                                               deserialized(feeds), timeout, loop)
+            reply = await step
         except OpError as error:
             # the step's own failure (a value that never came, a cancelled barrier): the client
             # raises it; raised here, distributed would also log it as a crashed handler
