@@ -144,7 +144,6 @@ def test_flat_kernels_cut_in_pieces_give_the_whole_s_numbers(compiled, monkeypat
     gradient, features = inputs[3], inputs[0]
     relu_grad = get_opdef("ReluGrad").kernel
     whole = [*fused.adam(xp_numpy, *inputs, **HYPER), relu_grad(xp_numpy, gradient, features)]
-    monkeypatch.setattr(parallel, "PARALLEL_ELEMENTS_FROM", 0)
     monkeypatch.setattr(fused, "FLAT_PIECES_FROM", 0)
     monkeypatch.setattr(parallel, "cores", lambda: 3)  # 77 elements: pieces of 26, 26 and 25
     cut = [*fused.adam(xp_numpy, *inputs, **HYPER), relu_grad(xp_numpy, gradient, features)]

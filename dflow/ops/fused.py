@@ -30,7 +30,10 @@ import logging
 import array_api_compat
 import numpy
 
-__all__ = ["adam", "gradient_descent", "compiled_for", "compiled_kernels"]
+from . import parallel
+
+__all__ = ["adam", "gradient_descent", "relu_grad", "max_pool", "max_pool_grad", "compiled_for",
+           "compiled_kernels"]
 
 log = logging.getLogger("dflow")
 # elements (2 Mi): below, one core's compiled pass (~0.2 ms a million) ends before handing half of it to
@@ -56,8 +59,6 @@ def compiled_kernels() -> dict | None:
                     "NUMBA_CACHE_DIR can name a writable directory for them", type(error).__name__, error)
         return None
     # compiling imported SciPy, whose BLAS the intra-op threads must also keep at one thread
-    from . import parallel
-
     parallel.forget_blas_libraries()
     return kernels
 
@@ -124,11 +125,6 @@ def _compile(numba) -> dict:
         for i in range(out.size):  # TF's select: an inf gradient at a zero feature is 0, not NaN
             out[i] = gradient[i] if features[i] > 0 else 0
 
-    def relu_grad(gradient, features):
-        out = numpy.empty(gradient.shape, gradient.dtype)
-        _flat_pieces(relu_grad_into, [gradient, features, out])
-        return out
-
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
         adam_into(*[one] * 7, *one.repeat(4))
@@ -136,9 +132,10 @@ def _compile(numba) -> dict:
         image = numpy.ones((1, 1, 1, 1), dtype)
         max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
         max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0)
-        relu_grad(image, image)
+        relu_grad_into(one, one, one.copy())
     return {"adam_into": adam_into, "gradient_descent_into": gradient_descent_into,
-            "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into, "relu_grad": relu_grad}
+            "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
+            "relu_grad_into": relu_grad_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -200,16 +197,44 @@ def gradient_descent(xp, var, alpha, delta):
     return new_var
 
 
-def _flat_pieces(kernel, arrays: list, scalars: list = ()) -> None:
+def relu_grad(gradient, features):
+    """TF's ``ReluGrad`` of arrays that :func:`compiled_for` takes: the gradient where the
+    feature is positive, else 0."""
+    out = numpy.empty(gradient.shape, gradient.dtype)
+    _flat_pieces(compiled_kernels()["relu_grad_into"], [gradient, features, out])
+    return out
+
+
+def max_pool(x, ksize, strides, top, left, out_hw):
+    """Max pooling of an NHWC array that :func:`compiled_for` takes, padded by ``top``/``left``."""
+    out = numpy.empty((x.shape[0], *out_hw, x.shape[3]), x.dtype)
+    _image_pieces(compiled_kernels()["max_pool_into"], [x], out, *ksize, *strides, top, left)
+    return out
+
+
+def max_pool_grad(x, y, dy, ksize, strides, top, left):
+    """:func:`max_pool`'s gradient: each window's ``dy`` to its first maximum in scan order."""
+    dx = numpy.empty(x.shape, dy.dtype)
+    _image_pieces(compiled_kernels()["max_pool_grad_into"], [x, y, dy], dx, *ksize, *strides, top, left)
+    return dx
+
+
+def _image_pieces(kernel, inputs: list, out, *args) -> None:
+    """``kernel(*inputs, out, *args)`` over one piece of the images per core, each writing its own
+    images of ``out``."""
+    n = out.shape[0]
+    parallel.map_pieces(numpy, lambda rows: kernel(*(a[rows] for a in inputs), out[rows], *args),
+                        parallel.pieces_for(n, n))
+
+
+def _flat_pieces(kernel, arrays: list, scalars=()) -> None:
     """``kernel(*arrays, *scalars)`` over the arrays flattened in C order (an input that is not
     C-contiguous is copied; the outputs are fresh, so their flat forms are views), a big one (from
     :data:`FLAT_PIECES_FROM` elements) cut into one piece per core: the cores share a memory-bound
     pass."""
-    from . import parallel
-
     flat = [a.reshape(-1) for a in arrays]
     size = flat[0].size
-    if size < max(FLAT_PIECES_FROM, parallel.PARALLEL_ELEMENTS_FROM):
+    if size < FLAT_PIECES_FROM:
         kernel(*flat, *scalars)
         return
     parallel.map_pieces(numpy, lambda piece: kernel(*(a[piece] for a in flat), *scalars),

@@ -136,9 +136,8 @@ def _sizes(xp_array):
 
 # ---- relu -----------------------------------------------------------------------------------------
 def _relu_grad_kernel(xp, g, features):
-    compiled = fused.compiled_for(xp, g, features)
-    if compiled and g.shape == features.shape:  # one pass: 4x the mask's three
-        return compiled["relu_grad"](g, features)
+    if fused.compiled_for(xp, g, features) and g.shape == features.shape:  # one pass: 4x the mask's three
+        return fused.relu_grad(g, features)
     # a multiply by the 0/1 mask: 10x faster than where() in NumPy (inf * 0 gives NaN, though)
     return parallel.elementwise(xp, lambda gs, fs: gs * xp.astype(fs > 0, gs.dtype), g, features)
 
