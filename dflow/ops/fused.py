@@ -32,8 +32,8 @@ import numpy
 
 from . import parallel
 
-__all__ = ["adam", "gradient_descent", "relu_grad", "max_pool", "max_pool_grad", "compiled_for",
-           "compiled_kernels"]
+__all__ = ["adam", "gradient_descent", "relu_grad", "bias_add_relu", "max_pool", "max_pool_grad",
+           "compiled_for", "compiled_kernels"]
 
 log = logging.getLogger("dflow")
 # elements (2 Mi): below, one core's compiled pass (~0.2 ms a million) ends before handing half of it to
@@ -125,6 +125,13 @@ def _compile(numba) -> dict:
         for i in range(out.size):  # TF's select: an inf gradient at a zero feature is 0, not NaN
             out[i] = gradient[i] if features[i] > 0 else 0
 
+    @jit
+    def bias_add_relu_into(rows, bias, out):
+        for i in range(rows.shape[0]):
+            for k in range(bias.size):
+                value = rows[i, k] + bias[k]
+                out[i, k] = 0 if value < 0 else value  # NaN stays NaN, as np.maximum(NaN, 0)
+
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
         adam_into(*[one] * 7, *one.repeat(4))
@@ -133,9 +140,10 @@ def _compile(numba) -> dict:
         max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
         max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0)
         relu_grad_into(one, one, one.copy())
+        bias_add_relu_into(one.reshape(1, 1), one, one.reshape(1, 1).copy())
     return {"adam_into": adam_into, "gradient_descent_into": gradient_descent_into,
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
-            "relu_grad_into": relu_grad_into}
+            "relu_grad_into": relu_grad_into, "bias_add_relu_into": bias_add_relu_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -202,6 +210,20 @@ def relu_grad(gradient, features):
     feature is positive, else 0."""
     out = numpy.empty(gradient.shape, gradient.dtype)
     _flat_pieces(compiled_kernels()["relu_grad_into"], [gradient, features, out])
+    return out
+
+
+def bias_add_relu(value, bias):
+    """``max(value + bias, 0)`` for a channels-last ``value`` and arrays that :func:`compiled_for`
+    takes: one pass, where BiasAdd and Relu make two and a temporary."""
+    out = numpy.empty(value.shape, value.dtype)
+    rows, out_rows = value.reshape(-1, bias.size), out.reshape(-1, bias.size)
+    kernel = compiled_kernels()["bias_add_relu_into"]
+    if value.size < FLAT_PIECES_FROM:
+        kernel(rows, bias, out_rows)
+    else:
+        parallel.map_pieces(numpy, lambda piece: kernel(rows[piece], bias, out_rows[piece]),
+                            parallel.pieces_for(rows.shape[0], rows.shape[0]))
     return out
 
 

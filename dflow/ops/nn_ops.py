@@ -321,6 +321,21 @@ defop("BiasAdd", _bias_add_infer, _bias_add_kernel,
 defop("BiasAddGrad", _bias_add_grad_infer, _bias_add_grad_kernel, _bias_add_grad_grad)
 
 
+def _add_relu_kernel(xp, x, y, data_format="NHWC"):
+    if data_format != "NCHW":  # a bias along the last axis, either operand of an Add
+        for value, bias in ((x, y), (y, x)):
+            if bias.ndim == 1 and value.ndim >= 1 and value.shape[-1] == bias.shape[0] \
+                    and fused.compiled_for(xp, value, bias):
+                return fused.bias_add_relu(value, bias)
+    return _relu_kernel(xp, _bias_add_kernel(xp, x, y, data_format))
+
+
+# Relu(BiasAdd(x, b)) or Relu(Add(x, b)), fused when a stage is lowered (runtime/fusion.py): one
+# pass over the layer's output instead of two and a temporary. Not an op of users' graphs, so no
+# gradient: their graphs differentiate the BiasAdd and the Relu, before lowering.
+defop("_FusedAddRelu", math_ops._binary_infer, _add_relu_kernel)
+
+
 def xw_plus_b(x, weights, biases, name=None) -> Tensor:
     """``matmul(x, weights) + biases``."""
     with get_default_graph().name_scope(name or "xw_plus_b") as scope:

@@ -1,0 +1,109 @@
+"""Lowering fuses a ReLU with the sum before it (runtime/fusion.py): same values, fewer passes."""
+
+import numpy as np
+import pytest
+from namespaces import NAMESPACES, to_host
+
+import dflow as tf
+from dflow.ops import fused, parallel
+from dflow.ops.registry import get_opdef
+from dflow.runtime.passes import Devices, make_plan
+
+RNG = np.random.default_rng(5)
+PS0, W0 = "/job:ps/task:0", "/job:worker/task:0"
+HERE = Devices.this_process(gpus=0)
+
+
+def op_types(plan) -> list[str]:
+    return [node.type for stages in plan.stages.values() for stage in stages
+            for node in stage.schedule.nodes.values()]
+
+
+def conv_layer(images, bias_add: bool):
+    """A tutorial conv layer: ``relu(conv + b)``, the sum written either way."""
+    kernel = tf.constant(RNG.standard_normal((3, 3, 2, 4)), tf.float32)
+    biases = tf.constant(RNG.standard_normal(4), tf.float32)
+    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], "SAME")
+    summed = tf.nn.bias_add(conv, biases, name="sum") if bias_add else tf.add(biases, conv, name="sum")
+    return conv, biases, summed, tf.nn.relu(summed, name="relu")
+
+
+@pytest.mark.parametrize("bias_add", [True, False], ids=["BiasAdd", "Add"])
+def test_a_layer_and_its_gradients_are_the_same_with_the_relu_fused(bias_add):
+    images = RNG.standard_normal((3, 5, 5, 2)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 5, 5, 2])
+        conv, biases, summed, relu = conv_layer(x, bias_add)
+        grads = tf.gradients(tf.reduce_sum(relu * relu), [conv, biases])
+        assert "_FusedAddRelu" in op_types(make_plan(graph, [relu, *grads], {x.name}, HERE))
+        assert "Relu" not in op_types(make_plan(graph, [relu, *grads], {x.name}, HERE))
+        with tf.Session() as sess:
+            got = sess.run([relu, *grads, conv, biases], {x: images})
+    value, d_conv, d_biases, conv_value, bias_value = got
+    expected = np.maximum(conv_value.astype(np.float64) + bias_value, 0)
+    np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(d_conv, 2 * expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(d_biases, 2 * expected.sum(axis=(0, 1, 2)), rtol=1e-5)
+
+
+def test_a_sum_used_elsewhere_fetched_or_controlling_is_not_fused():
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 5, 5, 2])
+        _, _, summed, relu = conv_layer(x, bias_add=True)
+        assert "BiasAdd" in op_types(make_plan(graph, [relu, summed], {x.name}, HERE))
+        twice = relu + summed
+        assert "BiasAdd" in op_types(make_plan(graph, [twice], {x.name}, HERE))
+        with tf.control_dependencies([summed.op]):
+            after = tf.identity(relu)
+        assert "BiasAdd" in op_types(make_plan(graph, [after], {x.name}, HERE))
+        with tf.Session() as sess:
+            relu_value, sum_value, twice_value = sess.run([relu, summed, twice],
+                                                          {x: RNG.standard_normal((2, 5, 5, 2))})
+    np.testing.assert_array_equal(relu_value, np.maximum(sum_value, 0))
+    np.testing.assert_allclose(twice_value, relu_value + sum_value, rtol=1e-6)
+
+
+def test_a_sum_and_its_relu_on_two_tasks_stay_apart():
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 3])
+        with tf.device(PS0):
+            summed = tf.nn.bias_add(x, tf.constant([1.0, -1.0, 0.5]))
+        relu = tf.nn.relu(summed)
+        plan = make_plan(graph, [relu], {x.name}, Devices(W0, {PS0: {}, W0: {}}))
+    assert "BiasAdd" in op_types(plan) and "Relu" in op_types(plan)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fused_kernel_is_relu_of_the_sum_on_every_namespace(xp, dtype):
+    """NaN stays NaN and -inf gives 0 (as np.maximum); the bias may be either operand of an Add;
+    NCHW and same-shaped operands take the plain path."""
+    kernel = get_opdef("_FusedAddRelu").kernel
+    value = RNG.standard_normal((2, 3, 4, 5)).astype(dtype)
+    value[0, 0, 0, :3] = [np.nan, -np.inf, np.inf]
+    bias = RNG.standard_normal(5).astype(dtype)
+    expected = np.maximum(value + bias, 0)
+    for x, y in ((value, bias), (bias, value)):
+        got = to_host(kernel(xp, xp.asarray(x), xp.asarray(y), "NHWC"))
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == dtype
+    other = RNG.standard_normal(value.shape).astype(dtype)
+    np.testing.assert_array_equal(to_host(kernel(xp, xp.asarray(value), xp.asarray(other))),
+                                  np.maximum(value + other, 0))
+    nchw_bias = RNG.standard_normal(3).astype(dtype)
+    np.testing.assert_array_equal(to_host(kernel(xp, xp.asarray(value), xp.asarray(nchw_bias), "NCHW")),
+                                  np.maximum(value + nchw_bias[:, None, None], 0))
+
+
+def test_the_fused_kernel_cut_in_pieces_gives_the_whole_s_numbers(monkeypatch):
+    kernel = get_opdef("_FusedAddRelu").kernel
+    import array_api_compat.numpy as xp
+
+    value = RNG.standard_normal((7, 3, 4)).astype(np.float32)
+    bias = RNG.standard_normal(4).astype(np.float32)
+    whole = kernel(xp, value, bias)
+    monkeypatch.setattr(fused, "FLAT_PIECES_FROM", 0)
+    monkeypatch.setattr(parallel, "cores", lambda: 3)  # 21 rows: 7 each
+    np.testing.assert_array_equal(kernel(xp, value, bias), whole)
+    monkeypatch.setattr(fused, "compiled_kernels", lambda: None)  # numba absent: NumPy's passes
+    np.testing.assert_array_equal(kernel(xp, value, bias), whole)
