@@ -107,3 +107,43 @@ def test_the_fused_kernel_cut_in_pieces_gives_the_whole_s_numbers(monkeypatch):
     np.testing.assert_array_equal(kernel(xp, value, bias), whole)
     monkeypatch.setattr(fused, "compiled_kernels", lambda: None)  # numba absent: NumPy's passes
     np.testing.assert_array_equal(kernel(xp, value, bias), whole)
+
+
+def test_a_pooled_relu_layer_s_gradient_is_the_same_with_the_relu_grad_fused():
+    images = RNG.standard_normal((2, 6, 6, 2)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 6, 6, 2])
+        conv, _, _, relu = conv_layer(x, bias_add=True)
+        pool = tf.nn.max_pool(relu, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
+        upstream = tf.constant(RNG.standard_normal((2, 3, 3, 4)), tf.float32)
+        (d_conv,) = tf.gradients(tf.reduce_sum(pool * upstream), [conv])
+        types = op_types(make_plan(graph, [d_conv], {x.name}, HERE))
+        assert "_FusedMaxPoolGradReluGrad" in types and "ReluGrad" not in types and "MaxPoolGrad" not in types
+        with tf.Session() as sess:
+            got, relu_value, pool_value, dy = sess.run([d_conv, relu, pool, upstream], {x: images})
+    import array_api_compat.numpy as xp
+
+    attrs = dict(ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME", data_format="NHWC")
+    routed = get_opdef("MaxPoolGrad").kernel(xp, relu_value, pool_value, dy, **attrs)
+    np.testing.assert_array_equal(got, get_opdef("ReluGrad").kernel(xp, routed, relu_value))
+    assert (relu_value == 0).any() and (got != 0).any()
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_the_fused_pooling_and_relu_gradient_is_the_pair_s_on_every_namespace(xp, data_format):
+    """A ReLU's output has ties at 0 (a window of zeros routes to its first zero, which ReluGrad
+    then zeroes) and positive ties (the first in scan order takes the gradient)."""
+    x = np.maximum(np.asarray(RNG.integers(-2, 3, (2, 4, 7, 7)), np.float32), 0)
+    if data_format == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    nhwc = (lambda v: v) if data_format == "NHWC" else (lambda v: [v[0], v[3], v[1], v[2]])
+    attrs = dict(ksize=nhwc([1, 2, 3, 1]), strides=nhwc([1, 2, 2, 1]), padding="SAME",
+                 data_format=data_format)
+    x = xp.asarray(x)
+    y = get_opdef("MaxPool").kernel(xp, x, **attrs)
+    dy = xp.asarray(RNG.standard_normal(to_host(y).shape).astype(np.float32))
+    pair = get_opdef("ReluGrad").kernel(xp, get_opdef("MaxPoolGrad").kernel(xp, x, y, dy, **attrs), x)
+    got = get_opdef("_FusedMaxPoolGradReluGrad").kernel(xp, x, y, dy, **attrs)
+    np.testing.assert_array_equal(to_host(got), to_host(pair))
+    assert (to_host(pair) != 0).any()

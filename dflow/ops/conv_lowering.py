@@ -358,13 +358,17 @@ def max_pool(xp, x, ksize, strides, padding):
     return _in_pieces(xp, piece, x, size=POOL_PIECE)
 
 
-def max_pool_grad(xp, x, y, dy, ksize, strides, padding):
-    """Route each window's gradient to its first maximal element in scan order, as TF does."""
+def max_pool_grad(xp, x, y, dy, ksize, strides, padding, positive_only=False):
+    """Route each window's gradient to its first maximal element in scan order, as TF does
+    (``positive_only``: then ReluGrad's select by ``x``, a ReLU's output: one pass for both)."""
     n, h, w, c = x.shape
     out_hw, pads = _geometry2d((h, w), ksize, strides, _NO_DILATION, padding)
     top, left = pads[0], pads[2]
     if fused.compiled_for(xp, x, y, dy):  # one pass, no padded copy or masks: 3-7x faster
-        return fused.max_pool_grad(x, y, dy, ksize, strides, top, left)
+        return fused.max_pool_grad(x, y, dy, ksize, strides, top, left, positive_only)
+    if positive_only:
+        dx = max_pool_grad(xp, x, y, dy, ksize, strides, padding)
+        return xp.where(x > 0, dx, xp.zeros_like(dx))
 
     def piece(xs, ys, dys):
         xpad = _pad(xp, xs, pads, -math.inf)

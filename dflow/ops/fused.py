@@ -102,7 +102,7 @@ def _compile(numba) -> dict:
                                     out[b, r, q, k] = value
 
     @jit
-    def max_pool_grad_into(x, y, dy, dx, kh, kw, sh, sw, top, left):
+    def max_pool_grad_into(x, y, dy, dx, kh, kw, sh, sw, top, left, positive_only):
         n, h, w, c = x.shape
         _, oh, ow, _ = y.shape
         routed = numpy.empty(c, numpy.bool_)
@@ -117,7 +117,8 @@ def _compile(numba) -> dict:
                         for j in range(max(w0, 0), min(w0 + kw, w)):
                             for k in range(c):  # the first maximal element in scan order, as TF's
                                 if not routed[k] and x[b, i, j, k] == y[b, r, q, k]:
-                                    dx[b, i, j, k] += dy[b, r, q, k]
+                                    if not positive_only or x[b, i, j, k] > 0:  # ReluGrad's select
+                                        dx[b, i, j, k] += dy[b, r, q, k]
                                     routed[k] = True
 
     @jit
@@ -138,7 +139,7 @@ def _compile(numba) -> dict:
         gradient_descent_into(one, one, one.copy(), one[0])
         image = numpy.ones((1, 1, 1, 1), dtype)
         max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
-        max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0)
+        max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0, False)
         relu_grad_into(one, one, one.copy())
         bias_add_relu_into(one.reshape(1, 1), one, one.reshape(1, 1).copy())
     return {"adam_into": adam_into, "gradient_descent_into": gradient_descent_into,
@@ -234,10 +235,12 @@ def max_pool(x, ksize, strides, top, left, out_hw):
     return out
 
 
-def max_pool_grad(x, y, dy, ksize, strides, top, left):
-    """:func:`max_pool`'s gradient: each window's ``dy`` to its first maximum in scan order."""
+def max_pool_grad(x, y, dy, ksize, strides, top, left, positive_only=False):
+    """:func:`max_pool`'s gradient: each window's ``dy`` to its first maximum in scan order
+    (``positive_only``: and then ReluGrad's, where ``x`` is a ReLU's output: 0 where it is 0)."""
     dx = numpy.empty(x.shape, dy.dtype)
-    _image_pieces(compiled_kernels()["max_pool_grad_into"], [x, y, dy], dx, *ksize, *strides, top, left)
+    _image_pieces(compiled_kernels()["max_pool_grad_into"], [x, y, dy], dx, *ksize, *strides, top, left,
+                  positive_only)
     return dx
 
 

@@ -487,6 +487,13 @@ def _max_pool_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_format):
     return _from_nhwc(xp, lowering.max_pool_grad(xp, x, y, dy, k, s, padding), data_format)
 
 
+def _max_pool_relu_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_format):
+    k, s = _pool_args(ksize, strides, data_format)
+    x, y, dy = (_to_nhwc(xp, a, data_format) for a in (x, y, dy))
+    return _from_nhwc(xp, lowering.max_pool_grad(xp, x, y, dy, k, s, padding, positive_only=True),
+                      data_format)
+
+
 def _avg_pool_kernel(xp, x, ksize, strides, padding, data_format):
     k, s = _pool_args(ksize, strides, data_format)
     return _from_nhwc(xp, lowering.avg_pool(xp, _to_nhwc(xp, x, data_format), k, s, padding),
@@ -512,6 +519,9 @@ def _pool_attrs(op):
 defop("MaxPool", _pool_infer, _max_pool_kernel,
       lambda op, g: [_out("MaxPoolGrad", [op.inputs[0], op.outputs[0], g], _pool_attrs(op))])
 defop("MaxPoolGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_grad_kernel)
+# ReluGrad(MaxPoolGrad(x, y, dy), x): a ReLU layer's pooling gradient and its own, fused when a
+# stage is lowered (runtime/fusion.py); as _FusedAddRelu, never in users' graphs
+defop("_FusedMaxPoolGradReluGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_relu_grad_kernel)
 defop("AvgPool", _pool_infer, _avg_pool_kernel,
       lambda op, g: [_out("AvgPoolGrad", [shape(op.inputs[0]), g], _pool_attrs(op))])
 defop("AvgPoolGrad", _avg_pool_grad_infer, _avg_pool_grad_kernel,

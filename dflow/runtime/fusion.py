@@ -1,18 +1,23 @@
 """Fusing elementwise chains when a stage is lowered to plain ops, as Grappler's remapper does.
 
 A layer's ``relu(conv + b)`` or ``relu(tf.nn.bias_add(conv, b))`` is two passes over the layer's
-output and a temporary as big as it (7 ms of the CIFAR-10 CNN's 110 ms step at batch 100). When
-the sum is used by nothing but the ReLU, the pair becomes one ``_FusedAddRelu`` op, in the ReLU's
-place and under its name, so every consumer and every fetch of the ReLU's value is unchanged.
+output and a temporary as big as it (7 ms of the CIFAR-10 CNN's 110 ms step at batch 100); so is
+the backward of ``max_pool(relu(...))``: the pooling gradient, then ReluGrad over it. Where the
+first op's value is used by nothing but the second, the pair becomes one op in the second's
+place and under its name, so every consumer and every fetch of its value is unchanged:
+
+- ``Relu(BiasAdd(x, b))``, ``Relu(Add(x, b))`` -> ``_FusedAddRelu(x, b)``;
+- ``ReluGrad(MaxPoolGrad(x, y, dy), x)`` -> ``_FusedMaxPoolGradReluGrad(x, y, dy)``.
+
 The pass runs on :class:`~dflow.runtime.executor.OpNode` lists, after partitioning: the graph,
-its gradients and the placement never see the fused op.
+its gradients and the placement never see a fused op.
 
 >>> from dflow.runtime.executor import OpNode
 >>> stage = [OpNode("bias", "BiasAdd", {"data_format": "NHWC"}, ("conv:0", "b:0"), (), 1),
 ...          OpNode("relu", "Relu", {}, ("bias:0",), (), 1)]
->>> [(n.name, n.type, n.inputs) for n in fuse_add_relu(stage, needed={"relu:0"})]
+>>> [(n.name, n.type, n.inputs) for n in fuse(stage, needed={"relu:0"})]
 [('relu', '_FusedAddRelu', ('conv:0', 'b:0'))]
->>> [n.type for n in fuse_add_relu(stage, needed={"relu:0", "bias:0"})]  # the sum is fetched too
+>>> [n.type for n in fuse(stage, needed={"relu:0", "bias:0"})]  # the sum is fetched too
 ['BiasAdd', 'Relu']
 """
 
@@ -23,31 +28,47 @@ from collections.abc import Collection
 
 from .executor import OpNode
 
-__all__ = ["fuse_add_relu"]
-
-SUMS = ("BiasAdd", "Add")
+__all__ = ["fuse"]
 
 
-def fuse_add_relu(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
-    """``nodes`` (in topological order) with each ReLU of a sum that nothing else uses fused with
-    that sum. ``needed``: the tensor and ``^op`` names the stage gives out (sent to other tasks,
-    kept for its later stages, fetched); a sum among them is left alone."""
+def _add_relu(relu: OpNode, add: OpNode) -> tuple[str, dict] | None:
+    if add.type not in ("BiasAdd", "Add"):
+        return None
+    return "_FusedAddRelu", {"data_format": add.attrs.get("data_format", "NHWC")}
+
+
+def _max_pool_grad_relu_grad(relu_grad: OpNode, pool_grad: OpNode) -> tuple[str, dict] | None:
+    if pool_grad.type != "MaxPoolGrad" or pool_grad.inputs[0] != relu_grad.inputs[1]:
+        return None  # ReluGrad's features must be the pooled input: a ReLU's output
+    return "_FusedMaxPoolGradReluGrad", pool_grad.attrs
+
+
+#: by the second op's type: the fused op's type and attributes, given the first op, or None
+_RULES = {"Relu": _add_relu, "ReluGrad": _max_pool_grad_relu_grad}
+
+
+def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
+    """``nodes`` (in topological order) with each pair of :data:`_RULES` fused, where nothing
+    else uses the first op's value. ``needed``: the tensor and ``^op`` names the stage gives
+    out (sent to other tasks, kept for its later stages, fetched): a first op among them is
+    left alone."""
     consumers = Counter(t for n in nodes for t in n.inputs)
     controlling = {c for n in nodes for c in n.control_inputs}
     by_name = {n.name: n for n in nodes}
     fused, absorbed = {}, set()
-    for relu in nodes:
-        if relu.type != "Relu":
+    for second in nodes:
+        rule = _RULES.get(second.type)
+        if rule is None:
             continue
-        (summed,) = relu.inputs
-        add = by_name.get(summed.rpartition(":")[0])
-        if (add is None or add.type not in SUMS or add.device_type != relu.device_type
-                or consumers[summed] > 1 or summed in needed
-                or add.name in controlling or {add.name, "^" + add.name} & set(needed)):
+        value = second.inputs[0]
+        first = by_name.get(value.rpartition(":")[0])
+        if (first is None or first.device_type != second.device_type
+                or consumers[value] > 1 or value in needed
+                or first.name in controlling or {first.name, "^" + first.name} & set(needed)):
             continue
-        fused[relu.name] = OpNode(relu.name, "_FusedAddRelu",
-                                  {"data_format": add.attrs.get("data_format", "NHWC")}, add.inputs,
-                                  tuple(dict.fromkeys(add.control_inputs + relu.control_inputs)), 1,
-                                  relu.device_type)
-        absorbed.add(add.name)
+        made = rule(second, first)
+        if made is not None:
+            control = tuple(dict.fromkeys(first.control_inputs + second.control_inputs))
+            fused[second.name] = OpNode(second.name, *made, first.inputs, control, 1, second.device_type)
+            absorbed.add(first.name)
     return [fused.get(n.name, n) for n in nodes if n.name not in absorbed]

@@ -17,8 +17,8 @@ and JAX's jaxpr transforms do: nodes are op names with the attribute ``op`` (the
   them on the PS (2);
 - :func:`build_stages` lowers each stage to plain data (:class:`Stage`: its ops as
   :class:`~dflow.runtime.executor.OpNode`, the executor's schedule, and what it receives,
-  sends, keeps and fetches), fusing a ReLU with the sum before it where nothing else uses the
-  sum (:mod:`~dflow.runtime.fusion`).
+  sends, keeps and fetches), fusing a ReLU with the sum before it, and ReluGrad with the
+  pooling gradient before it, where nothing else uses the first (:mod:`~dflow.runtime.fusion`).
 
 :func:`make_plan` runs them in that order; every runner (in this process, through Dask, or
 straight to the workers) plans with it, and a :class:`PlanCache` keeps the result per
@@ -59,7 +59,7 @@ from ..graph import Graph, Operation, Tensor
 from ..ops.registry import get_opdef
 from ..placement import DeviceSpec
 from .executor import OpNode, Schedule, schedule
-from .fusion import fuse_add_relu
+from .fusion import fuse
 
 __all__ = ["Devices", "Stage", "Plan", "PlanCache", "MissingTaskError", "prune", "place", "partition",
            "build_stages", "make_plan", "to_dot", "to_node", "task_of", "describe_stages", "list_names",
@@ -327,7 +327,7 @@ def build_stages(graph: nx.MultiDiGraph, fetches: Iterable[str]) -> dict[str, li
         outgoing = {dest: tuple(sorted(values)) for dest, values in sends.get(key, {}).items()}
         outputs = {v for vs in outgoing.values() for v in vs if not v.startswith("^")}
         outputs |= keeps.get(key, set()) | set(own_fetches)
-        nodes = fuse_add_relu(nodes, outputs | {v for vs in outgoing.values() for v in vs})
+        nodes = fuse(nodes, outputs | {v for vs in outgoing.values() for v in vs})
         available = {v for v in inputs if not v.startswith("^")}
         stages[key[0]].append(Stage(
             task=key[0], level=key[1],
