@@ -83,6 +83,19 @@ def test_pieces_on_threads_give_one_piece_s_numbers(monkeypatch, small_threshold
     np.testing.assert_allclose(strict, whole, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("xp", [xp_numpy, array_api_strict], ids=["numpy", "strict"])
+def test_a_matmul_over_one_summed_element_is_the_outer_product(xp):
+    """A weight's gradient at batch 1, ``x.T @ dy``, is a multiply (not BLAS's slow k = 1 product):
+    the same numbers, and a product whose inner sizes differ still fails, never broadcasts."""
+    x, dy = np.random.default_rng(3).standard_normal((2, 1, 6))
+    got = kernel(xp, "MatMul", xp.asarray(x), xp.asarray(dy[:, :4]), transpose_a=True, transpose_b=False)
+    np.testing.assert_array_equal(np.asarray(got), x.T @ dy[:, :4])
+    assert got.shape == (6, 4)
+    with pytest.raises(ValueError):  # (6, 1) @ (6, 4): no product, whatever broadcasting allows
+        kernel(xp, "MatMul", xp.asarray(x.T), xp.asarray(np.ones((6, 4))), transpose_a=False,
+               transpose_b=False)
+
+
 def test_blas_gets_its_threads_back_after_a_cut_op(monkeypatch, small_thresholds):
     monkeypatch.setattr(parallel, "cores", lambda: 2)
     before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
