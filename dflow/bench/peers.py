@@ -208,12 +208,21 @@ _LOGITS = {"cifar10": _cifar10_logits, "deep_mnist": _deep_mnist_logits, "mnist_
 def _dflow_step(batch_size: int, lrn: bool, model: str = "cifar10", device: str = "cpu"):
     import dflow
 
+    # the kernel libraries load now, as the others' load at import: numba and the kernels' code
+    # (145 MiB) and libdnnl are the process's, not a step's memory (a --baseline checkout from
+    # before them has neither module)
     try:
         from dflow.ops import fused
-    except ImportError:  # a --baseline checkout from before the compiled kernels
+    except ImportError:
         pass
-    else:  # they load now, as the others' kernel libraries load at import: numba and the
-        fused.compiled_kernels()  # kernels' code (145 MiB) are the process's, not a step's memory
+    else:
+        fused.compiled_kernels()
+    try:
+        from dflow.ops import onednn
+    except ImportError:
+        pass
+    else:
+        onednn.available()
     return _graph_step(dflow, batch_size, lrn, model, device)
 
 

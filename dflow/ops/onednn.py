@@ -1,0 +1,318 @@
+"""oneDNN's convolutions for float32 NumPy arrays on x86-64: direct kernels, not im2col + BLAS.
+
+dflow's own lowering (:mod:`.conv_lowering`) turns a convolution into matmuls and runs at
+OpenBLAS's rate for their shapes, 150-180 GFLOP/s on 2 AVX-512 cores, and a third of that for
+a first layer's thin product (K = 25 or 75). Intel's oneDNN, the library under TensorFlow's
+and PyTorch's CPU convolutions, JIT-compiles direct kernels for the machine's vector width
+that reach 250-280 GFLOP/s on the same layers, 2-4x on the first ones (``docs/kernels.md``).
+It is a declared dependency on x86-64 Linux (``onednn-cpu-gomp``: the library alone, built
+with GNU OpenMP), reached through its C API with ctypes: NHWC activations and HWIO filters
+are oneDNN's ``nhwc`` and ``hwio`` layouts, read and written in place; only the filter is
+reordered to the blocked layout the kernel chose (a few hundred KiB).
+
+Where the library cannot be loaded (another platform, no ``libgomp``) dflow says so once and
+its own lowering runs; other namespaces (CuPy, ``array_api_strict``) and dtypes always take
+it. Each (direction, shapes, geometry) is compiled once a process and cached; each call
+gets its own scratchpad, so two ops may run one at once from the executor's threads. A call
+runs on :func:`parallel.cores` OpenMP threads: the count the process was given for BLAS.
+
+>>> import numpy
+>>> x, w = numpy.ones((1, 3, 3, 1), numpy.float32), numpy.ones((3, 3, 1, 1), numpy.float32)
+>>> y = conv2d(x, w, strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1), out_hw=(3, 3))
+>>> y[0, :, :, 0].tolist()
+[[4.0, 6.0, 4.0], [6.0, 9.0, 6.0], [4.0, 6.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import sys
+import threading
+
+import array_api_compat
+import numpy
+
+from . import parallel
+
+__all__ = ["available", "convolutions_for", "conv2d", "conv2d_input_grad", "conv2d_filter_grad"]
+
+log = logging.getLogger("dflow")
+
+# the C API's constants (oneapi/dnnl/dnnl_types.h, oneDNN 3.x)
+_F32, _TAG_ANY, _TAG_NHWC, _TAG_HWIO = 3, 1, 22, 28
+_FORWARD_TRAINING, _DIRECT, _CPU, _IN_ORDER, _SCRATCHPAD_USER = 64, 1, 1, 1, 1
+_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_SCRATCHPAD = 1, 17, 33, 80
+_ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
+_QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_SCRATCHPAD_MD = 131, 132, 136
+_UNIMPLEMENTED = 3
+_STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "iterator ends",
+           5: "runtime error", 6: "not required"}
+
+_handle = ctypes.c_void_p
+_Dims = ctypes.c_int64 * 12
+
+
+class _ExecArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", _handle)]
+
+
+class _Library:
+    """libdnnl and the libgomp it runs its threads on, with one CPU engine."""
+
+    def __init__(self, dnnl: ctypes.CDLL, gomp: ctypes.CDLL):
+        self.dnnl, self.gomp = dnnl, gomp
+        dnnl.dnnl_primitive_desc_query_md.restype = _handle
+        dnnl.dnnl_primitive_desc_query_md.argtypes = [_handle, ctypes.c_int, ctypes.c_int]
+        dnnl.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+        dnnl.dnnl_memory_desc_get_size.argtypes = [_handle]
+        self.engine = _handle()
+        self.check(dnnl.dnnl_engine_create(ctypes.byref(self.engine), _CPU, 0), "creating a CPU engine")
+        self.attr = _handle()  # every primitive takes its scratchpad from the call: thread-safe
+        self.check(dnnl.dnnl_primitive_attr_create(ctypes.byref(self.attr)), "creating attributes")
+        self.check(dnnl.dnnl_primitive_attr_set_scratchpad_mode(self.attr, _SCRATCHPAD_USER),
+                   "setting the scratchpad mode")
+        self._local = threading.local()
+
+    @staticmethod
+    def check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"oneDNN failed {what}: {_STATUS.get(status, f'status {status}')}")
+
+    def stream(self) -> _handle:
+        """This thread's stream: the executor's threads may run two convolutions at once."""
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = _handle()
+            self.check(self.dnnl.dnnl_stream_create(ctypes.byref(stream), self.engine, _IN_ORDER),
+                       "creating a stream")
+            self._local.stream = stream
+        return stream
+
+    def md(self, dims, tag) -> _handle:
+        md = _handle()
+        self.check(self.dnnl.dnnl_memory_desc_create_with_tag(
+            ctypes.byref(md), len(dims), _Dims(*dims), _F32, tag), "describing an array")
+        return md
+
+    def describe(self, create, *args) -> _handle | None:
+        """The primitive descriptor ``create(&desc, *args)`` makes; None where oneDNN has no
+        kernel for it (the caller's lowering runs instead)."""
+        pd = _handle()
+        status = create(ctypes.byref(pd), *args)
+        if status == _UNIMPLEMENTED:
+            return None
+        self.check(status, "describing a primitive")
+        return pd
+
+    def reorder(self, src_md, dst_md) -> _Primitive:
+        return _Primitive(self, self.describe(self.dnnl.dnnl_reorder_primitive_desc_create,
+                                              src_md, self.engine, dst_md, self.engine, self.attr))
+
+    def query_md(self, pd, what: int) -> _handle:
+        return _handle(self.dnnl.dnnl_primitive_desc_query_md(pd, what, 0))
+
+    def size(self, md) -> int:
+        return self.dnnl.dnnl_memory_desc_get_size(md)
+
+
+def _library_paths() -> list[str]:
+    # onednn-cpu-gomp installs libdnnl into the environment's lib/ (a wheel's data files)
+    return [os.path.join(sys.prefix, "lib", "libdnnl.so.3"), "libdnnl.so.3"]
+
+
+def _gomp() -> ctypes.CDLL:
+    """libgomp, its threads sleeping as soon as a parallel region ends (unless the user said
+    otherwise): by default they spin for a while, on the cores that the next op's pieces need
+    (deep MNIST's MatMul took 25 ms a step after the convolutions instead of 14). libgomp reads
+    the setting once, as it loads; the variable is put back at once so that other processes
+    started from this one (PyTorch's, in ``dflow bench --peers``) keep their own default."""
+    user_setting = os.environ.get("OMP_WAIT_POLICY")
+    os.environ["OMP_WAIT_POLICY"] = user_setting or "PASSIVE"
+    try:
+        return ctypes.CDLL("libgomp.so.1")
+    finally:
+        if user_setting is None:
+            del os.environ["OMP_WAIT_POLICY"]
+
+
+@functools.cache
+def _library() -> _Library | None:
+    if sys.platform != "linux" or os.environ.get("DFLOW_ONEDNN") == "0":  # 0: the lowering, to compare
+        return None
+    errors = []
+    for path in _library_paths():
+        try:
+            gomp = _gomp()  # first: libdnnl would load it, with the default
+            return _Library(ctypes.CDLL(path), gomp)
+        except (OSError, RuntimeError) as error:
+            errors.append(str(error))
+    log.warning("oneDNN cannot be loaded (%s): dflow's own convolutions run instead, 1.5-4x slower; "
+                "`pip install onednn-cpu-gomp` (x86-64 Linux, needs libgomp) brings it", "; ".join(errors))
+    return None
+
+
+def available() -> bool:
+    """Whether oneDNN's convolutions run in this process."""
+    return _library() is not None
+
+
+def convolutions_for(xp, *arrays) -> bool:
+    """Whether oneDNN takes these arrays: float32 NumPy arrays, the library loaded."""
+    if not array_api_compat.is_numpy_namespace(xp):
+        return False
+    if not all(isinstance(a, numpy.ndarray) and a.dtype == numpy.float32 for a in arrays):
+        return False
+    return available()
+
+
+class _Primitive:
+    """A compiled primitive, run over ``{argument: (memory desc, array)}`` with its own scratchpad."""
+
+    def __init__(self, lib: _Library, pd: _handle):
+        self.lib, self.pd = lib, pd  # the desc is kept: the memory descs queried from it live in it
+        self.handle = _handle()
+        lib.check(lib.dnnl.dnnl_primitive_create(ctypes.byref(self.handle), pd), "compiling a primitive")
+        self.scratchpad_md = lib.query_md(pd, _QUERY_SCRATCHPAD_MD)
+        self.scratchpad_bytes = lib.size(self.scratchpad_md)
+
+    def __del__(self):  # a plan evicted from the cache frees its compiled code
+        self.lib.dnnl.dnnl_primitive_destroy(self.handle)
+        self.lib.dnnl.dnnl_primitive_desc_destroy(self.pd)
+
+    def run(self, args: dict[int, tuple[_handle, numpy.ndarray]]) -> None:
+        lib, dnnl = self.lib, self.lib.dnnl
+        if self.scratchpad_bytes:
+            scratchpad = numpy.empty(self.scratchpad_bytes, numpy.uint8)
+            args = {**args, _ARG_SCRATCHPAD: (self.scratchpad_md, scratchpad)}
+        memories = []
+        try:
+            for md, array in args.values():
+                memory = _handle()
+                lib.check(dnnl.dnnl_memory_create(ctypes.byref(memory), md, lib.engine,
+                                                  _handle(array.ctypes.data)), "wrapping an array")
+                memories.append(memory)
+            exec_args = (_ExecArg * len(args))(*(_ExecArg(a, m) for a, m in zip(args, memories)))
+            lib.gomp.omp_set_num_threads(parallel.cores())  # this thread's OpenMP team
+            stream = lib.stream()
+            lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
+                      "running a primitive")
+            lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
+        finally:
+            for memory in memories:
+                dnnl.dnnl_memory_destroy(memory)
+
+
+class _Plan:
+    """One convolution compiled for one direction and geometry, and its filter's reorder."""
+
+    def __init__(self, lib: _Library, direction: str, x_shape, w_shape, y_shape, strides, dilations, pads):
+        n, h, w, c = x_shape
+        kh, kw, _, o = w_shape
+        self.lib, self.primitive = lib, None
+        self.x_md = lib.md((n, c, h, w), _TAG_NHWC)  # oneDNN's dims are (N, C, H, W) in any layout
+        self.y_md = lib.md((n, o, *y_shape[1:3]), _TAG_NHWC)
+        self.w_md = lib.md((o, c, kh, kw), _TAG_HWIO)
+        self.any_md = lib.md((o, c, kh, kw), _TAG_ANY)  # the kernel picks its blocked filter layout
+        top, bottom, left, right = pads
+        geometry = (_Dims(*strides), _Dims(*(d - 1 for d in dilations)),  # oneDNN: 0 is no dilation
+                    _Dims(top, left), _Dims(bottom, right))
+        dnnl = lib.dnnl
+        forward = lib.describe(dnnl.dnnl_convolution_forward_primitive_desc_create, lib.engine,
+                               _FORWARD_TRAINING, _DIRECT, self.x_md, self.any_md, None, self.y_md,
+                               *geometry, lib.attr)
+        if forward is None:
+            return
+        if direction == "forward":
+            pd = forward
+        else:  # a backward pass is described with its forward's as a hint
+            if direction == "input_grad":
+                pd = lib.describe(dnnl.dnnl_convolution_backward_data_primitive_desc_create, lib.engine,
+                                  _DIRECT, self.x_md, self.any_md, self.y_md, *geometry, forward, lib.attr)
+            else:
+                pd = lib.describe(dnnl.dnnl_convolution_backward_weights_primitive_desc_create,
+                                  lib.engine, _DIRECT, self.x_md, self.any_md, None, self.y_md,
+                                  *geometry, forward, lib.attr)
+            dnnl.dnnl_primitive_desc_destroy(forward)
+            if pd is None:
+                return
+        self.primitive = _Primitive(lib, pd)
+        if direction == "filter_grad":
+            self.blocked_md = lib.query_md(pd, _QUERY_DIFF_WEIGHTS_MD)
+            self.filter_reorder = lib.reorder(self.blocked_md, self.w_md)
+        else:
+            self.blocked_md = lib.query_md(pd, _QUERY_WEIGHTS_MD)
+            self.filter_reorder = lib.reorder(self.w_md, self.blocked_md)
+        self.blocked_bytes = lib.size(self.blocked_md)
+
+    def __del__(self):
+        for name in ("x_md", "y_md", "w_md", "any_md"):
+            if hasattr(self, name):  # not where __init__ failed before making it
+                self.lib.dnnl.dnnl_memory_desc_destroy(getattr(self, name))
+
+    def blocked_filter(self, w: numpy.ndarray) -> numpy.ndarray:
+        blocked = numpy.empty(self.blocked_bytes, numpy.uint8)
+        self.filter_reorder.run({_ARG_SRC: (self.w_md, w), _ARG_DST: (self.blocked_md, blocked)})
+        return blocked
+
+
+PLANS_KEPT = 256  # compiled convolutions kept: a model's few shapes, and eval's other batch sizes
+
+
+@functools.lru_cache(maxsize=PLANS_KEPT)
+def _compiled(*key) -> _Plan:
+    return _Plan(_library(), *key)
+
+
+_compile_lock = threading.Lock()
+
+
+def _plan(direction, x_shape, w_shape, y_shape, strides, dilations, pads) -> _Plan | None:
+    key = (direction, tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(strides),
+           tuple(dilations), tuple(pads))
+    if 0 in key[1] + key[2] + key[3]:  # an empty batch or image: nothing for a kernel to do
+        return None
+    with _compile_lock:  # compiling takes milliseconds, once a shape: one thread does it
+        plan = _compiled(*key)
+    return None if plan.primitive is None else plan
+
+
+def conv2d(x, w, strides, dilations, pads, out_hw) -> numpy.ndarray | None:
+    """``y`` of an NHWC ``x`` and HWIO ``w`` with TF's ``pads`` ``(top, bottom, left, right)``;
+    None where oneDNN has no kernel for the geometry."""
+    x, w = numpy.ascontiguousarray(x), numpy.ascontiguousarray(w)
+    y = numpy.empty((x.shape[0], *out_hw, w.shape[3]), numpy.float32)
+    plan = _plan("forward", x.shape, w.shape, y.shape, strides, dilations, pads)
+    if plan is None:
+        return None
+    plan.primitive.run({_ARG_SRC: (plan.x_md, x), _ARG_DST: (plan.y_md, y),
+                        _ARG_WEIGHTS: (plan.blocked_md, plan.blocked_filter(w))})
+    return y
+
+
+def conv2d_input_grad(dy, w, input_shape, strides, dilations, pads) -> numpy.ndarray | None:
+    """dL/dx of :func:`conv2d` from ``dy``; None where oneDNN has no kernel for it."""
+    dy, w = numpy.ascontiguousarray(dy), numpy.ascontiguousarray(w)
+    dx = numpy.empty(tuple(input_shape), numpy.float32)
+    plan = _plan("input_grad", dx.shape, w.shape, dy.shape, strides, dilations, pads)
+    if plan is None:
+        return None
+    plan.primitive.run({_ARG_DIFF_DST: (plan.y_md, dy), _ARG_DIFF_SRC: (plan.x_md, dx),
+                        _ARG_WEIGHTS: (plan.blocked_md, plan.blocked_filter(w))})
+    return dx
+
+
+def conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads) -> numpy.ndarray | None:
+    """dL/dw of :func:`conv2d` from ``x`` and ``dy``; None where oneDNN has no kernel for it."""
+    x, dy = numpy.ascontiguousarray(x), numpy.ascontiguousarray(dy)
+    plan = _plan("filter_grad", x.shape, tuple(filter_shape), dy.shape, strides, dilations, pads)
+    if plan is None:
+        return None
+    blocked = numpy.empty(plan.blocked_bytes, numpy.uint8)
+    plan.primitive.run({_ARG_SRC: (plan.x_md, x), _ARG_DIFF_DST: (plan.y_md, dy),
+                        _ARG_DIFF_WEIGHTS: (plan.blocked_md, blocked)})
+    dw = numpy.empty(tuple(filter_shape), numpy.float32)
+    plan.filter_reorder.run({_ARG_SRC: (plan.blocked_md, blocked), _ARG_DST: (plan.w_md, dw)})
+    return dw

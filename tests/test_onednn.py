@@ -1,0 +1,198 @@
+"""oneDNN's convolutions (dflow/ops/onednn.py): the numbers of dflow's own lowering for every
+geometry TF allows, taken by float32 NumPy arrays only, safe from two threads, and a missing
+library said once with the lowering running instead."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import platform
+import sys
+import threading
+
+import array_api_compat.numpy as xp_numpy
+import array_api_strict
+import numpy as np
+import pytest
+
+import dflow as tf
+from dflow.ops import conv_lowering, onednn
+
+RNG = np.random.default_rng(5)
+
+# (input NHWC, filter HWIO, strides, dilations, padding): TF's SAME with odd and even sizes
+# (asymmetric padding), VALID with rows left over, dilation, 1x1, a window as big as the image,
+# the MNIST and CIFAR-10 layers
+GEOMETRIES = [
+    ((2, 7, 9, 3), (3, 3, 3, 4), (1, 1), (1, 1), "SAME"),
+    ((2, 8, 8, 5), (5, 5, 5, 6), (2, 2), (1, 1), "SAME"),
+    ((1, 9, 7, 4), (3, 2, 4, 3), (2, 3), (1, 1), "VALID"),
+    ((3, 10, 10, 2), (3, 3, 2, 5), (1, 1), (2, 2), "SAME"),
+    ((2, 6, 6, 8), (1, 1, 8, 4), (2, 2), (1, 1), "VALID"),
+    ((2, 7, 7, 3), (3, 3, 3, 4), (3, 3), (1, 1), "SAME"),
+    ((1, 5, 5, 3), (5, 5, 3, 2), (1, 1), (1, 1), "VALID"),
+    ((2, 28, 28, 1), (5, 5, 1, 32), (1, 1), (1, 1), "SAME"),
+    ((3, 12, 12, 64), (5, 5, 64, 64), (1, 1), (1, 1), "SAME"),
+]
+
+
+def random(shape, dtype=np.float32):
+    return np.asarray(RNG.standard_normal(shape), dtype)
+
+
+def lowered(fn, *arrays_and_args):
+    """The lowering's answer in float64: oneDNN never takes float64."""
+    return fn(xp_numpy, *(a.astype(np.float64) if isinstance(a, np.ndarray) else a for a in arrays_and_args))
+
+
+def close(got, expected):
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * max(1.0, np.abs(expected).max()))
+
+
+def geometry(x_shape, w_shape, strides, dilations, padding):
+    out_hw, pads = conv_lowering._geometry2d(x_shape[1:3], w_shape[:2], strides, dilations, padding)
+    return out_hw, pads
+
+
+@pytest.fixture(autouse=True)
+def needs_the_library():
+    if not (sys.platform == "linux" and platform.machine() == "x86_64"):
+        pytest.skip("onednn-cpu-gomp is a dependency on x86-64 Linux only")
+    assert onednn.available(), "onednn-cpu-gomp is a dependency on x86-64 Linux: it must load here"
+
+
+@pytest.mark.parametrize("x_shape, w_shape, strides, dilations, padding", GEOMETRIES)
+def test_onednn_gives_the_lowering_s_numbers_in_all_three_directions(x_shape, w_shape, strides,
+                                                                     dilations, padding):
+    x, w = random(x_shape), random(w_shape)
+    out_hw, pads = geometry(x_shape, w_shape, strides, dilations, padding)
+    y = onednn.conv2d(x, w, strides, dilations, pads, out_hw)
+    assert y is not None, "oneDNN has kernels for every geometry here"
+    close(y, lowered(conv_lowering.conv2d, x, w, strides, dilations, padding))
+    dy = random(y.shape)
+    dx = onednn.conv2d_input_grad(dy, w, x_shape, strides, dilations, pads)
+    close(dx, lowered(conv_lowering.conv2d_input_grad, dy, w, x_shape, strides, dilations, padding))
+    dw = onednn.conv2d_filter_grad(x, dy, w_shape, strides, dilations, pads)
+    close(dw, lowered(conv_lowering.conv2d_filter_grad, x, dy, w_shape, strides, dilations, padding))
+
+
+def test_views_that_are_not_contiguous_are_read_in_their_logical_order():
+    x = np.ascontiguousarray(random((6, 6, 3, 2)).transpose(3, 0, 1, 2))  # (2, 6, 6, 3) ...
+    x_view = random((3, 6, 6, 2)).transpose(3, 1, 2, 0)  # ... and a strided one
+    w_view = random((4, 3, 3, 3)).transpose(1, 2, 3, 0)
+    for inp in (x, x_view):
+        got = conv_lowering.conv2d(xp_numpy, inp, w_view, (1, 1), (1, 1), "SAME")
+        close(got, lowered(conv_lowering.conv2d, np.ascontiguousarray(inp), np.ascontiguousarray(w_view),
+                           (1, 1), (1, 1), "SAME"))
+
+
+def test_the_lowering_takes_float32_numpy_to_onednn_and_nothing_else(monkeypatch):
+    calls = []
+    for name in ("conv2d", "conv2d_input_grad", "conv2d_filter_grad"):
+        real = getattr(onednn, name)
+        monkeypatch.setattr(onednn, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    x, w = random((2, 6, 6, 3)), random((3, 3, 3, 4))
+    dy = random((2, 6, 6, 4))
+
+    def all_three(xp, x, w, dy):
+        conv_lowering.conv2d(xp, x, w, (1, 1), (1, 1), "SAME")
+        conv_lowering.conv2d_input_grad(xp, dy, w, x.shape, (1, 1), (1, 1), "SAME")
+        conv_lowering.conv2d_filter_grad(xp, x, dy, w.shape, (1, 1), (1, 1), "SAME")
+
+    all_three(xp_numpy, x, w, dy)
+    assert calls == ["conv2d", "conv2d_input_grad", "conv2d_filter_grad"]
+    calls.clear()
+    all_three(xp_numpy, *(a.astype(np.float64) for a in (x, w, dy)))
+    all_three(array_api_strict, *(array_api_strict.asarray(a) for a in (x, w, dy)))
+    assert calls == []
+
+
+def test_plans_dropped_from_the_cache_are_freed_and_compiled_again():
+    x, w = random((2, 6, 6, 3)), random((3, 3, 3, 4))
+    expected = lowered(conv_lowering.conv2d, x, w, (1, 1), (1, 1), "SAME")
+    close(conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME"), expected)
+    onednn._compiled.cache_clear()
+    gc.collect()  # the plans' primitives and descriptors destroyed
+    close(conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME"), expected)
+    assert onednn._compiled.cache_info().currsize == 1
+
+
+def test_an_empty_batch_takes_the_lowering():
+    x, w = random((0, 5, 5, 3)), random((3, 3, 3, 2))
+    y = conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME")
+    assert y.shape == (0, 5, 5, 2)
+    assert conv_lowering.conv2d_filter_grad(xp_numpy, x, random((0, 5, 5, 2)), w.shape, (1, 1), (1, 1),
+                                            "SAME").shape == (3, 3, 3, 2)
+
+
+def test_two_threads_run_filter_gradients_at_once():
+    # with oneDNN's default (one scratchpad for the library) two threads' weight gradients of
+    # this size gave wrong numbers or hung; each call now brings its own scratchpad
+    cases = [(random((50, 14, 14, 32)), random((50, 14, 14, 64))) for _ in range(2)]
+    expected = [lowered(conv_lowering.conv2d_filter_grad, x, dy, (5, 5, x.shape[3], dy.shape[3]),
+                        (1, 1), (1, 1), "SAME") for x, dy in cases]
+    failures = []
+
+    def worker(i):
+        x, dy = cases[i]
+        _, pads = geometry(x.shape, (5, 5), (1, 1), (1, 1), "SAME")
+        try:
+            for _ in range(10):
+                close(onednn.conv2d_filter_grad(x, dy, expected[i].shape, (1, 1), (1, 1), pads), expected[i])
+        except Exception as error:  # noqa: BLE001 - reported below, on the test's thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "a oneDNN call did not return in 120 s"
+    assert failures == []
+
+
+def test_a_conv_net_s_gradients_in_a_session_match_float64():
+    values = random((2, 9, 9, 3)), random((3, 3, 3, 8)), random((3, 3, 8, 4))
+
+    def gradients(dtype):
+        with tf.Graph().as_default():
+            x, w1, w2 = (tf.constant(v.astype(dtype)) for v in values)
+            h = tf.nn.relu(tf.nn.conv2d(x, w1, strides=[1, 2, 2, 1], padding="SAME"))
+            y = tf.nn.conv2d(h, w2, strides=[1, 1, 1, 1], padding="VALID")
+            loss = tf.reduce_sum(y * y)
+            with tf.Session() as sess:
+                return sess.run([loss, *tf.gradients(loss, [x, w1, w2])])
+
+    for got, expected in zip(gradients(np.float32), gradients(np.float64)):
+        np.testing.assert_allclose(got, expected, rtol=2e-4, atol=1e-3 * max(1.0, np.abs(expected).max()))
+
+
+def test_a_missing_library_is_said_once_and_the_lowering_runs(monkeypatch, caplog):
+    monkeypatch.setattr(onednn, "_library_paths", lambda: ["/nonexistent/libdnnl.so.3"])
+    with caplog.at_level(logging.WARNING, logger="dflow"):
+        assert onednn._library.__wrapped__() is None
+    assert "pip install onednn-cpu-gomp" in caplog.text and "/nonexistent/libdnnl.so.3" in caplog.text
+    monkeypatch.setattr(onednn, "_library", lambda: None)
+    x, w = random((2, 6, 6, 3)), random((3, 3, 3, 4))
+    assert not onednn.convolutions_for(xp_numpy, x, w)
+    close(conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME"),
+          lowered(conv_lowering.conv2d, x, w, (1, 1), (1, 1), "SAME"))
+
+
+def test_dflow_onednn_0_turns_it_off_without_a_warning(monkeypatch, caplog):
+    monkeypatch.setenv("DFLOW_ONEDNN", "0")
+    with caplog.at_level(logging.WARNING, logger="dflow"):
+        assert onednn._library.__wrapped__() is None
+    assert caplog.text == ""
+
+
+@pytest.mark.parametrize("user_setting", [None, "ACTIVE"])
+def test_loading_libgomp_leaves_omp_wait_policy_as_it_was(monkeypatch, user_setting):
+    if user_setting is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", user_setting)
+    onednn._gomp()
+    assert os.environ.get("OMP_WAIT_POLICY") == user_setting
