@@ -64,7 +64,7 @@ def needs_the_library():
 
 
 @pytest.mark.parametrize("x_shape, w_shape, strides, dilations, padding", GEOMETRIES)
-def test_onednn_gives_the_lowering_s_numbers_in_all_three_directions(x_shape, w_shape, strides,
+def test_onednn_gives_the_lowering_s_numbers_in_every_kernel_directions(x_shape, w_shape, strides,
                                                                      dilations, padding):
     x, w = random(x_shape), random(w_shape)
     out_hw, pads = geometry(x_shape, w_shape, strides, dilations, padding)
@@ -76,6 +76,21 @@ def test_onednn_gives_the_lowering_s_numbers_in_all_three_directions(x_shape, w_
     close(dx, lowered(conv_lowering.conv2d_input_grad, dy, w, x_shape, strides, dilations, padding))
     dw = onednn.conv2d_filter_grad(x, dy, w_shape, strides, dilations, pads)
     close(dw, lowered(conv_lowering.conv2d_filter_grad, x, dy, w_shape, strides, dilations, padding))
+
+
+@pytest.mark.parametrize("shape, depth_radius, bias, alpha, beta", [
+    ((2, 5, 5, 3), 2, 1.0, 0.1, 0.75),
+    ((3, 6, 6, 64), 4, 1.0, 0.001 / 9, 0.75),  # the CIFAR-10 tutorial's
+    ((1, 4, 4, 8), 0, 2.0, 0.5, 0.5),
+    ((2, 3, 3, 4), 7, 0.5, 1e-2, 1.0),  # a window wider than the channels
+])
+def test_lrn_and_its_gradient_give_the_lowering_s_numbers(shape, depth_radius, bias, alpha, beta):
+    x, dy = random(shape), random(shape)
+    params = (depth_radius, bias, alpha, beta)
+    y = onednn.lrn(x, *params)
+    expected = lowered(conv_lowering.lrn, x, *params)
+    close(y, expected)
+    close(onednn.lrn_grad(dy, x, *params), lowered(conv_lowering.lrn_grad, dy, x, expected, *params))
 
 
 def test_views_that_are_not_contiguous_are_read_in_their_logical_order():
@@ -90,22 +105,26 @@ def test_views_that_are_not_contiguous_are_read_in_their_logical_order():
 
 def test_the_lowering_takes_float32_numpy_to_onednn_and_nothing_else(monkeypatch):
     calls = []
-    for name in ("conv2d", "conv2d_input_grad", "conv2d_filter_grad"):
+    for name in ("conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn", "lrn_grad"):
         real = getattr(onednn, name)
         monkeypatch.setattr(onednn, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
     x, w = random((2, 6, 6, 3)), random((3, 3, 3, 4))
     dy = random((2, 6, 6, 4))
 
-    def all_three(xp, x, w, dy):
+    def every_kernel(xp, x, w, dy):
         conv_lowering.conv2d(xp, x, w, (1, 1), (1, 1), "SAME")
         conv_lowering.conv2d_input_grad(xp, dy, w, x.shape, (1, 1), (1, 1), "SAME")
         conv_lowering.conv2d_filter_grad(xp, x, dy, w.shape, (1, 1), (1, 1), "SAME")
 
-    all_three(xp_numpy, x, w, dy)
-    assert calls == ["conv2d", "conv2d_input_grad", "conv2d_filter_grad"]
+        conv_lowering.lrn(xp, x, 2, 1.0, 0.1, 0.75)
+        conv_lowering.lrn_grad(xp, x, x, x, 2, 1.0, 0.1, 0.75)
+
+    every_kernel(xp_numpy, x, w, dy)
+    assert calls == ["conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn", "lrn_grad"]
     calls.clear()
-    all_three(xp_numpy, *(a.astype(np.float64) for a in (x, w, dy)))
-    all_three(array_api_strict, *(array_api_strict.asarray(a) for a in (x, w, dy)))
+    every_kernel(xp_numpy, *(a.astype(np.float64) for a in (x, w, dy)))
+    every_kernel(array_api_strict, *(array_api_strict.asarray(a) for a in (x, w, dy)))
+    conv_lowering.lrn(xp_numpy, x[0], 2, 1.0, 0.1, 0.75)  # not 4-D
     assert calls == []
 
 

@@ -473,6 +473,11 @@ def _lrn_norm(xp, x, depth_radius, bias, alpha):
 
 def lrn(xp, x, depth_radius, bias, alpha, beta):
     """TF's LRN: ``x / (bias + alpha * sqr_sum) ** beta`` over the channel window ``d-r..d+r``."""
+    if x.ndim == 4 and onednn.convolutions_for(xp, x):  # 5-8x the band product below
+        y = onednn.lrn(x, depth_radius, bias, alpha, beta)
+        if y is not None:
+            return y
+
     def piece(xs):
         return _times_pow_neg(xp, xs, _lrn_norm(xp, xs, depth_radius, bias, alpha), beta)
 
@@ -481,6 +486,11 @@ def lrn(xp, x, depth_radius, bias, alpha, beta):
 
 def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta):
     """``dy * norm**-beta - 2*alpha*beta * x * window_sum(dy * y / norm)``."""
+    if x.ndim == 4 and onednn.convolutions_for(xp, dy, x):
+        dx = onednn.lrn_grad(dy, x, depth_radius, bias, alpha, beta)
+        if dx is not None:
+            return dx
+
     def piece(dys, xs, ys):
         norm = _lrn_norm(xp, xs, depth_radius, bias, alpha)
         cross = _channel_window_sum(xp, dys * ys / norm, depth_radius, 2.0 * alpha * beta)

@@ -1,4 +1,4 @@
-"""oneDNN's convolutions for float32 NumPy arrays on x86-64: direct kernels, not im2col + BLAS.
+"""oneDNN's convolutions and LRN for float32 NumPy arrays on x86-64: direct kernels, not im2col + BLAS.
 
 dflow's own lowering (:mod:`.conv_lowering`) turns a convolution into matmuls and runs at
 OpenBLAS's rate for their shapes, 150-180 GFLOP/s on 2 AVX-512 cores, and a third of that for
@@ -8,7 +8,8 @@ that reach 250-280 GFLOP/s on the same layers, 2-4x on the first ones (``docs/ke
 It is a declared dependency on x86-64 Linux (``onednn-cpu-gomp``: the library alone, built
 with GNU OpenMP), reached through its C API with ctypes: NHWC activations and HWIO filters
 are oneDNN's ``nhwc`` and ``hwio`` layouts, read and written in place; only the filter is
-reordered to the blocked layout the kernel chose (a few hundred KiB).
+reordered to the blocked layout the kernel chose (a few hundred KiB). Its LRN (TF's
+``tf.nn.lrn``, across channels) is 5-8x dflow's band-matrix product.
 
 Where the library cannot be loaded (another platform, no ``libgomp``) dflow says so once and
 its own lowering runs; other namespaces (CuPy, ``array_api_strict``) and dtypes always take
@@ -37,16 +38,18 @@ import numpy
 
 from . import parallel
 
-__all__ = ["available", "convolutions_for", "conv2d", "conv2d_input_grad", "conv2d_filter_grad"]
+__all__ = ["available", "convolutions_for", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn",
+           "lrn_grad"]
 
 log = logging.getLogger("dflow")
 
 # the C API's constants (oneapi/dnnl/dnnl_types.h, oneDNN 3.x)
 _F32, _TAG_ANY, _TAG_NHWC, _TAG_HWIO = 3, 1, 22, 28
-_FORWARD_TRAINING, _DIRECT, _CPU, _IN_ORDER, _SCRATCHPAD_USER = 64, 1, 1, 1, 1
-_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_SCRATCHPAD = 1, 17, 33, 80
+_FORWARD_TRAINING, _FORWARD_INFERENCE, _DIRECT, _LRN_ACROSS_CHANNELS = 64, 96, 1, 0xaff
+_CPU, _IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
+_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 64, 80
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
-_QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_SCRATCHPAD_MD = 131, 132, 136
+_QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_WORKSPACE_MD, _QUERY_SCRATCHPAD_MD = 131, 132, 135, 136
 _UNIMPLEMENTED = 3
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "iterator ends",
            5: "runtime error", 6: "not required"}
@@ -68,6 +71,12 @@ class _Library:
         dnnl.dnnl_primitive_desc_query_md.argtypes = [_handle, ctypes.c_int, ctypes.c_int]
         dnnl.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
         dnnl.dnnl_memory_desc_get_size.argtypes = [_handle]
+        real, size = ctypes.c_float, ctypes.c_int64  # LRN's parameters are C floats, not doubles
+        dnnl.dnnl_lrn_forward_primitive_desc_create.argtypes = [
+            _handle, _handle, ctypes.c_int, ctypes.c_int, _handle, _handle, size, real, real, real, _handle]
+        dnnl.dnnl_lrn_backward_primitive_desc_create.argtypes = [
+            _handle, _handle, ctypes.c_int, _handle, _handle, _handle, size, real, real, real, _handle,
+            _handle]
         self.engine = _handle()
         self.check(dnnl.dnnl_engine_create(ctypes.byref(self.engine), _CPU, 0), "creating a CPU engine")
         self.attr = _handle()  # every primitive takes its scratchpad from the call: thread-safe
@@ -205,7 +214,7 @@ class _Primitive:
                 dnnl.dnnl_memory_destroy(memory)
 
 
-class _Plan:
+class _ConvPlan:
     """One convolution compiled for one direction and geometry, and its filter's reorder."""
 
     def __init__(self, lib: _Library, direction: str, x_shape, w_shape, y_shape, strides, dilations, pads):
@@ -258,25 +267,67 @@ class _Plan:
         return blocked
 
 
-PLANS_KEPT = 256  # compiled convolutions kept: a model's few shapes, and eval's other batch sizes
+class _LrnPlan:
+    """TF's LRN over the channels of an NHWC array, or its gradient (which runs the forward
+    again for the workspace oneDNN's backward reads: TF's LRNGrad gets ``x`` and ``y`` only)."""
+
+    def __init__(self, lib: _Library, direction: str, shape, depth_radius, bias, alpha, beta):
+        n, h, w, c = shape
+        self.lib, self.primitive = lib, None
+        self.md = lib.md((n, c, h, w), _TAG_NHWC)
+        size = 2 * depth_radius + 1
+        # oneDNN scales the window's sum by alpha / size, TF's by alpha
+        parameters = (size, alpha * size, beta, bias)
+        dnnl = lib.dnnl
+        forward = lib.describe(dnnl.dnnl_lrn_forward_primitive_desc_create, lib.engine,
+                               _FORWARD_TRAINING if direction == "lrn_grad" else _FORWARD_INFERENCE,
+                               _LRN_ACROSS_CHANNELS, self.md, self.md, *parameters, lib.attr)
+        if forward is None:
+            return
+        if direction == "lrn":
+            self.primitive = _Primitive(lib, forward)
+            return
+        backward = lib.describe(dnnl.dnnl_lrn_backward_primitive_desc_create, lib.engine,
+                                _LRN_ACROSS_CHANNELS, self.md, self.md, self.md, *parameters, forward,
+                                lib.attr)
+        if backward is None:
+            dnnl.dnnl_primitive_desc_destroy(forward)
+            return
+        self.forward, self.primitive = _Primitive(lib, forward), _Primitive(lib, backward)
+        self.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
+        self.workspace_bytes = lib.size(self.workspace_md)
+
+    def __del__(self):
+        if hasattr(self, "md"):
+            self.lib.dnnl.dnnl_memory_desc_destroy(self.md)
+
+
+PLANS_KEPT = 256  # compiled primitives kept: a model's few shapes, and eval's other batch sizes
+_PLANS = {"forward": _ConvPlan, "input_grad": _ConvPlan, "filter_grad": _ConvPlan,
+          "lrn": _LrnPlan, "lrn_grad": _LrnPlan}
 
 
 @functools.lru_cache(maxsize=PLANS_KEPT)
-def _compiled(*key) -> _Plan:
-    return _Plan(_library(), *key)
+def _compiled(direction, *key):
+    return _PLANS[direction](_library(), direction, *key)
 
 
 _compile_lock = threading.Lock()
 
 
-def _plan(direction, x_shape, w_shape, y_shape, strides, dilations, pads) -> _Plan | None:
+def _plan_of(direction, *key):
+    """The compiled plan, None where oneDNN has no kernel for it."""
+    with _compile_lock:  # compiling takes milliseconds, once a shape: one thread does it
+        plan = _compiled(direction, *key)
+    return None if plan.primitive is None else plan
+
+
+def _conv_plan(direction, x_shape, w_shape, y_shape, strides, dilations, pads) -> _ConvPlan | None:
     key = (direction, tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(strides),
            tuple(dilations), tuple(pads))
     if 0 in key[1] + key[2] + key[3]:  # an empty batch or image: nothing for a kernel to do
         return None
-    with _compile_lock:  # compiling takes milliseconds, once a shape: one thread does it
-        plan = _compiled(*key)
-    return None if plan.primitive is None else plan
+    return _plan_of(*key)
 
 
 def conv2d(x, w, strides, dilations, pads, out_hw) -> numpy.ndarray | None:
@@ -284,7 +335,7 @@ def conv2d(x, w, strides, dilations, pads, out_hw) -> numpy.ndarray | None:
     None where oneDNN has no kernel for the geometry."""
     x, w = numpy.ascontiguousarray(x), numpy.ascontiguousarray(w)
     y = numpy.empty((x.shape[0], *out_hw, w.shape[3]), numpy.float32)
-    plan = _plan("forward", x.shape, w.shape, y.shape, strides, dilations, pads)
+    plan = _conv_plan("forward", x.shape, w.shape, y.shape, strides, dilations, pads)
     if plan is None:
         return None
     plan.primitive.run({_ARG_SRC: (plan.x_md, x), _ARG_DST: (plan.y_md, y),
@@ -296,7 +347,7 @@ def conv2d_input_grad(dy, w, input_shape, strides, dilations, pads) -> numpy.nda
     """dL/dx of :func:`conv2d` from ``dy``; None where oneDNN has no kernel for it."""
     dy, w = numpy.ascontiguousarray(dy), numpy.ascontiguousarray(w)
     dx = numpy.empty(tuple(input_shape), numpy.float32)
-    plan = _plan("input_grad", dx.shape, w.shape, dy.shape, strides, dilations, pads)
+    plan = _conv_plan("input_grad", dx.shape, w.shape, dy.shape, strides, dilations, pads)
     if plan is None:
         return None
     plan.primitive.run({_ARG_DIFF_DST: (plan.y_md, dy), _ARG_DIFF_SRC: (plan.x_md, dx),
@@ -307,7 +358,7 @@ def conv2d_input_grad(dy, w, input_shape, strides, dilations, pads) -> numpy.nda
 def conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads) -> numpy.ndarray | None:
     """dL/dw of :func:`conv2d` from ``x`` and ``dy``; None where oneDNN has no kernel for it."""
     x, dy = numpy.ascontiguousarray(x), numpy.ascontiguousarray(dy)
-    plan = _plan("filter_grad", x.shape, tuple(filter_shape), dy.shape, strides, dilations, pads)
+    plan = _conv_plan("filter_grad", x.shape, tuple(filter_shape), dy.shape, strides, dilations, pads)
     if plan is None:
         return None
     blocked = numpy.empty(plan.blocked_bytes, numpy.uint8)
@@ -316,3 +367,31 @@ def conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads) -> numpy.n
     dw = numpy.empty(tuple(filter_shape), numpy.float32)
     plan.filter_reorder.run({_ARG_SRC: (plan.blocked_md, blocked), _ARG_DST: (plan.w_md, dw)})
     return dw
+
+
+def lrn(x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:
+    """TF's LRN of an NHWC ``x``: ``x / (bias + alpha * sqr_sum) ** beta`` over the channel
+    window ``d-r..d+r``; None where oneDNN has no kernel for it."""
+    x = numpy.ascontiguousarray(x)
+    key = (x.shape, int(depth_radius), float(bias), float(alpha), float(beta))
+    plan = _plan_of("lrn", *key) if x.size else None
+    if plan is None:
+        return None
+    y = numpy.empty_like(x)
+    plan.primitive.run({_ARG_SRC: (plan.md, x), _ARG_DST: (plan.md, y)})
+    return y
+
+
+def lrn_grad(dy, x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:
+    """dL/dx of :func:`lrn` from ``dy`` and ``x``; None where oneDNN has no kernel for it."""
+    dy, x = numpy.ascontiguousarray(dy), numpy.ascontiguousarray(x)
+    key = (x.shape, int(depth_radius), float(bias), float(alpha), float(beta))
+    plan = _plan_of("lrn_grad", *key) if x.size else None
+    if plan is None:
+        return None
+    y, dx = numpy.empty_like(x), numpy.empty_like(x)
+    workspace = (plan.workspace_md, numpy.empty(plan.workspace_bytes, numpy.uint8))
+    plan.forward.run({_ARG_SRC: (plan.md, x), _ARG_DST: (plan.md, y), _ARG_WORKSPACE: workspace})
+    plan.primitive.run({_ARG_SRC: (plan.md, x), _ARG_DIFF_DST: (plan.md, dy),
+                        _ARG_WORKSPACE: workspace, _ARG_DIFF_SRC: (plan.md, dx)})
+    return dx
