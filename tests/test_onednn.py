@@ -195,7 +195,7 @@ def test_a_missing_library_is_said_once_and_the_lowering_runs(monkeypatch, caplo
     assert "pip install onednn-cpu-gomp" in caplog.text and "/nonexistent/libdnnl.so.3" in caplog.text
     monkeypatch.setattr(onednn, "_library", lambda: None)
     x, w = random((2, 6, 6, 3)), random((3, 3, 3, 4))
-    assert not onednn.convolutions_for(xp_numpy, x, w)
+    assert not onednn.takes(xp_numpy, x, w)
     close(conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME"),
           lowered(conv_lowering.conv2d, x, w, (1, 1), (1, 1), "SAME"))
 

@@ -2,8 +2,10 @@
 
 Everything here is NHWC and uses only the Python array API standard (strided
 basic slicing, ``stack``, ``reshape``, ``matmul``...), so the same code runs on
-NumPy, CuPy and ``array_api_strict``. The choices follow docs/measured.md, then
-measurements of the CIFAR-10 step at batch 100 on 2 cores:
+NumPy, CuPy and ``array_api_strict``. On x86-64 Linux, float32 NumPy convolutions and LRN
+are oneDNN's direct kernels instead (:mod:`.onednn`, 1.5-4x faster); what follows runs for
+every other namespace and dtype, and where oneDNN cannot load. Its choices follow
+docs/measured.md, then measurements of the CIFAR-10 step at batch 100 on 2 cores:
 
 - a 1x1 convolution is one matmul of the (strided) pixels by the ``(C, O)`` filter;
 - a stride-1 convolution over >= 8 channels needs no im2col: with the padded
@@ -261,7 +263,7 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides):
 def conv2d(xp, x, w, strides, dilations, padding):
     """``y[n, oh, ow, o] = sum_{i,j,c} xpad[n, oh*sh + i*dh, ow*sw + j*dw, c] * w[i, j, c, o]``."""
     kh, kw, c, o = w.shape
-    if onednn.convolutions_for(xp, x, w):  # direct kernels: 1.5-4x the lowering below
+    if onednn.takes(xp, x, w):  # direct kernels: 1.5-4x the lowering below
         out_hw, pads = _geometry2d(x.shape[1:3], (kh, kw), strides, dilations, padding)
         y = onednn.conv2d(x, w, strides, dilations, pads, out_hw)
         if y is not None:
@@ -292,7 +294,7 @@ def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
     """
     _, h, wd, c = input_shape
     kh, kw, _, o = w.shape
-    if onednn.convolutions_for(xp, dy, w):
+    if onednn.takes(xp, dy, w):
         _, pads = _geometry2d((h, wd), (kh, kw), strides, dilations, padding)
         dx = onednn.conv2d_input_grad(dy, w, input_shape, strides, dilations, pads)
         if dx is not None:
@@ -325,7 +327,7 @@ def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
 def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):
     """dL/dw = patches(x).T @ dy (or its row lowering), accumulated over batch pieces."""
     kh, kw, c, o = filter_shape
-    if onednn.convolutions_for(xp, x, dy):
+    if onednn.takes(xp, x, dy):
         _, pads = _geometry2d(x.shape[1:3], (kh, kw), strides, dilations, padding)
         dw = onednn.conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads)
         if dw is not None:
@@ -473,7 +475,7 @@ def _lrn_norm(xp, x, depth_radius, bias, alpha):
 
 def lrn(xp, x, depth_radius, bias, alpha, beta):
     """TF's LRN: ``x / (bias + alpha * sqr_sum) ** beta`` over the channel window ``d-r..d+r``."""
-    if x.ndim == 4 and onednn.convolutions_for(xp, x):  # 5-8x the band product below
+    if x.ndim == 4 and onednn.takes(xp, x):  # 5-8x the band product below
         y = onednn.lrn(x, depth_radius, bias, alpha, beta)
         if y is not None:
             return y
@@ -486,7 +488,7 @@ def lrn(xp, x, depth_radius, bias, alpha, beta):
 
 def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta):
     """``dy * norm**-beta - 2*alpha*beta * x * window_sum(dy * y / norm)``."""
-    if x.ndim == 4 and onednn.convolutions_for(xp, dy, x):
+    if x.ndim == 4 and onednn.takes(xp, dy, x):
         dx = onednn.lrn_grad(dy, x, depth_radius, bias, alpha, beta)
         if dx is not None:
             return dx

@@ -38,7 +38,7 @@ import numpy
 
 from . import parallel
 
-__all__ = ["available", "convolutions_for", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn",
+__all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn",
            "lrn_grad"]
 
 log = logging.getLogger("dflow")
@@ -168,7 +168,7 @@ def available() -> bool:
     return _library() is not None
 
 
-def convolutions_for(xp, *arrays) -> bool:
+def takes(xp, *arrays) -> bool:
     """Whether oneDNN takes these arrays: float32 NumPy arrays, the library loaded."""
     if not array_api_compat.is_numpy_namespace(xp):
         return False
