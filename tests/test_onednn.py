@@ -93,6 +93,47 @@ def test_lrn_and_its_gradient_give_the_lowering_s_numbers(shape, depth_radius, b
     close(onednn.lrn_grad(dy, x, *params), lowered(conv_lowering.lrn_grad, dy, x, expected, *params))
 
 
+@pytest.mark.parametrize("a_layout", ["C", "transposed", "strided"])
+@pytest.mark.parametrize("b_layout", ["C", "transposed", "strided"])
+def test_matmul_reads_each_layout_in_its_logical_order(a_layout, b_layout):
+    def laid_out(shape, layout):
+        if layout == "transposed":
+            return random(shape[::-1]).T
+        if layout == "strided":
+            return random((shape[0], 2 * shape[1]))[:, ::2]
+        return random(shape)
+
+    a, b = laid_out((120, 150), a_layout), laid_out((150, 90), b_layout)
+    got = onednn.matmul(a, b)
+    assert got is not None
+    close(got, a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_matmul_leaves_small_products_and_outer_products_to_blas():
+    assert onednn.matmul(random((10, 10)), random((10, 10))) is None  # below MATMUL_FROM
+    assert onednn.matmul(random((2000, 1)), random((1, 1000))) is None  # parallel.matmul's multiply
+
+
+def test_a_dense_layer_s_gradients_through_onednn_match_float64(monkeypatch):
+    calls = []
+    real = onednn.matmul
+    monkeypatch.setattr(onednn, "matmul", lambda a, b: calls.append(a.shape) or real(a, b))
+    values = random((64, 300)), random((300, 200)), random((64, 200))
+
+    def gradients(dtype):
+        with tf.Graph().as_default():
+            x, w, t = (tf.constant(v.astype(dtype)) for v in values)
+            y = tf.matmul(x, w)
+            z = tf.matmul(y, t, transpose_a=True)  # (200, 200)
+            loss = tf.reduce_sum(z * z)
+            with tf.Session() as sess:
+                return sess.run([loss, *tf.gradients(loss, [x, w, t])])
+
+    for got, expected in zip(gradients(np.float32), gradients(np.float64)):
+        np.testing.assert_allclose(got, expected, rtol=2e-4, atol=1e-3 * max(1.0, np.abs(expected).max()))
+    assert len(calls) >= 5, "the float32 graph's products went to oneDNN"
+
+
 def test_views_that_are_not_contiguous_are_read_in_their_logical_order():
     x = np.ascontiguousarray(random((6, 6, 3, 2)).transpose(3, 0, 1, 2))  # (2, 6, 6, 3) ...
     x_view = random((3, 6, 6, 2)).transpose(3, 1, 2, 0)  # ... and a strided one

@@ -11,7 +11,7 @@ import sys
 from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_builders
-from . import parallel
+from . import onednn, parallel
 from .array_ops import cast, is_symbolic, shape, shape_value, sum_to_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
@@ -283,6 +283,10 @@ def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
         a = xp.matrix_transpose(a)
     if transpose_b:
         b = xp.matrix_transpose(b)
+    if a.ndim == b.ndim == 2 and onednn.takes(xp, a, b):
+        product = onednn.matmul(a, b)
+        if product is not None:
+            return product
     return parallel.matmul(xp, a, b)
 
 

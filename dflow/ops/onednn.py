@@ -39,12 +39,12 @@ import numpy
 from . import parallel
 
 __all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn",
-           "lrn_grad"]
+           "lrn_grad", "matmul"]
 
 log = logging.getLogger("dflow")
 
 # the C API's constants (oneapi/dnnl/dnnl_types.h, oneDNN 3.x)
-_F32, _TAG_ANY, _TAG_NHWC, _TAG_HWIO = 3, 1, 22, 28
+_F32, _TAG_ANY, _TAG_AB, _TAG_BA, _TAG_NHWC, _TAG_HWIO = 3, 1, 3, 14, 22, 28
 _FORWARD_TRAINING, _FORWARD_INFERENCE, _DIRECT, _LRN_ACROSS_CHANNELS = 64, 96, 1, 0xaff
 _CPU, _IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 64, 80
@@ -302,9 +302,28 @@ class _LrnPlan:
             self.lib.dnnl.dnnl_memory_desc_destroy(self.md)
 
 
+class _MatmulPlan:
+    """``a @ b`` of 2-D arrays, each C-ordered or the transpose of a C-ordered one (``ba``)."""
+
+    def __init__(self, lib: _Library, direction: str, m, k, n, a_transposed, b_transposed):
+        self.lib, self.primitive = lib, None
+        self.a_md = lib.md((m, k), _TAG_BA if a_transposed else _TAG_AB)
+        self.b_md = lib.md((k, n), _TAG_BA if b_transposed else _TAG_AB)
+        self.c_md = lib.md((m, n), _TAG_AB)
+        pd = lib.describe(lib.dnnl.dnnl_matmul_primitive_desc_create, lib.engine, self.a_md, self.b_md,
+                          None, self.c_md, lib.attr)
+        if pd is not None:
+            self.primitive = _Primitive(lib, pd)
+
+    def __del__(self):
+        for name in ("a_md", "b_md", "c_md"):
+            if hasattr(self, name):
+                self.lib.dnnl.dnnl_memory_desc_destroy(getattr(self, name))
+
+
 PLANS_KEPT = 256  # compiled primitives kept: a model's few shapes, and eval's other batch sizes
 _PLANS = {"forward": _ConvPlan, "input_grad": _ConvPlan, "filter_grad": _ConvPlan,
-          "lrn": _LrnPlan, "lrn_grad": _LrnPlan}
+          "lrn": _LrnPlan, "lrn_grad": _LrnPlan, "matmul": _MatmulPlan}
 
 
 @functools.lru_cache(maxsize=PLANS_KEPT)
@@ -395,3 +414,32 @@ def lrn_grad(dy, x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:
     plan.primitive.run({_ARG_SRC: (plan.md, x), _ARG_DIFF_DST: (plan.md, dy),
                         _ARG_WORKSPACE: workspace, _ARG_DIFF_SRC: (plan.md, dx)})
     return dx
+
+
+MATMUL_FROM = 1 << 20  # multiply-adds: below, BLAS is faster (batch 1 and 10 products: docs/kernels.md)
+
+
+def _stored_transposed(a: numpy.ndarray) -> bool | None:
+    """False for a C-ordered 2-D array, True for the transpose of one, None otherwise."""
+    if a.flags.c_contiguous:
+        return False
+    return True if a.T.flags.c_contiguous else None
+
+
+def matmul(a, b) -> numpy.ndarray | None:
+    """``a @ b`` of two float32 matrices: oneDNN's AVX-512 GEMM (1.15-1.3x OpenBLAS's pieces
+    on the dense layers here); None for small products and where oneDNN has no kernel."""
+    (m, k), n = a.shape, b.shape[1]
+    if m * k * n < MATMUL_FROM or k == 1:
+        return None
+    a_transposed, b_transposed = _stored_transposed(a), _stored_transposed(b)
+    if a_transposed is None:
+        a, a_transposed = numpy.ascontiguousarray(a), False
+    if b_transposed is None:
+        b, b_transposed = numpy.ascontiguousarray(b), False
+    plan = _plan_of("matmul", m, k, n, a_transposed, b_transposed)
+    if plan is None:
+        return None
+    c = numpy.empty((m, n), numpy.float32)
+    plan.primitive.run({_ARG_SRC: (plan.a_md, a), _ARG_WEIGHTS: (plan.b_md, b), _ARG_DST: (plan.c_md, c)})
+    return c
