@@ -179,6 +179,24 @@ def test_plans_dropped_from_the_cache_are_freed_and_compiled_again():
     assert onednn._compiled.cache_info().currsize == 1
 
 
+def test_each_plan_is_compiled_for_the_threads_it_runs_on(monkeypatch):
+    # oneDNN splits a primitive's work for the thread count it sees when it compiles, so the
+    # count is part of the plan; a small convolution wakes no second thread
+    from dflow.ops import parallel
+
+    big = random((8, 12, 12, 64)), random((5, 5, 64, 64))
+    small = random((1, 6, 6, 3)), random((3, 3, 3, 4))
+    for cores in (1, 2):
+        monkeypatch.setattr(parallel, "cores", lambda cores=cores: cores)
+        for (x, w), threads in ((big, cores), (small, 1)):
+            expected = lowered(conv_lowering.conv2d, x, w, (1, 1), (1, 1), "SAME")
+            close(conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME"), expected)
+            out_hw, pads = geometry(x.shape, w.shape, (1, 1), (1, 1), "SAME")
+            y_shape = (x.shape[0], *out_hw, w.shape[3])
+            plan = onednn._conv_plan("forward", x.shape, w.shape, y_shape, (1, 1), (1, 1), pads)
+            assert plan.primitive.threads == threads
+
+
 def test_an_empty_batch_takes_the_lowering():
     x, w = random((0, 5, 5, 3)), random((3, 3, 3, 2))
     y = conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME")

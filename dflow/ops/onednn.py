@@ -14,8 +14,9 @@ reordered to the blocked layout the kernel chose (a few hundred KiB). Its LRN (T
 Where the library cannot be loaded (another platform, no ``libgomp``) dflow says so once and
 its own lowering runs; other namespaces (CuPy, ``array_api_strict``) and dtypes always take
 it. Each (direction, shapes, geometry) is compiled once a process and cached; each call
-gets its own scratchpad, so two ops may run one at once from the executor's threads. A call
-runs on :func:`parallel.cores` OpenMP threads: the count the process was given for BLAS.
+gets its own scratchpad, so two ops may run at once from the executor's threads. A plan runs
+on :func:`parallel.cores` OpenMP threads (the count the process was given for BLAS), or on one
+below 16 Mi multiply-adds, where waking a second thread costs more than it gives (batch 1).
 
 >>> import numpy
 >>> x, w = numpy.ones((1, 3, 3, 1), numpy.float32), numpy.ones((3, 3, 1, 1), numpy.float32)
@@ -117,8 +118,10 @@ class _Library:
         return pd
 
     def reorder(self, src_md, dst_md) -> _Primitive:
+        """A filter's reorder (kilobytes): one thread."""
+        self.gomp.omp_set_num_threads(1)
         return _Primitive(self, self.describe(self.dnnl.dnnl_reorder_primitive_desc_create,
-                                              src_md, self.engine, dst_md, self.engine, self.attr))
+                                              src_md, self.engine, dst_md, self.engine, self.attr), 1)
 
     def query_md(self, pd, what: int) -> _handle:
         return _handle(self.dnnl.dnnl_primitive_desc_query_md(pd, what, 0))
@@ -177,11 +180,23 @@ def takes(xp, *arrays) -> bool:
     return available()
 
 
+ONE_THREAD_BELOW = 1 << 24  # multiply-adds: below, waking a sleeping thread costs more than it gives
+
+
+def _threads_for(lib: _Library, multiply_adds: int) -> int:
+    """The OpenMP threads of a primitive about to be described and compiled (oneDNN reads the
+    count then, and splits its work for it): the process's cores, or one for small work."""
+    threads = parallel.cores() if multiply_adds >= ONE_THREAD_BELOW else 1
+    lib.gomp.omp_set_num_threads(threads)
+    return threads
+
+
 class _Primitive:
     """A compiled primitive, run over ``{argument: (memory desc, array)}`` with its own scratchpad."""
 
-    def __init__(self, lib: _Library, pd: _handle):
+    def __init__(self, lib: _Library, pd: _handle, threads: int):
         self.lib, self.pd = lib, pd  # the desc is kept: the memory descs queried from it live in it
+        self.threads = threads  # what it was compiled for: oneDNN splits the work when it compiles
         self.handle = _handle()
         lib.check(lib.dnnl.dnnl_primitive_create(ctypes.byref(self.handle), pd), "compiling a primitive")
         self.scratchpad_md = lib.query_md(pd, _QUERY_SCRATCHPAD_MD)
@@ -204,7 +219,7 @@ class _Primitive:
                                                   _handle(array.ctypes.data)), "wrapping an array")
                 memories.append(memory)
             exec_args = (_ExecArg * len(args))(*(_ExecArg(a, m) for a, m in zip(args, memories)))
-            lib.gomp.omp_set_num_threads(parallel.cores())  # this thread's OpenMP team
+            lib.gomp.omp_set_num_threads(self.threads)  # this thread's OpenMP team
             stream = lib.stream()
             lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
                       "running a primitive")
@@ -229,6 +244,7 @@ class _ConvPlan:
         geometry = (_Dims(*strides), _Dims(*(d - 1 for d in dilations)),  # oneDNN: 0 is no dilation
                     _Dims(top, left), _Dims(bottom, right))
         dnnl = lib.dnnl
+        threads = _threads_for(lib, n * y_shape[1] * y_shape[2] * kh * kw * c * o)
         forward = lib.describe(dnnl.dnnl_convolution_forward_primitive_desc_create, lib.engine,
                                _FORWARD_TRAINING, _DIRECT, self.x_md, self.any_md, None, self.y_md,
                                *geometry, lib.attr)
@@ -247,7 +263,7 @@ class _ConvPlan:
             dnnl.dnnl_primitive_desc_destroy(forward)
             if pd is None:
                 return
-        self.primitive = _Primitive(lib, pd)
+        self.primitive = _Primitive(lib, pd, threads)
         if direction == "filter_grad":
             self.blocked_md = lib.query_md(pd, _QUERY_DIFF_WEIGHTS_MD)
             self.filter_reorder = lib.reorder(self.blocked_md, self.w_md)
@@ -279,13 +295,14 @@ class _LrnPlan:
         # oneDNN scales the window's sum by alpha / size, TF's by alpha
         parameters = (size, alpha * size, beta, bias)
         dnnl = lib.dnnl
+        threads = _threads_for(lib, n * h * w * c * size)
         forward = lib.describe(dnnl.dnnl_lrn_forward_primitive_desc_create, lib.engine,
                                _FORWARD_TRAINING if direction == "lrn_grad" else _FORWARD_INFERENCE,
                                _LRN_ACROSS_CHANNELS, self.md, self.md, *parameters, lib.attr)
         if forward is None:
             return
         if direction == "lrn":
-            self.primitive = _Primitive(lib, forward)
+            self.primitive = _Primitive(lib, forward, threads)
             return
         backward = lib.describe(dnnl.dnnl_lrn_backward_primitive_desc_create, lib.engine,
                                 _LRN_ACROSS_CHANNELS, self.md, self.md, self.md, *parameters, forward,
@@ -293,7 +310,7 @@ class _LrnPlan:
         if backward is None:
             dnnl.dnnl_primitive_desc_destroy(forward)
             return
-        self.forward, self.primitive = _Primitive(lib, forward), _Primitive(lib, backward)
+        self.forward, self.primitive = _Primitive(lib, forward, threads), _Primitive(lib, backward, threads)
         self.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
         self.workspace_bytes = lib.size(self.workspace_md)
 
@@ -310,10 +327,11 @@ class _MatmulPlan:
         self.a_md = lib.md((m, k), _TAG_BA if a_transposed else _TAG_AB)
         self.b_md = lib.md((k, n), _TAG_BA if b_transposed else _TAG_AB)
         self.c_md = lib.md((m, n), _TAG_AB)
+        threads = _threads_for(lib, m * k * n)
         pd = lib.describe(lib.dnnl.dnnl_matmul_primitive_desc_create, lib.engine, self.a_md, self.b_md,
                           None, self.c_md, lib.attr)
         if pd is not None:
-            self.primitive = _Primitive(lib, pd)
+            self.primitive = _Primitive(lib, pd, threads)
 
     def __del__(self):
         for name in ("a_md", "b_md", "c_md"):
@@ -327,7 +345,7 @@ _PLANS = {"forward": _ConvPlan, "input_grad": _ConvPlan, "filter_grad": _ConvPla
 
 
 @functools.lru_cache(maxsize=PLANS_KEPT)
-def _compiled(direction, *key):
+def _compiled(cores: int, direction, *key):  # cores: a plan is compiled for a thread count
     return _PLANS[direction](_library(), direction, *key)
 
 
@@ -337,7 +355,7 @@ _compile_lock = threading.Lock()
 def _plan_of(direction, *key):
     """The compiled plan, None where oneDNN has no kernel for it."""
     with _compile_lock:  # compiling takes milliseconds, once a shape: one thread does it
-        plan = _compiled(direction, *key)
+        plan = _compiled(parallel.cores(), direction, *key)
     return None if plan.primitive is None else plan
 
 
