@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import multiprocessing
 import os
 import platform
 import sys
@@ -245,6 +246,31 @@ def test_a_conv_net_s_gradients_in_a_session_match_float64():
 
     for got, expected in zip(gradients(np.float32), gradients(np.float64)):
         np.testing.assert_allclose(got, expected, rtol=2e-4, atol=1e-3 * max(1.0, np.abs(expected).max()))
+
+
+def _convolve_in_child(x, w, results):
+    results.put([conv_lowering.conv2d(xp_numpy, a, b, (1, 1), (1, 1), "SAME")
+                 for a, b in ((x, w), (x.astype(np.float64), w.astype(np.float64)))])
+
+
+def test_a_child_forked_after_a_step_convolves_without_its_parent_s_threads():
+    # GNU OpenMP's and the intra-op pool's threads do not exist in a forked child: waiting for
+    # them hung it (Python's multiprocessing forks by default on Linux); it takes the lowering
+    x, w = random((8, 12, 12, 64)), random((5, 5, 64, 64))
+    expected = conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME")  # oneDNN, here
+    conv_lowering.conv2d(xp_numpy, x.astype(np.float64), w.astype(np.float64), (1, 1), (1, 1), "SAME")
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_convolve_in_child, args=(x, w, results), daemon=True)
+    child.start()
+    try:
+        got = results.get(timeout=60)
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    close(got[0], expected)
+    np.testing.assert_allclose(got[1], expected, rtol=1e-4, atol=1e-3)
 
 
 def test_a_missing_library_is_said_once_and_the_lowering_runs(monkeypatch, caplog):

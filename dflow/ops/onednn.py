@@ -68,6 +68,7 @@ class _Library:
 
     def __init__(self, dnnl: ctypes.CDLL, gomp: ctypes.CDLL):
         self.dnnl, self.gomp = dnnl, gomp
+        self.pid = os.getpid()
         dnnl.dnnl_primitive_desc_query_md.restype = _handle
         dnnl.dnnl_primitive_desc_query_md.argtypes = [_handle, ctypes.c_int, ctypes.c_int]
         dnnl.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
@@ -167,8 +168,10 @@ def _library() -> _Library | None:
 
 
 def available() -> bool:
-    """Whether oneDNN's convolutions run in this process."""
-    return _library() is not None
+    """Whether oneDNN's kernels run in this process: not in a child forked after libgomp
+    started its threads (GNU OpenMP waits forever for them there), where the lowering runs."""
+    lib = _library()
+    return lib is not None and lib.pid == os.getpid()
 
 
 def takes(xp, *arrays) -> bool:

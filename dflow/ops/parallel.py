@@ -165,6 +165,16 @@ _saved: list = []
 _saved_threads = 0  # the most BLAS threads of _saved: what cores() says meanwhile
 
 
+def _forget_threads_in_a_forked_child() -> None:
+    """A forked child has none of its parent's threads: the pool's work would wait forever for
+    them (a multiprocessing "fork" child running a convolution hung), so it starts its own."""
+    global _lock, _pool, _depth, _saved, _saved_threads
+    _lock, _pool, _depth, _saved, _saved_threads = threading.Lock(), None, 0, [], 0
+
+
+os.register_at_fork(after_in_child=_forget_threads_in_a_forked_child)
+
+
 def _blas_to_one_thread(change: int) -> None:
     """BLAS at one thread while any map_pieces runs; its own count back after the last."""
     global _depth, _saved, _saved_threads
