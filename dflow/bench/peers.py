@@ -209,20 +209,13 @@ def _dflow_step(batch_size: int, lrn: bool, model: str = "cifar10", device: str 
     import dflow
 
     # the kernel libraries load now, as the others' load at import: numba and the kernels' code
-    # (145 MiB) and libdnnl are the process's, not a step's memory (a --baseline checkout from
-    # before them has neither module)
-    try:
-        from dflow.ops import fused
-    except ImportError:
-        pass
-    else:
-        fused.compiled_kernels()
-    try:
-        from dflow.ops import onednn
-    except ImportError:
-        pass
-    else:
-        onednn.available()
+    # (145 MiB) and libdnnl are the process's, not a step's memory
+    for module, load in (("fused", "compiled_kernels"), ("onednn", "available")):
+        try:
+            kernels = importlib.import_module(f"dflow.ops.{module}")
+        except ImportError:  # a --baseline checkout from before it
+            continue
+        getattr(kernels, load)()
     return _graph_step(dflow, batch_size, lrn, model, device)
 
 
