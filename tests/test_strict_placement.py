@@ -102,21 +102,30 @@ def test_a_second_client_declaring_a_ps_variable_with_another_shape_is_refused(t
 
 
 # ---- what a worker is sent: plain data ------------------------------------------------------------
-def test_a_plan_travels_to_its_workers_as_json_and_comes_back_the_same():
+@pytest.mark.parametrize("worker_gpus", [0, 1])
+def test_a_plan_travels_to_its_workers_as_json_and_comes_back_the_same(worker_gpus):
+    """The schedule a worker rebuilds is the client's, its device flags too (a GPU worker's stage
+    that lost ``on_gpu`` ran CuPy's kernels on the host arrays it was fed: found on an H200)."""
     x = tf.placeholder(tf.float32, [None, 3], name="x")
     with tf.device("/job:ps/task:0"):
         w = tf.Variable(np.ones((3, 1), np.float32), name="w")
-    with tf.device("/job:worker/task:0"):
-        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - tf.constant([b"not", b"used"]).shape[0]))
+    with tf.device("/job:worker/task:0"):  # on its GPU where it has one (TF's placer)
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 2.0))
         train = tf.train.AdamOptimizer(0.1).minimize(loss)
-    tasks = {"/job:ps/task:0": {}, "/job:worker/task:0": {}}
+    tasks = {"/job:ps/task:0": {"GPU": 0}, "/job:worker/task:0": {"GPU": worker_gpus}}
     plan = make_plan(tf.get_default_graph(), [train, loss], {x.name}, Devices("/job:worker/task:0", tasks))
+    on_gpu = []
     for stages in plan.stages.values():
         text = stages_to_json(stages)
         assert isinstance(text, str) and json.loads(text)
         again = stages_from_json(text)
         assert stages_to_json(again) == text
-        assert [s.schedule.nodes.keys() for s in again] == [s.schedule.nodes.keys() for s in stages]
+        for stage, rebuilt in zip(stages, again, strict=True):
+            assert rebuilt.schedule.nodes.keys() == stage.schedule.nodes.keys()
+            assert (rebuilt.schedule.on_gpu, rebuilt.schedule.mixed_devices) == \
+                (stage.schedule.on_gpu, stage.schedule.mixed_devices)
+            on_gpu.append(stage.schedule.on_gpu)
+    assert any(on_gpu) == bool(worker_gpus)
 
 
 def test_a_worker_refuses_a_plan_that_is_not_plain_data(cluster):
