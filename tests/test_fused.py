@@ -107,6 +107,23 @@ def test_max_pool_and_its_gradient_compiled_match_the_numpy_code(monkeypatch, ks
     assert np.isnan(compiled[0]).any() and compiled[0].dtype == compiled[1].dtype == np.float32
 
 
+@pytest.mark.parametrize("positive_only", [False, True])
+@pytest.mark.parametrize("ksize, strides, padding", POOLS)
+def test_max_pool_gradient_written_into_its_input_s_buffer_is_the_same(ksize, strides, padding,
+                                                                       positive_only):
+    """The executor hands the pooled ReLU's output over as ``out`` (runtime/executor.py): each image
+    is read whole before its gradient overwrites it."""
+    x = np.maximum(np.asarray(RNG.integers(-1, 3, (3, 7, 9, 4)), np.float32), 0)  # ties, and zeros
+    y = conv_lowering.max_pool(xp_numpy, x, ksize, strides, padding)
+    dy = np.asarray(RNG.standard_normal(y.shape), np.float32)
+    apart = conv_lowering.max_pool_grad(xp_numpy, x, y, dy, ksize, strides, padding, positive_only)
+    buffer = x.copy()
+    in_place = conv_lowering.max_pool_grad(xp_numpy, buffer, y, dy, ksize, strides, padding, positive_only,
+                                           out=buffer)
+    assert in_place is buffer
+    np.testing.assert_array_equal(in_place, apart)
+
+
 def test_relu_grad_compiled_is_tf_s_select(monkeypatch):
     """The gradient where the feature is positive, else 0: an inf gradient at a zero feature
     is 0 (the NumPy mask's product gives NaN there), a NaN gradient passes where positive."""

@@ -75,3 +75,74 @@ def test_a_piecewise_op_holds_few_parts_beside_its_result(op):
     assert result.nbytes == x.nbytes
     mib = 2**20
     assert peak < 1.5 * result.nbytes, f"peak {peak / mib:.0f} MiB for a {result.nbytes / mib:.0f} MiB result"
+
+
+# ---- a kernel that works in place takes its input's buffer where nothing else reads it --------
+@pytest.fixture
+def bias_add_relu_calls(monkeypatch):
+    """Each fused BiasAdd + Relu of the session, as whether it wrote into its input's buffer."""
+    from dflow.ops import fused
+
+    real, calls = fused.bias_add_relu, []
+
+    def recorded(value, bias, out=None):
+        calls.append(out is value)
+        return real(value, bias, out)
+
+    monkeypatch.setattr(fused, "bias_add_relu", recorded)
+    return calls
+
+
+def _relu_layer(tf, value, bias):
+    return tf.nn.relu(tf.nn.bias_add(value, bias))
+
+
+def test_a_relu_over_a_layer_s_output_writes_into_its_buffer(bias_add_relu_calls):
+    import numpy as np
+
+    import dflow as tf
+
+    x = tf.placeholder(tf.float32, [4, 3])
+    bias = tf.constant([-1.0, 0.0, 1.0])
+    y = _relu_layer(tf, x * 2.0, bias)  # the product is used by nothing else
+    feed = np.arange(12, dtype=np.float32).reshape(4, 3) - 6
+    with tf.Session() as sess:
+        got = sess.run(y, {x: feed})
+    np.testing.assert_array_equal(got, np.maximum(feed * 2 + [-1, 0, 1], 0))
+    assert bias_add_relu_calls == [True]
+
+
+def test_a_buffer_someone_else_reads_is_not_written(bias_add_relu_calls):
+    """Not the caller's fed array, nor a value used later, nor one a live view shares, nor a
+    variable's: each gives the numbers it gives without working in place."""
+    import numpy as np
+
+    import dflow as tf
+
+    x = tf.placeholder(tf.float32, [4, 3])
+    bias = tf.constant([-1.0, 0.0, 1.0])
+    feed = np.arange(12, dtype=np.float32).reshape(4, 3) - 6
+    kept = feed.copy()
+    doubled = x * 2.0
+    variable = tf.Variable(feed)
+    fetches = {
+        "fed": _relu_layer(tf, x, bias),
+        "used_later": _relu_layer(tf, doubled, bias) + doubled,
+        "viewed": _relu_layer(tf, x * 3.0, bias),
+        "variable": _relu_layer(tf, variable.read_value(), bias),
+    }
+    view = tf.reshape(fetches["viewed"].op.inputs[0].op.inputs[0], [12])  # x * 3, seen through a view
+    fetches["view"] = view
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got = sess.run(fetches, {x: feed})
+        stored = sess.run(variable)
+    relu = lambda v: np.maximum(v + [-1, 0, 1], 0)
+    np.testing.assert_array_equal(got["fed"], relu(feed))
+    np.testing.assert_array_equal(got["used_later"], relu(feed * 2) + feed * 2)
+    np.testing.assert_array_equal(got["viewed"], relu(feed * 3))
+    np.testing.assert_array_equal(got["view"], (feed * 3).reshape(12))
+    np.testing.assert_array_equal(got["variable"], relu(feed))
+    np.testing.assert_array_equal(feed, kept)
+    np.testing.assert_array_equal(stored, feed)
+    assert bias_add_relu_calls == [False] * 4

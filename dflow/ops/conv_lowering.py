@@ -375,14 +375,17 @@ def max_pool(xp, x, ksize, strides, padding):
     return _in_pieces(xp, piece, x, size=POOL_PIECE)
 
 
-def max_pool_grad(xp, x, y, dy, ksize, strides, padding, positive_only=False):
+def max_pool_grad(xp, x, y, dy, ksize, strides, padding, positive_only=False, out=None):
     """Route each window's gradient to its first maximal element in scan order, as TF does
-    (``positive_only``: then ReluGrad's select by ``x``, a ReLU's output: one pass for both)."""
+    (``positive_only``: then ReluGrad's select by ``x``, a ReLU's output: one pass for both;
+    ``out``: ``x``'s buffer, which the result may take, where nothing else reads ``x``)."""
     n, h, w, c = x.shape
     out_hw, pads = _geometry2d((h, w), ksize, strides, _NO_DILATION, padding)
     top, left = pads[0], pads[2]
     if fused.compiled_for(xp, x, y, dy):  # one pass, no padded copy or masks: 3-7x faster
-        return fused.max_pool_grad(x, y, dy, ksize, strides, top, left, positive_only)
+        usable = out is x and x.flags.c_contiguous and x.dtype == dy.dtype
+        return fused.max_pool_grad(x, y, dy, ksize, strides, top, left, positive_only,
+                                   out if usable else None)
     if positive_only:
         dx = max_pool_grad(xp, x, y, dy, ksize, strides, padding)
         return xp.where(x > 0, dx, xp.zeros_like(dx))

@@ -106,8 +106,9 @@ def _compile(numba) -> dict:
         n, h, w, c = x.shape
         _, oh, ow, _ = y.shape
         routed = numpy.empty(c, numpy.bool_)
+        image = numpy.empty((h, w, c), dx.dtype)  # one image's gradient, in the cache; dx may be x
         for b in range(n):
-            dx[b] = 0  # here, not by the caller: each piece's thread zeroes what it then writes
+            image[:] = 0
             for r in range(oh):
                 h0 = r * sh - top
                 for q in range(ow):
@@ -118,8 +119,9 @@ def _compile(numba) -> dict:
                             for k in range(c):  # the first maximal element in scan order, as TF's
                                 if not routed[k] and x[b, i, j, k] == y[b, r, q, k]:
                                     if not positive_only or x[b, i, j, k] > 0:  # ReluGrad's select
-                                        dx[b, i, j, k] += dy[b, r, q, k]
+                                        image[i, j, k] += dy[b, r, q, k]
                                     routed[k] = True
+            dx[b] = image
 
     @jit
     def relu_grad_into(gradient, features, out):
@@ -214,10 +216,11 @@ def relu_grad(gradient, features):
     return out
 
 
-def bias_add_relu(value, bias):
+def bias_add_relu(value, bias, out=None):
     """``max(value + bias, 0)`` for a channels-last ``value`` and arrays that :func:`compiled_for`
-    takes: one pass, where BiasAdd and Relu make two and a temporary."""
-    out = numpy.empty(value.shape, value.dtype)
+    takes: one pass, where BiasAdd and Relu make two and a temporary; into ``out`` where given
+    (``value`` itself, in place)."""
+    out = numpy.empty(value.shape, value.dtype) if out is None else out
     rows, out_rows = value.reshape(-1, bias.size), out.reshape(-1, bias.size)
     kernel = compiled_kernels()["bias_add_relu_into"]
     if value.size < FLAT_PIECES_FROM:
@@ -235,10 +238,11 @@ def max_pool(x, ksize, strides, top, left, out_hw):
     return out
 
 
-def max_pool_grad(x, y, dy, ksize, strides, top, left, positive_only=False):
+def max_pool_grad(x, y, dy, ksize, strides, top, left, positive_only=False, out=None):
     """:func:`max_pool`'s gradient: each window's ``dy`` to its first maximum in scan order
-    (``positive_only``: and then ReluGrad's, where ``x`` is a ReLU's output: 0 where it is 0)."""
-    dx = numpy.empty(x.shape, dy.dtype)
+    (``positive_only``: and then ReluGrad's, where ``x`` is a ReLU's output: 0 where it is 0);
+    into ``out`` where given (``x`` itself: each image is read whole before it is written)."""
+    dx = numpy.empty(x.shape, dy.dtype) if out is None else out
     _image_pieces(compiled_kernels()["max_pool_grad_into"], [x, y, dy], dx, *ksize, *strides, top, left,
                   positive_only)
     return dx

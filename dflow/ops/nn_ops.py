@@ -321,19 +321,20 @@ defop("BiasAdd", _bias_add_infer, _bias_add_kernel,
 defop("BiasAddGrad", _bias_add_grad_infer, _bias_add_grad_kernel, _bias_add_grad_grad)
 
 
-def _add_relu_kernel(xp, x, y, data_format="NHWC"):
+def _add_relu_kernel(xp, x, y, data_format="NHWC", out=None):
     if data_format != "NCHW":  # a bias along the last axis, either operand of an Add
         for value, bias in ((x, y), (y, x)):
             if bias.ndim == 1 and value.ndim >= 1 and value.shape[-1] == bias.shape[0] \
                     and fused.compiled_for(xp, value, bias):
-                return fused.bias_add_relu(value, bias)
+                in_place = out is value and value.flags.c_contiguous  # its rows are views of it
+                return fused.bias_add_relu(value, bias, out if in_place else None)
     return _relu_kernel(xp, _bias_add_kernel(xp, x, y, data_format))
 
 
 # Relu(BiasAdd(x, b)) or Relu(Add(x, b)), fused when a stage is lowered (runtime/fusion.py): one
 # pass over the layer's output instead of two and a temporary. Not an op of users' graphs, so no
 # gradient: their graphs differentiate the BiasAdd and the Relu, before lowering.
-defop("_FusedAddRelu", math_ops._binary_infer, _add_relu_kernel)
+defop("_FusedAddRelu", math_ops._binary_infer, _add_relu_kernel, in_place=0)
 
 
 def xw_plus_b(x, weights, biases, name=None) -> Tensor:
@@ -487,11 +488,13 @@ def _max_pool_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_format):
     return _from_nhwc(xp, lowering.max_pool_grad(xp, x, y, dy, k, s, padding), data_format)
 
 
-def _max_pool_relu_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_format):
+def _max_pool_relu_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_format, out=None):
     k, s = _pool_args(ksize, strides, data_format)
+    if data_format != "NHWC":  # the transposed x is a copy: no buffer to write into
+        out = None
     x, y, dy = (_to_nhwc(xp, a, data_format) for a in (x, y, dy))
-    return _from_nhwc(xp, lowering.max_pool_grad(xp, x, y, dy, k, s, padding, positive_only=True),
-                      data_format)
+    return _from_nhwc(xp, lowering.max_pool_grad(xp, x, y, dy, k, s, padding, positive_only=True,
+                                                 out=out), data_format)
 
 
 def _avg_pool_kernel(xp, x, ksize, strides, padding, data_format):
@@ -521,7 +524,8 @@ defop("MaxPool", _pool_infer, _max_pool_kernel,
 defop("MaxPoolGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_grad_kernel)
 # ReluGrad(MaxPoolGrad(x, y, dy), x): a ReLU layer's pooling gradient and its own, fused when a
 # stage is lowered (runtime/fusion.py); as _FusedAddRelu, never in users' graphs
-defop("_FusedMaxPoolGradReluGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_relu_grad_kernel)
+defop("_FusedMaxPoolGradReluGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_relu_grad_kernel,
+      in_place=0)
 defop("AvgPool", _pool_infer, _avg_pool_kernel,
       lambda op, g: [_out("AvgPoolGrad", [shape(op.inputs[0]), g], _pool_attrs(op))])
 defop("AvgPoolGrad", _avg_pool_grad_infer, _avg_pool_grad_kernel,

@@ -17,6 +17,10 @@ An ``asynchronous`` kernel (the collectives) returns a ``concurrent.futures.Futu
 of its outputs; the executor runs other ops while it is pending. A ``blocking`` kernel may
 wait for another step to run (a queue's dequeue, a barrier, an accumulator's take): a
 runner must not hold the only thread that step needs while it waits.
+An op with ``in_place=i`` has a kernel that takes ``out=``: an array it may write its output
+into, input ``i``'s own buffer, which the compiled executor hands over where nothing else can
+read that input any more (a layer's ReLU over the convolution's output, the pooling gradient
+over the ReLU's): one buffer instead of two as big as the layer. A kernel may ignore ``out``.
 An op with ``gpu=False`` has no GPU kernel (files, queues, summaries, Python objects):
 where a GPU exists, an op placed on no particular device type runs on it, as TF's placer
 does, except these (and ops of strings), which stay on the CPU.
@@ -54,6 +58,7 @@ class OpDef:
     asynchronous: bool = False
     blocking: bool = False
     gpu: bool = True  # its kernel runs on CuPy: a GPU is its default device where there is one
+    in_place: int | None = None  # the input whose buffer its kernel may take as ``out``
 
     @property
     def waits(self) -> bool:
@@ -65,11 +70,13 @@ OP_DEFS: dict[str, OpDef] = {}
 
 
 def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1,
-          asynchronous=False, blocking=False, gpu=True) -> OpDef:
+          asynchronous=False, blocking=False, gpu=True, in_place=None) -> OpDef:
     """Register an op. Adding an op touches only the module that calls this."""
     if name in OP_DEFS:
         raise ValueError(f"op type {name!r} is registered twice")
-    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous, blocking, gpu)
+    if in_place is not None and (stateful or num_outputs != 1):
+        raise ValueError(f"op type {name!r}: only a stateless kernel of one output works in place")
+    opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous, blocking, gpu, in_place)
     OP_DEFS[name] = opdef
     return opdef
 

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy
+
 from ..errors import InvalidArgumentError, OpError
 from ..ops.registry import get_opdef
 from .devices import synchronize, to_namespace
@@ -258,8 +260,14 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
             remaining[tensor] -= 1
             if remaining[tensor] == 0:
                 frees.append(slots[tensor])
+        donated = opdef.in_place  # its buffer may become the output: last use, not the caller's
+        if donated is not None:
+            tensor = node.inputs[donated]
+            if slots[tensor] not in frees or tensor in fed or node.inputs.count(tensor) > 1:
+                donated = None
         steps.append((functools.partial(opdef.kernel, **node.attrs), namespaces[node.device_type],
-                      opdef.stateful, inputs, outputs, opdef.num_outputs != 1, tuple(frees), node))
+                      opdef.stateful, inputs, outputs, opdef.num_outputs != 1, tuple(frees), node,
+                      donated))
     fetch_slots = [(t, slots[t]) for t in plan.fetches]
     return functools.partial(_run_compiled, steps, feed_slots, fetch_slots, order, len(slots))
 
@@ -270,10 +278,17 @@ def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, sta
     for tensor, index in feed_slots:
         values[index] = feeds[tensor]
     live = peak = sum(getattr(values[i], "nbytes", 0) for _, i in feed_slots)
-    for kernel, xp, stateful, inputs, outputs, many, frees, node in steps:
+    for kernel, xp, stateful, inputs, outputs, many, frees, node, donated in steps:
         args = [values[i] for i in inputs]
         try:
-            result = kernel(state, xp, *args) if stateful else kernel(xp, *args)
+            if stateful:
+                result = kernel(state, xp, *args)
+            elif donated is not None and _held_only_here(args[donated]):
+                result = kernel(xp, *args, out=args[donated])
+                if result is args[donated]:  # one buffer, counted once
+                    live -= result.nbytes
+            else:
+                result = kernel(xp, *args)
         except Exception as error:
             named = _named(error, node, args)
             if named is error:
@@ -287,6 +302,7 @@ def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, sta
         elif outputs[0] is not None:
             values[outputs[0]] = result
             live += getattr(result, "nbytes", 0)
+        result = value = None  # the slots hold the outputs: a name here would count as a holder
         if live > peak:
             peak = live
         for index in frees:
@@ -296,6 +312,32 @@ def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, sta
     stats.order.extend(names)
     stats.peak_bytes = max(stats.peak_bytes, peak)
     return {tensor: values[index] for tensor, index in fetch_slots}
+
+
+def _held_only_here(array) -> bool:
+    """Whether ``array``, passed as ``_held_only_here(args[i])`` by :func:`_run_compiled`, is a
+    NumPy array whose buffer no one else can read: its own (not a view), writable, and referred
+    to by nothing but the run's slot list and its arguments (a variable's value, a constant, a
+    fetched value or an array that another one views has more references: NumPy elides its
+    temporaries by the same test)."""
+    return (type(array) is numpy.ndarray and array.base is None and array.flags.writeable
+            and sys.getrefcount(array) <= _REFERENCES_WHEN_HELD_ONLY_HERE)
+
+
+def _references_of_a_slot_value() -> int:
+    """What ``sys.getrefcount`` says in :func:`_held_only_here` of an array held by a slot list and
+    an argument list alone, called as :func:`_run_compiled` calls it (interpreters count
+    differently)."""
+    values = [numpy.empty(1)]
+    args = [values[0]]
+
+    def count(array) -> int:
+        return sys.getrefcount(array)
+
+    return count(args[0])
+
+
+_REFERENCES_WHEN_HELD_ONLY_HERE = _references_of_a_slot_value()
 
 
 def _run_into(done, node, args, state, xp):
