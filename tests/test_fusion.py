@@ -35,8 +35,10 @@ def test_a_layer_and_its_gradients_are_the_same_with_the_relu_fused(bias_add):
         x = tf.placeholder(tf.float32, [None, 5, 5, 2])
         conv, biases, summed, relu = conv_layer(x, bias_add)
         grads = tf.gradients(tf.reduce_sum(relu * relu), [conv, biases])
-        assert "_FusedAddRelu" in op_types(make_plan(graph, [relu, *grads], {x.name}, HERE))
-        assert "Relu" not in op_types(make_plan(graph, [relu, *grads], {x.name}, HERE))
+        types = op_types(make_plan(graph, [relu, *grads], {x.name}, HERE))
+        # Add(biases, conv): the convolution is not its first operand, so not fused with it
+        assert ("_FusedConv2DBiasRelu" if bias_add else "_FusedAddRelu") in types
+        assert "Relu" not in types
         with tf.Session() as sess:
             got = sess.run([relu, *grads, conv, biases], {x: images})
     value, d_conv, d_biases, conv_value, bias_value = got
@@ -44,6 +46,49 @@ def test_a_layer_and_its_gradients_are_the_same_with_the_relu_fused(bias_add):
     np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(d_conv, 2 * expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(d_biases, 2 * expected.sum(axis=(0, 1, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["oneDNN", "lowering"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("bias_shape", [(4,), (1, 1, 1, 4)], ids=["vector", "broadcast"])
+def test_a_conv_layer_fused_whole_gives_the_three_ops_numbers(monkeypatch, onednn, data_format, bias_shape):
+    """Relu(BiasAdd(Conv2D)) or Relu(Add(Conv2D, b)) is one op (oneDNN's convolution with the bias
+    and ReLU in the same pass, or the lowering and one fused pass), with every layout and bias."""
+    from dflow.ops import onednn as onednn_module
+
+    if not onednn:
+        monkeypatch.setattr(onednn_module, "takes", lambda xp, *arrays: False)
+    if data_format == "NCHW" and bias_shape != (4,):
+        bias_shape = (1, 4, 1, 1)
+    images = RNG.standard_normal((3, 6, 6, 2)).astype(np.float32)
+    if data_format == "NCHW":
+        images = np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+    kernel = RNG.standard_normal((3, 3, 2, 4)).astype(np.float32)
+    bias = RNG.standard_normal(bias_shape).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, images.shape)
+        conv = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME", data_format=data_format)
+        summed = tf.nn.bias_add(conv, bias, data_format=data_format) if len(bias_shape) == 1 else conv + bias
+        relu = tf.nn.relu(summed)
+        types = op_types(make_plan(graph, [relu], {x.name}, HERE))
+        # an Add has no data format: its bias is along the last axis, which NCHW's is not
+        whole = data_format == "NHWC" or len(bias_shape) == 1
+        assert [t for t in types if t != "Const"] == (["_FusedConv2DBiasRelu"] if whole
+                                                      else ["Conv2D", "_FusedAddRelu"]), types
+        with tf.Session() as sess:
+            got = sess.run(relu, {x: images})
+            unfused = sess.run([relu, conv], {x: images})[0]  # conv fetched: nothing fused with it
+    nhwc = images if data_format == "NHWC" else images.transpose(0, 2, 3, 1)
+    expected = np.zeros((3, 6, 6, 4))
+    padded = np.pad(nhwc.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    for i in range(3):
+        for j in range(3):
+            expected += padded[:, i:i + 6, j:j + 6] @ kernel[i, j]
+    expected = np.maximum(expected + bias.reshape(4), 0)
+    if data_format == "NCHW":
+        expected = expected.transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, unfused, rtol=1e-5, atol=1e-5)
 
 
 def test_a_sum_used_elsewhere_fetched_or_controlling_is_not_fused():

@@ -46,7 +46,7 @@ from .parallel import map_pieces, pieces_for, stacked_pieces
 
 __all__ = [
     "BATCH_PIECE", "ROWS_PIECE", "POOL_PIECE", "window_geometry",
-    "conv2d", "conv2d_input_grad", "conv2d_filter_grad",
+    "conv2d", "conv2d_bias_relu", "conv2d_input_grad", "conv2d_filter_grad",
     "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "lrn", "lrn_grad",
 ]
 
@@ -283,6 +283,15 @@ def conv2d(xp, x, w, strides, dilations, padding):
         return xp.reshape(y, (xs.shape[0], *out_hw, o))
 
     return _in_pieces(xp, piece, x, size=_conv_piece(xp, strides[0], dilations[1], c))
+
+
+def conv2d_bias_relu(xp, x, w, bias, strides, dilations, padding):
+    """``max(conv2d(x, w) + bias, 0)`` in one oneDNN pass (the bias and ReLU applied as each
+    output block is made: TF's ``_FusedConv2D``); None where oneDNN does not take the arrays."""
+    if not onednn.takes(xp, x, w, bias) or bias.shape != (w.shape[3],):
+        return None
+    out_hw, pads = _geometry2d(x.shape[1:3], w.shape[:2], strides, dilations, padding)
+    return onednn.conv2d(x, w, strides, dilations, pads, out_hw, bias=bias, relu=True)
 
 
 def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):

@@ -376,6 +376,24 @@ def _conv2d_kernel(xp, x, w, strides, padding, data_format, dilations):
     return _from_nhwc(xp, y, data_format)
 
 
+def _conv2d_bias_relu_kernel(xp, x, w, bias, strides, padding, data_format, dilations):
+    if data_format == "NHWC":
+        attrs = {"data_format": data_format, "strides": strides, "dilations": dilations}
+        y = lowering.conv2d_bias_relu(xp, x, w, bias, _spatial(attrs, "strides"),
+                                      _spatial(attrs, "dilations"), padding)
+        if y is not None:
+            return y
+    y = _conv2d_kernel(xp, x, w, strides, padding, data_format, dilations)
+    return _add_relu_kernel(xp, y, bias, data_format, out=y)  # y is this kernel's own
+
+
+# Relu(BiasAdd(Conv2D(x, w), b)), fused when a stage is lowered (runtime/fusion.py), as Grappler's
+# remapper makes TF's _FusedConv2D: the bias and ReLU applied as oneDNN makes each block of the
+# output. Not an op of users' graphs, so no gradient (theirs differentiate the three ops).
+defop("_FusedConv2DBiasRelu", lambda inputs, **attrs: _conv2d_infer(inputs[:2], **attrs),
+      _conv2d_bias_relu_kernel)
+
+
 def _conv_attrs(op):
     return {k: op.attrs[k] for k in ("strides", "padding", "data_format", "dilations")}
 

@@ -46,11 +46,12 @@ __all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_g
 log = logging.getLogger("dflow")
 
 # the C API's constants (oneapi/dnnl/dnnl_types.h, oneDNN 3.x)
-_F32, _TAG_ANY, _TAG_AB, _TAG_BA, _TAG_NHWC, _TAG_HWIO = 3, 1, 3, 14, 22, 28
+_F32, _TAG_ANY, _TAG_A, _TAG_AB, _TAG_BA, _TAG_NHWC, _TAG_HWIO = 3, 1, 2, 3, 14, 22, 28
 _FORWARD_TRAINING, _FORWARD_INFERENCE, _DIRECT, _LRN_ACROSS_CHANNELS = 64, 96, 1, 0xaff
+_ELTWISE_RELU = 0x20
 _CPU, _IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
-_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 64, 80
-_ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
+_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 41, 64, 80
+_ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS, _ARG_DIFF_BIAS = 129, 145, 161, 169
 _QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_WORKSPACE_MD, _QUERY_SCRATCHPAD_MD = 131, 132, 135, 136
 _UNIMPLEMENTED = 3
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "iterator ends",
@@ -82,11 +83,23 @@ class _Library:
             _handle]
         self.engine = _handle()
         self.check(dnnl.dnnl_engine_create(ctypes.byref(self.engine), _CPU, 0), "creating a CPU engine")
-        self.attr = _handle()  # every primitive takes its scratchpad from the call: thread-safe
-        self.check(dnnl.dnnl_primitive_attr_create(ctypes.byref(self.attr)), "creating attributes")
-        self.check(dnnl.dnnl_primitive_attr_set_scratchpad_mode(self.attr, _SCRATCHPAD_USER),
-                   "setting the scratchpad mode")
+        self.attr = self._attributes()  # every primitive takes its scratchpad from the call: thread-safe
+        self.attr_relu = self._attributes(relu=True)  # and a ReLU on the way out (TF's _FusedConv2D)
         self._local = threading.local()
+
+    def _attributes(self, relu: bool = False) -> _handle:
+        dnnl, attr = self.dnnl, _handle()
+        self.check(dnnl.dnnl_primitive_attr_create(ctypes.byref(attr)), "creating attributes")
+        self.check(dnnl.dnnl_primitive_attr_set_scratchpad_mode(attr, _SCRATCHPAD_USER),
+                   "setting the scratchpad mode")
+        if relu:
+            post_ops = _handle()
+            self.check(dnnl.dnnl_post_ops_create(ctypes.byref(post_ops)), "creating post-ops")
+            self.check(dnnl.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(0.0),
+                                                         ctypes.c_float(0.0)), "adding a ReLU")
+            self.check(dnnl.dnnl_primitive_attr_set_post_ops(attr, post_ops), "setting post-ops")
+            dnnl.dnnl_post_ops_destroy(post_ops)  # the attributes keep a copy
+        return attr
 
     @staticmethod
     def check(status: int, what: str) -> None:
@@ -234,9 +247,12 @@ class _Primitive:
 
 
 class _ConvPlan:
-    """One convolution compiled for one direction and geometry, and its filter's reorder."""
+    """One convolution compiled for one direction and geometry, and its filter's reorder; with
+    ``bias`` the forward adds one per channel (and ``relu``: then its ReLU) and the filter's
+    gradient comes with the bias's, each in the same pass over the output."""
 
-    def __init__(self, lib: _Library, direction: str, x_shape, w_shape, y_shape, strides, dilations, pads):
+    def __init__(self, lib: _Library, direction: str, x_shape, w_shape, y_shape, strides, dilations, pads,
+                 bias=False, relu=False):
         n, h, w, c = x_shape
         kh, kw, _, o = w_shape
         self.lib, self.primitive = lib, None
@@ -244,14 +260,15 @@ class _ConvPlan:
         self.y_md = lib.md((n, o, *y_shape[1:3]), _TAG_NHWC)
         self.w_md = lib.md((o, c, kh, kw), _TAG_HWIO)
         self.any_md = lib.md((o, c, kh, kw), _TAG_ANY)  # the kernel picks its blocked filter layout
+        self.bias_md = lib.md((o,), _TAG_A) if bias else None
         top, bottom, left, right = pads
         geometry = (_Dims(*strides), _Dims(*(d - 1 for d in dilations)),  # oneDNN: 0 is no dilation
                     _Dims(top, left), _Dims(bottom, right))
         dnnl = lib.dnnl
         threads = _threads_for(lib, n * y_shape[1] * y_shape[2] * kh * kw * c * o)
         forward = lib.describe(dnnl.dnnl_convolution_forward_primitive_desc_create, lib.engine,
-                               _FORWARD_TRAINING, _DIRECT, self.x_md, self.any_md, None, self.y_md,
-                               *geometry, lib.attr)
+                               _FORWARD_TRAINING, _DIRECT, self.x_md, self.any_md, self.bias_md, self.y_md,
+                               *geometry, lib.attr_relu if relu else lib.attr)
         if forward is None:
             return
         if direction == "forward":
@@ -262,7 +279,7 @@ class _ConvPlan:
                                   _DIRECT, self.x_md, self.any_md, self.y_md, *geometry, forward, lib.attr)
             else:
                 pd = lib.describe(dnnl.dnnl_convolution_backward_weights_primitive_desc_create,
-                                  lib.engine, _DIRECT, self.x_md, self.any_md, None, self.y_md,
+                                  lib.engine, _DIRECT, self.x_md, self.any_md, self.bias_md, self.y_md,
                                   *geometry, forward, lib.attr)
             dnnl.dnnl_primitive_desc_destroy(forward)
             if pd is None:
@@ -277,8 +294,8 @@ class _ConvPlan:
         self.blocked_bytes = lib.size(self.blocked_md)
 
     def __del__(self):
-        for name in ("x_md", "y_md", "w_md", "any_md"):
-            if hasattr(self, name):  # not where __init__ failed before making it
+        for name in ("x_md", "y_md", "w_md", "any_md", "bias_md"):
+            if getattr(self, name, None) is not None:  # not where __init__ failed before making it
                 self.lib.dnnl.dnnl_memory_desc_destroy(getattr(self, name))
 
     def blocked_filter(self, w: numpy.ndarray) -> numpy.ndarray:
@@ -363,24 +380,29 @@ def _plan_of(direction, *key):
     return None if plan.primitive is None else plan
 
 
-def _conv_plan(direction, x_shape, w_shape, y_shape, strides, dilations, pads) -> _ConvPlan | None:
+def _conv_plan(direction, x_shape, w_shape, y_shape, strides, dilations, pads, bias=False,
+               relu=False) -> _ConvPlan | None:
     key = (direction, tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(strides),
-           tuple(dilations), tuple(pads))
+           tuple(dilations), tuple(pads), bias, relu)
     if 0 in key[1] + key[2] + key[3]:  # an empty batch or image: nothing for a kernel to do
         return None
     return _plan_of(*key)
 
 
-def conv2d(x, w, strides, dilations, pads, out_hw) -> numpy.ndarray | None:
-    """``y`` of an NHWC ``x`` and HWIO ``w`` with TF's ``pads`` ``(top, bottom, left, right)``;
-    None where oneDNN has no kernel for the geometry."""
+def conv2d(x, w, strides, dilations, pads, out_hw, bias=None, relu=False) -> numpy.ndarray | None:
+    """``y`` of an NHWC ``x`` and HWIO ``w`` with TF's ``pads`` ``(top, bottom, left, right)``,
+    plus ``bias`` per channel where given, then ``max(y, 0)`` with ``relu`` (TF's
+    ``_FusedConv2D``: one pass over ``y``); None where oneDNN has no kernel for the geometry."""
     x, w = numpy.ascontiguousarray(x), numpy.ascontiguousarray(w)
     y = numpy.empty((x.shape[0], *out_hw, w.shape[3]), numpy.float32)
-    plan = _conv_plan("forward", x.shape, w.shape, y.shape, strides, dilations, pads)
+    plan = _conv_plan("forward", x.shape, w.shape, y.shape, strides, dilations, pads, bias is not None, relu)
     if plan is None:
         return None
-    plan.primitive.run({_ARG_SRC: (plan.x_md, x), _ARG_DST: (plan.y_md, y),
-                        _ARG_WEIGHTS: (plan.blocked_md, plan.blocked_filter(w))})
+    args = {_ARG_SRC: (plan.x_md, x), _ARG_DST: (plan.y_md, y),
+            _ARG_WEIGHTS: (plan.blocked_md, plan.blocked_filter(w))}
+    if bias is not None:
+        args[_ARG_BIAS] = (plan.bias_md, numpy.ascontiguousarray(bias))
+    plan.primitive.run(args)
     return y
 
 
@@ -396,18 +418,25 @@ def conv2d_input_grad(dy, w, input_shape, strides, dilations, pads) -> numpy.nda
     return dx
 
 
-def conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads) -> numpy.ndarray | None:
-    """dL/dw of :func:`conv2d` from ``x`` and ``dy``; None where oneDNN has no kernel for it."""
+def conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads, bias_grad=False):
+    """dL/dw of :func:`conv2d` from ``x`` and ``dy``, and with ``bias_grad`` the pair (dL/dw,
+    dL/db: ``dy`` summed per channel, TF's BiasAddGrad) from one pass; None where oneDNN has
+    no kernel for it."""
     x, dy = numpy.ascontiguousarray(x), numpy.ascontiguousarray(dy)
-    plan = _conv_plan("filter_grad", x.shape, tuple(filter_shape), dy.shape, strides, dilations, pads)
+    plan = _conv_plan("filter_grad", x.shape, tuple(filter_shape), dy.shape, strides, dilations, pads,
+                      bias_grad)
     if plan is None:
         return None
     blocked = numpy.empty(plan.blocked_bytes, numpy.uint8)
-    plan.primitive.run({_ARG_SRC: (plan.x_md, x), _ARG_DIFF_DST: (plan.y_md, dy),
-                        _ARG_DIFF_WEIGHTS: (plan.blocked_md, blocked)})
+    args = {_ARG_SRC: (plan.x_md, x), _ARG_DIFF_DST: (plan.y_md, dy),
+            _ARG_DIFF_WEIGHTS: (plan.blocked_md, blocked)}
+    if bias_grad:
+        db = numpy.empty(filter_shape[3], numpy.float32)
+        args[_ARG_DIFF_BIAS] = (plan.bias_md, db)
+    plan.primitive.run(args)
     dw = numpy.empty(tuple(filter_shape), numpy.float32)
     plan.filter_reorder.run({_ARG_SRC: (plan.blocked_md, blocked), _ARG_DST: (plan.w_md, dw)})
-    return dw
+    return (dw, db) if bias_grad else dw
 
 
 def lrn(x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:

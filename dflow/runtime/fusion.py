@@ -7,6 +7,8 @@ first op's value is used by nothing but the second, the pair becomes one op in t
 place and under its name, so every consumer and every fetch of its value is unchanged:
 
 - ``Relu(BiasAdd(x, b))``, ``Relu(Add(x, b))`` -> ``_FusedAddRelu(x, b)``;
+- ``_FusedAddRelu(Conv2D(x, w), b)`` -> ``_FusedConv2DBiasRelu(x, w, b)`` (a fused op fuses
+  again with the op before it: TF's ``_FusedConv2D``, one oneDNN pass);
 - ``ReluGrad(MaxPoolGrad(x, y, dy), x)`` -> ``_FusedMaxPoolGradReluGrad(x, y, dy)``.
 
 The pass runs on :class:`~dflow.runtime.executor.OpNode` lists, after partitioning: the graph,
@@ -31,20 +33,27 @@ from .executor import OpNode
 __all__ = ["fuse"]
 
 
-def _add_relu(relu: OpNode, add: OpNode) -> tuple[str, dict] | None:
+def _add_relu(relu: OpNode, add: OpNode) -> tuple[str, dict, tuple] | None:
     if add.type not in ("BiasAdd", "Add"):
         return None
-    return "_FusedAddRelu", {"data_format": add.attrs.get("data_format", "NHWC")}
+    return "_FusedAddRelu", {"data_format": add.attrs.get("data_format", "NHWC")}, add.inputs
 
 
-def _max_pool_grad_relu_grad(relu_grad: OpNode, pool_grad: OpNode) -> tuple[str, dict] | None:
+def _conv_bias_relu(add_relu: OpNode, conv: OpNode) -> tuple[str, dict, tuple] | None:
+    if conv.type != "Conv2D" or conv.attrs["data_format"] != add_relu.attrs["data_format"]:
+        return None
+    return "_FusedConv2DBiasRelu", conv.attrs, conv.inputs + add_relu.inputs[1:]
+
+
+def _max_pool_grad_relu_grad(relu_grad: OpNode, pool_grad: OpNode) -> tuple[str, dict, tuple] | None:
     if pool_grad.type != "MaxPoolGrad" or pool_grad.inputs[0] != relu_grad.inputs[1]:
         return None  # ReluGrad's features must be the pooled input: a ReLU's output
-    return "_FusedMaxPoolGradReluGrad", pool_grad.attrs
+    return "_FusedMaxPoolGradReluGrad", pool_grad.attrs, pool_grad.inputs
 
 
-#: by the second op's type: the fused op's type and attributes, given the first op, or None
-_RULES = {"Relu": _add_relu, "ReluGrad": _max_pool_grad_relu_grad}
+#: by the second op's type, given the op making its first input: the fused op's type,
+#: attributes and inputs, or None
+_RULES = {"Relu": _add_relu, "_FusedAddRelu": _conv_bias_relu, "ReluGrad": _max_pool_grad_relu_grad}
 
 
 def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
@@ -57,18 +66,17 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
     by_name = {n.name: n for n in nodes}
     fused, absorbed = {}, set()
     for second in nodes:
-        rule = _RULES.get(second.type)
-        if rule is None:
-            continue
-        value = second.inputs[0]
-        first = by_name.get(value.rpartition(":")[0])
-        if (first is None or first.device_type != second.device_type
-                or consumers[value] > 1 or value in needed
-                or first.name in controlling or {first.name, "^" + first.name} & set(needed)):
-            continue
-        made = rule(second, first)
-        if made is not None:
+        while (rule := _RULES.get(second.type)) is not None:  # a fused op may fuse again
+            value = second.inputs[0]
+            first = by_name.get(value.rpartition(":")[0])
+            if (first is None or first.device_type != second.device_type
+                    or consumers[value] > 1 or value in needed
+                    or first.name in controlling or {first.name, "^" + first.name} & set(needed)):
+                break
+            made = rule(second, first)
+            if made is None:
+                break
             control = tuple(dict.fromkeys(first.control_inputs + second.control_inputs))
-            fused[second.name] = OpNode(second.name, *made, first.inputs, control, 1, second.device_type)
+            second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
     return [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
