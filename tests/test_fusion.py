@@ -91,6 +91,46 @@ def test_a_conv_layer_fused_whole_gives_the_three_ops_numbers(monkeypatch, onedn
     np.testing.assert_allclose(got, unfused, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["oneDNN", "lowering"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_a_filter_s_and_its_bias_s_gradients_come_from_one_op(monkeypatch, onednn, data_format):
+    """Conv2DBackpropFilter and BiasAddGrad of the same gradient: one op, whose second output the
+    BiasAddGrad's name gives (fetched, or applied by an optimizer), with the pair's numbers."""
+    from dflow.ops import onednn as onednn_module
+
+    if not onednn:
+        monkeypatch.setattr(onednn_module, "takes", lambda xp, *arrays: False)
+    shape = (3, 6, 6, 2) if data_format == "NHWC" else (3, 2, 6, 6)
+    images = RNG.standard_normal(shape).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, shape)
+        kernel = tf.Variable(RNG.standard_normal((3, 3, 2, 4)).astype(np.float32))
+        bias = tf.Variable(RNG.standard_normal(4).astype(np.float32))
+        conv = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME", data_format=data_format)
+        layer = tf.nn.relu(tf.nn.bias_add(conv, bias, data_format=data_format))
+        loss = tf.reduce_sum(layer * layer)
+        d_kernel, d_bias = tf.gradients(loss, [kernel, bias])
+        types = op_types(make_plan(graph, [d_kernel, d_bias], {x.name}, HERE))
+        assert "_Conv2DBackpropFilterWithBias" in types and "BiasAddGrad" not in types
+        assert "Conv2DBackpropFilter" not in types
+        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            before, layer_value, got_kernel, got_bias = sess.run([bias, layer, d_kernel, d_bias], {x: images})
+            sess.run(train, {x: images})
+            after = sess.run(bias)
+    import array_api_compat.numpy as xp
+
+    g = 2 * layer_value.astype(np.float64)  # d loss / d (conv + b), where the ReLU passes it
+    attrs = dict(strides=[1, 1, 1, 1], padding="SAME", data_format=data_format, dilations=[1, 1, 1, 1])
+    expected_kernel = get_opdef("Conv2DBackpropFilter").kernel(xp, images.astype(np.float64),
+                                                               np.array([3, 3, 2, 4]), g, **attrs)
+    expected_bias = g.sum(axis=(0, 1, 2) if data_format == "NHWC" else (0, 2, 3))
+    np.testing.assert_allclose(got_kernel, expected_kernel, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got_bias, expected_bias, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(after, before - 0.5 * got_bias, rtol=1e-5, atol=1e-4)
+
+
 def test_a_sum_used_elsewhere_fetched_or_controlling_is_not_fused():
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [None, 5, 5, 2])

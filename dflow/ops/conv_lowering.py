@@ -46,7 +46,7 @@ from .parallel import map_pieces, pieces_for, stacked_pieces
 
 __all__ = [
     "BATCH_PIECE", "ROWS_PIECE", "POOL_PIECE", "window_geometry",
-    "conv2d", "conv2d_bias_relu", "conv2d_input_grad", "conv2d_filter_grad",
+    "conv2d", "conv2d_bias_relu", "conv2d_input_grad", "conv2d_filter_grad", "conv2d_filter_and_bias_grad",
     "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "lrn", "lrn_grad",
 ]
 
@@ -331,6 +331,15 @@ def conv2d_input_grad(xp, dy, w, input_shape, strides, dilations, padding):
         return xp.reshape(dx, (n, h, wd, c))
 
     return _in_pieces(xp, piece, dy, size=_conv_piece(xp, 1, dilations[1], o))
+
+
+def conv2d_filter_and_bias_grad(xp, x, dy, filter_shape, strides, dilations, padding):
+    """(dL/dw, dL/db) of ``conv2d(x, w) + b`` in one oneDNN pass over ``dy`` (its sum per channel
+    made as the filter's gradient reads it); None where oneDNN does not take the arrays."""
+    if not onednn.takes(xp, x, dy):
+        return None
+    _, pads = _geometry2d(x.shape[1:3], filter_shape[:2], strides, dilations, padding)
+    return onednn.conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads, bias_grad=True)
 
 
 def conv2d_filter_grad(xp, x, dy, filter_shape, strides, dilations, padding):

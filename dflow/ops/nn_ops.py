@@ -443,6 +443,18 @@ def _backprop_filter_kernel(xp, x, filter_sizes, dy, strides, padding, data_form
         _spatial(attrs, "strides"), _spatial(attrs, "dilations"), padding)
 
 
+def _backprop_filter_with_bias_kernel(xp, x, filter_sizes, dy, strides, padding, data_format, dilations):
+    if data_format == "NHWC":
+        attrs = {"data_format": data_format, "strides": strides, "dilations": dilations}
+        both = lowering.conv2d_filter_and_bias_grad(xp, x, dy, _sizes(filter_sizes),
+                                                    _spatial(attrs, "strides"), _spatial(attrs, "dilations"),
+                                                    padding)
+        if both is not None:
+            return both
+    return (_backprop_filter_kernel(xp, x, filter_sizes, dy, strides, padding, data_format, dilations),
+            _bias_add_grad_kernel(xp, dy, data_format))
+
+
 def _backprop_filter_grad(op, gg):
     x, _, dy = op.inputs
     a = _conv_attrs(op)
@@ -452,6 +464,12 @@ def _backprop_filter_grad(op, gg):
 defop("Conv2D", _conv2d_infer, _conv2d_kernel, _conv2d_grad)
 defop("Conv2DBackpropInput", _backprop_input_infer, _backprop_input_kernel, _backprop_input_grad)
 defop("Conv2DBackpropFilter", _backprop_filter_infer, _backprop_filter_kernel, _backprop_filter_grad)
+# Conv2DBackpropFilter(x, sizes, g) and BiasAddGrad(g), fused when a stage is lowered
+# (runtime/fusion.py): oneDNN sums g per channel in the pass that makes the filter's gradient.
+defop("_Conv2DBackpropFilterWithBias",
+      lambda inputs, **attrs: _backprop_filter_infer(inputs, **attrs)
+      + _bias_add_grad_infer(inputs[2:], attrs["data_format"]),
+      _backprop_filter_with_bias_kernel, num_outputs=2)
 
 
 def conv2d(input, filter, strides, padding, use_cudnn_on_gpu=True, data_format="NHWC",

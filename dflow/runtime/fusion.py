@@ -9,7 +9,11 @@ place and under its name, so every consumer and every fetch of its value is unch
 - ``Relu(BiasAdd(x, b))``, ``Relu(Add(x, b))`` -> ``_FusedAddRelu(x, b)``;
 - ``_FusedAddRelu(Conv2D(x, w), b)`` -> ``_FusedConv2DBiasRelu(x, w, b)`` (a fused op fuses
   again with the op before it: TF's ``_FusedConv2D``, one oneDNN pass);
-- ``ReluGrad(MaxPoolGrad(x, y, dy), x)`` -> ``_FusedMaxPoolGradReluGrad(x, y, dy)``.
+- ``ReluGrad(MaxPoolGrad(x, y, dy), x)`` -> ``_FusedMaxPoolGradReluGrad(x, y, dy)``;
+- ``Conv2DBackpropFilter(x, sizes, g)`` and ``BiasAddGrad(g)`` of the same ``g`` ->
+  ``_Conv2DBackpropFilterWithBias(x, sizes, g)``, its two outputs the filter's and the
+  bias's gradients (oneDNN sums ``g`` per channel in the filter gradient's pass over it); the
+  BiasAddGrad's place, under its name, becomes an ``Identity`` of the second.
 
 The pass runs on :class:`~dflow.runtime.executor.OpNode` lists, after partitioning: the graph,
 its gradients and the placement never see a fused op.
@@ -79,4 +83,22 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             control = tuple(dict.fromkeys(first.control_inputs + second.control_inputs))
             second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
-    return [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
+    return _with_bias_grads([fused.get(n.name, n) for n in nodes if n.name not in absorbed])
+
+
+def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
+    """Each Conv2DBackpropFilter with the BiasAddGrad of its ``g`` (:func:`fuse`)."""
+    filter_grads = {n.inputs[2]: n for n in nodes if n.type == "Conv2DBackpropFilter"}
+    replaced = {}
+    for bias_grad in nodes:
+        filter_grad = filter_grads.get(bias_grad.inputs[0]) if bias_grad.type == "BiasAddGrad" else None
+        if (filter_grad is None or filter_grad.name in replaced
+                or filter_grad.device_type != bias_grad.device_type
+                or filter_grad.attrs["data_format"] != bias_grad.attrs["data_format"]):
+            continue
+        replaced[filter_grad.name] = OpNode(filter_grad.name, "_Conv2DBackpropFilterWithBias",
+                                            filter_grad.attrs, filter_grad.inputs, filter_grad.control_inputs,
+                                            2, filter_grad.device_type)
+        replaced[bias_grad.name] = OpNode(bias_grad.name, "Identity", {}, (f"{filter_grad.name}:1",),
+                                          bias_grad.control_inputs, 1, bias_grad.device_type)
+    return [replaced.get(n.name, n) for n in nodes]
