@@ -180,3 +180,37 @@ def test_a_run_whose_owner_lives_is_not_stale(monkeypatch):
     monkeypatch.setattr(network, "_delete_namespace", deleted.append)
     monkeypatch.setattr(network, "_run", lambda *args: "")
     assert remove_stale_namespaces() == [] and deleted == []
+
+
+@needs_shaping
+@pytest.mark.slow
+def test_values_sent_in_pieces_between_hosts_give_a_local_session_s_numbers(gbit_cluster):
+    """Between namespaces (other hosts, to a worker) the 1.6 MB gradient leaves as soon as it is
+    made and the PS applies what has come while the rest travels (worker.py's _Outgoing,
+    executor's LATE): the same training as in one process."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    start = {"w1": rng.standard_normal((64, 16)).astype(np.float32) * 0.1,
+             "w2": rng.standard_normal((16, 25_000)).astype(np.float32) * 0.01}  # 1.6 MB: two pieces
+    batch = rng.standard_normal((8, 64)).astype(np.float32)
+
+    def train(target, device_setter):
+        with tf.Graph().as_default():
+            with tf.device(device_setter):
+                w1, w2 = (tf.Variable(start[name], name=name) for name in ("w1", "w2"))
+                loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(batch, w1)), w2) - 1.0))
+                step = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+            with tf.Session(target) as sess:
+                sess.run(tf.global_variables_initializer())
+                losses = [sess.run([step, loss])[1] for _ in range(3)]
+                return losses, sess.run([w1, w2])
+
+    on_the_ps = tf.train.replica_device_setter(cluster=gbit_cluster.spec)
+    far_losses, far_values = train(gbit_cluster.target, on_the_ps)
+    local_losses, local_values = train("", None)
+    np.testing.assert_allclose(far_losses, local_losses, rtol=1e-5)
+    assert far_losses[-1] < far_losses[0]
+    for far, local in zip(far_values, local_values, strict=True):
+        np.testing.assert_allclose(far, local, rtol=1e-5, atol=1e-6)
+    tf.Session.reset(gbit_cluster.target)

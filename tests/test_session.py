@@ -303,3 +303,31 @@ def test_log_device_placement_prints_each_op_placement(capsys):
         assert sess.run(total) == 3.0
     err = capsys.readouterr().err
     assert "total: (Add): /job:localhost/replica:0/task:0/device:CPU:0" in err
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "counting"])
+def test_a_late_feed_is_taken_when_an_op_needs_it_and_outputs_leave_as_made(compiled):
+    """A worker's stage starts before all its received values are in (each is taken when the
+    first op reading it is next) and hands each value leaving the stage to ``produced`` when
+    made; where the counting executor runs, the late values are taken first and nothing is
+    heard early (the worker sends when the stage ends)."""
+    from dflow.runtime.executor import LATE
+
+    nodes = [OpNode("first", "Neg", {}, ("x:0",), (), 1),
+             OpNode("second", "Add", {}, ("first:0", "late:0"), (), 1),
+             OpNode("third", "Neg", {}, ("second:0",), (), 1)]
+    plan = schedule(nodes, {"x:0", "late:0"}, ["first:0", "third:0"])
+    events = []
+
+    def arriving(name):
+        events.append(("arrived", name))
+        return np.full(2, 10.0)
+
+    out = execute(plan, {"x:0": np.ones(2), "late:0": LATE}, SessionState(), {"CPU": xp}, compiled=compiled,
+                  arriving=arriving, produced=lambda name, value: events.append(("made", name)))
+    np.testing.assert_array_equal(out["third:0"], [-9.0, -9.0])
+    np.testing.assert_array_equal(out["first:0"], [-1.0, -1.0])
+    if compiled:
+        assert events == [("made", "first:0"), ("arrived", "late:0"), ("made", "third:0")]
+    else:
+        assert events == [("arrived", "late:0")]

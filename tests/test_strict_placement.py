@@ -157,3 +157,26 @@ def test_string_values_cross_tasks_as_plain_data_not_pickles(target):
     with tf.Session(target) as sess:
         assert list(sess.run(both, {fed: ["fed", b"bytes"]})) == [b"ps", b"zero", b"fed", b"bytes"]
         assert ("/job:ps/task:0", "/job:worker/task:0") in sess.last_run_stats.bytes_sent
+
+
+# ---- a stage's values for other tasks ------------------------------------------------------------
+def test_values_for_another_host_leave_in_pieces_and_for_this_one_at_the_end(monkeypatch):
+    """To a task on another host, a destination's values go as soon as SEND_FROM_BYTES of them
+    are made (the big gradients while the backward pass goes on); to a task on this host, which
+    shares the cores, all at the end. Each value is sent once; control edges go at the end."""
+    from dflow.distributed import worker
+
+    monkeypatch.setattr(worker, "SEND_FROM_BYTES", 1000)
+    sends = {"far": ("big:0", "small:0", "last:0", "^op"), "near": ("big:0", "small:0")}
+    delivered = []
+    outgoing = worker._Outgoing(sends, lambda dest, payload: delivered.append((dest, sorted(payload))),
+                                {"far": True, "near": False})
+    values = {"big:0": np.zeros(300, np.float32), "small:0": np.zeros(3, np.float32),
+              "last:0": np.zeros(3, np.float32)}
+    outgoing.add("small:0", values["small:0"])
+    assert delivered == []  # 12 bytes wait for more
+    outgoing.add("big:0", values["big:0"])
+    assert delivered == [("far", ["big:0", "small:0"])]
+    outgoing.add("last:0", values["last:0"])
+    outgoing.flush(values)
+    assert delivered[1:] == [("far", ["^op", "last:0"]), ("near", ["big:0", "small:0"])]

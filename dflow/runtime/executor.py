@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy
 
@@ -46,7 +47,7 @@ from ..errors import InvalidArgumentError, OpError
 from ..ops.registry import get_opdef
 from .devices import synchronize, to_namespace
 
-__all__ = ["OpNode", "Schedule", "schedule", "execute", "compile_stage", "RunStats"]
+__all__ = ["OpNode", "Schedule", "schedule", "execute", "compile_stage", "RunStats", "LATE"]
 
 
 @dataclass(frozen=True)
@@ -116,29 +117,53 @@ def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule
                     "GPU" in device_types)
 
 
+class _Late:
+    def __repr__(self) -> str:
+        return "LATE"
+
+
+#: a fed value still on its way (another task's): :func:`execute` takes it when an op needs it
+LATE = _Late()
+
+
 def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: int = 1,
-            stats: RunStats | None = None, compiled: bool = True) -> dict:
+            stats: RunStats | None = None, compiled: bool = True,
+            arriving: Callable[[str], Any] | None = None,
+            produced: Callable[[str, Any], None] | None = None) -> dict:
     """Run every op of ``plan``; return the values of ``plan.fetches`` by tensor name.
 
     ``namespaces`` maps a device type ("CPU", "GPU") to its array namespace.
     ``compiled=False`` runs the counting loop even where a compiled stage could run
-    (the engine benchmark compares the two).
+    (the engine benchmark compares the two). A feed given as :data:`LATE` is
+    ``arriving(tensor)``, called when the first op that reads it is next (before the
+    run, where the stage is not compiled), and ``produced(tensor, value)`` hears of each
+    of ``plan.fetches`` as soon as a compiled stage makes it: a worker's transfers
+    overlap its compute (variables arriving while the first layers run, gradients
+    leaving while the backward pass goes on).
     """
     if plan.on_gpu and not plan.mixed_devices:  # (a mixed plan moves each op's inputs instead;
         # a CPU plan's feeds are host arrays already: the Session's, or on_host's from a task)
-        feeds = {tensor: to_namespace(value, namespaces["GPU"]) for tensor, value in feeds.items()}
+        feeds = {tensor: value if value is LATE else to_namespace(value, namespaces["GPU"])
+                 for tensor, value in feeds.items()}
+        if arriving is not None:
+            arriving = functools.partial(_on_device, arriving, namespaces["GPU"])
     stats = stats if stats is not None else RunStats()
     key = (frozenset(feeds), num_threads, tuple(namespaces.items()))  # namespaces: modules
     compiled = compiled and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
     if compiled:
-        values = compiled(feeds, state, stats)
+        values = compiled(feeds, state, stats, arriving, produced)
     else:
+        feeds = {tensor: arriving(tensor) if value is LATE else value for tensor, value in feeds.items()}
         values = _count_and_run(plan, feeds, state, namespaces, num_threads, stats)
     if plan.on_gpu:
         synchronize(namespaces["GPU"])
     return values
+
+
+def _on_device(arriving, xp, tensor: str):
+    return to_namespace(arriving(tensor), xp)
 
 
 def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: int,
@@ -247,6 +272,8 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
         return slots.setdefault(tensor, len(slots))
 
     feed_slots = [(t, slot(t)) for t in fed if t in plan.refcount]
+    fed_here = dict(feed_slots)
+    leaving = set(plan.fetches)
     remaining = dict(plan.refcount)
     nodes = [plan.nodes[name] for name in order]
     steps = []
@@ -265,20 +292,27 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
             tensor = node.inputs[donated]
             if slots[tensor] not in frees or tensor in fed or node.inputs.count(tensor) > 1:
                 donated = None
+        arrivals = tuple((fed_here[t], t) for t in dict.fromkeys(node.inputs) if t in fed_here)
+        made = tuple((t, slots[t]) for t in kept if t in leaving and t not in fed)
         steps.append((functools.partial(opdef.kernel, **node.attrs), namespaces[node.device_type],
                       opdef.stateful, inputs, outputs, opdef.num_outputs != 1, tuple(frees), node,
-                      donated))
+                      donated, arrivals, made))
     fetch_slots = [(t, slots[t]) for t in plan.fetches]
     return functools.partial(_run_compiled, steps, feed_slots, fetch_slots, order, len(slots))
 
 
-def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, stats) -> dict:
+def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, stats, arriving=None,
+                  produced=None) -> dict:
     """One run of a compiled stage (:func:`compile_stage`)."""
     values = [None] * size
     for tensor, index in feed_slots:
         values[index] = feeds[tensor]
     live = peak = sum(getattr(values[i], "nbytes", 0) for _, i in feed_slots)
-    for kernel, xp, stateful, inputs, outputs, many, frees, node, donated in steps:
+    for kernel, xp, stateful, inputs, outputs, many, frees, node, donated, arrivals, made in steps:
+        for index, tensor in arrivals:
+            if values[index] is LATE:
+                values[index] = arriving(tensor)
+                live += getattr(values[index], "nbytes", 0)
         args = [values[i] for i in inputs]
         try:
             if stateful:
@@ -303,6 +337,9 @@ def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, sta
             values[outputs[0]] = result
             live += getattr(result, "nbytes", 0)
         result = value = None  # the slots hold the outputs: a name here would count as a holder
+        if produced is not None:
+            for tensor, index in made:
+                produced(tensor, values[index])
         if live > peak:
             peak = live
         for index in frees:
