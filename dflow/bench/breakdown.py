@@ -24,7 +24,9 @@ import numpy
 
 __all__ = ["cpu_flags", "sgemm_gflops", "breakdown", "main"]
 
-_CONVS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+# (the fused ones: the input and the filter or its sizes come first, as in the plain ones)
+_CONVS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "_FusedConv2DBiasRelu",
+          "_Conv2DBackpropFilterWithBias")
 
 
 def cpu_flags() -> list[str]:
