@@ -1,5 +1,6 @@
 """Lowering fuses a ReLU with the sum before it (runtime/fusion.py): same values, fewer passes."""
 
+import array_api_compat.numpy
 import numpy as np
 import pytest
 from namespaces import NAMESPACES, to_host
@@ -178,6 +179,34 @@ def test_the_fused_kernel_is_relu_of_the_sum_on_every_namespace(xp, dtype):
     nchw_bias = RNG.standard_normal(3).astype(dtype)
     np.testing.assert_array_equal(to_host(kernel(xp, xp.asarray(value), xp.asarray(nchw_bias), "NCHW")),
                                   np.maximum(value + nchw_bias[:, None, None], 0))
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_the_fused_convolution_kernels_are_the_ops_they_replace_on_every_namespace(xp, data_format):
+    """_FusedConv2DBiasRelu is Relu(BiasAdd(Conv2D)); _Conv2DBackpropFilterWithBias is the pair
+    (Conv2DBackpropFilter, BiasAddGrad) of one gradient: oneDNN's on NumPy's float32 NHWC
+    arrays, the ops' own kernels everywhere else."""
+    x = RNG.standard_normal((2, 5, 6, 3)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 3, 4)).astype(np.float32)
+    bias = RNG.standard_normal(4).astype(np.float32)
+    g = RNG.standard_normal((2, 5, 6, 4)).astype(np.float32)
+    if data_format == "NCHW":
+        x, g = (np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (x, g))
+    attrs = dict(strides=[1, 1, 1, 1], padding="SAME", data_format=data_format, dilations=[1, 1, 1, 1])
+    kernel = lambda name: get_opdef(name).kernel  # noqa: E731
+    host = array_api_compat.numpy
+    conv = kernel("Conv2D")(host, x.astype(np.float64), w.astype(np.float64), **attrs)
+    expected = kernel("Relu")(host, kernel("BiasAdd")(host, conv, bias.astype(np.float64), data_format))
+    got = kernel("_FusedConv2DBiasRelu")(xp, xp.asarray(x), xp.asarray(w), xp.asarray(bias), **attrs)
+    np.testing.assert_allclose(to_host(got), expected, rtol=1e-4, atol=1e-4)
+    sizes = np.array(w.shape, np.int32)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    expected = (kernel("Conv2DBackpropFilter")(host, x64, sizes, g64, **attrs),
+                kernel("BiasAddGrad")(host, g64, data_format))
+    got = kernel("_Conv2DBackpropFilterWithBias")(xp, *(xp.asarray(a) for a in (x, sizes, g)), **attrs)
+    for got_one, expected_one in zip(got, expected, strict=True):
+        np.testing.assert_allclose(to_host(got_one), expected_one, rtol=1e-4, atol=1e-4)
 
 
 def test_the_fused_kernel_cut_in_pieces_gives_the_whole_s_numbers(monkeypatch):
