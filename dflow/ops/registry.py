@@ -19,8 +19,8 @@ wait for another step to run (a queue's dequeue, a barrier, an accumulator's tak
 runner must not hold the only thread that step needs while it waits.
 An op with ``in_place=i`` has a kernel that takes ``out=``: an array it may write its output
 into, input ``i``'s own buffer, which the compiled executor hands over where nothing else can
-read that input any more (a layer's ReLU over the convolution's output, the pooling gradient
-over the ReLU's): one buffer instead of two as big as the layer. A kernel may ignore ``out``.
+read that input any more (a dense layer's ReLU over its product, the pooling gradient over
+the ReLU's output): one buffer instead of two as big as the layer. A kernel may ignore ``out``.
 An op with ``gpu=False`` has no GPU kernel (files, queues, summaries, Python objects):
 where a GPU exists, an op placed on no particular device type runs on it, as TF's placer
 does, except these (and ops of strings), which stay on the CPU.
