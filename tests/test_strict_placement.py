@@ -170,7 +170,7 @@ def test_values_for_another_host_leave_in_pieces_and_for_this_one_at_the_end(mon
     sends = {"far": ("big:0", "small:0", "last:0", "^op"), "near": ("big:0", "small:0")}
     delivered = []
     outgoing = worker._Outgoing(sends, lambda dest, payload: delivered.append((dest, sorted(payload))),
-                                {"far": True, "near": False})
+                                {"far": True, "near": False}.get)
     values = {"big:0": np.zeros(300, np.float32), "small:0": np.zeros(3, np.float32),
               "last:0": np.zeros(3, np.float32)}
     outgoing.add("small:0", values["small:0"])

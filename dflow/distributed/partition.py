@@ -36,8 +36,7 @@ def stages_to_json(stages: list[Stage]) -> str:
     return json.dumps([{**{key: getattr(stage, key) for key in _STAGE_FIELDS},
                         "nodes": [node(n) for n in stage.schedule.nodes.values()],
                         "waiting": stage.schedule.waiting, "dependents": stage.schedule.dependents,
-                        "refcount": stage.schedule.refcount, "outputs": stage.schedule.fetches,
-                        "mixed_devices": stage.schedule.mixed_devices, "on_gpu": stage.schedule.on_gpu}
+                        "refcount": stage.schedule.refcount, "outputs": stage.schedule.fetches}
                        for stage in stages])
 
 
@@ -59,7 +58,7 @@ def stages_from_json(text: str) -> list[Stage]:
                 nodes[n["name"]] = OpNode(n["name"], n["type"], decode(n["attrs"]), tuple(n["inputs"]),
                                           tuple(n["control_inputs"]), n["num_outputs"], n["device_type"])
             plan = Schedule(nodes, entry["waiting"], entry["dependents"], entry["refcount"],
-                            tuple(entry["outputs"]), entry["mixed_devices"], entry["on_gpu"])
+                            tuple(entry["outputs"]))
             stages.append(Stage(entry["task"], entry["level"], plan, tuple(entry["from_client"]),
                                 entry["receives"], {k: tuple(v) for k, v in entry["sends"].items()},
                                 tuple(entry["keeps"]), tuple(entry["fetches"]), entry["applies_updates"]))

@@ -72,10 +72,15 @@ class Schedule:
     dependents: dict[str, list[str]]  # op -> ops waiting for it
     refcount: dict[str, int]  # tensor -> consumers (+1 when fetched, so it survives)
     fetches: tuple[str, ...]
-    mixed_devices: bool = False  # some ops on a GPU: inputs may need a host/device copy
-    on_gpu: bool = False  # some ops on a GPU: a run waits for the GPU's work before it returns
+    # of the nodes' device types (so a worker's copy, rebuilt from JSON, has them too):
+    mixed_devices: bool = field(init=False, default=False)  # two: inputs may need a host/device copy
+    on_gpu: bool = field(init=False, default=False)  # a GPU's: a run waits for its work before returning
     # compiled forms by (fed tensors, threads, namespaces), made by the first run that can use one
     compiled: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        device_types = {node.device_type for node in self.nodes.values()}
+        self.mixed_devices, self.on_gpu = len(device_types) > 1, "GPU" in device_types
 
 
 @dataclass
@@ -112,9 +117,7 @@ def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule
             refcount[t] = refcount.get(t, 0) + 1
     for t in fetches:
         refcount[t] = refcount.get(t, 0) + 1
-    device_types = {n.device_type for n in nodes}
-    return Schedule(by_name, waiting, dependents, refcount, tuple(fetches), len(device_types) > 1,
-                    "GPU" in device_types)
+    return Schedule(by_name, waiting, dependents, refcount, tuple(fetches))
 
 
 class _Late:
@@ -309,10 +312,11 @@ def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, sta
         values[index] = feeds[tensor]
     live = peak = sum(getattr(values[i], "nbytes", 0) for _, i in feed_slots)
     for kernel, xp, stateful, inputs, outputs, many, frees, node, donated, arrivals, made in steps:
-        for index, tensor in arrivals:
-            if values[index] is LATE:
-                values[index] = arriving(tensor)
-                live += getattr(values[index], "nbytes", 0)
+        if arrivals:  # (rare: an op reading a fed value)
+            for index, tensor in arrivals:
+                if values[index] is LATE:
+                    values[index] = arriving(tensor)
+                    live += getattr(values[index], "nbytes", 0)
         args = [values[i] for i in inputs]
         try:
             if stateful:
@@ -337,7 +341,7 @@ def _run_compiled(steps, feed_slots, fetch_slots, names, size, feeds, state, sta
             values[outputs[0]] = result
             live += getattr(result, "nbytes", 0)
         result = value = None  # the slots hold the outputs: a name here would count as a holder
-        if produced is not None:
+        if made and produced is not None:
             for tensor, index in made:
                 produced(tensor, values[index])
         if live > peak:
