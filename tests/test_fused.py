@@ -178,3 +178,20 @@ def test_gradient_descent_on_numpy_matches_the_reference_and_keeps_its_inputs(co
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
     np.testing.assert_array_equal(var, before[0])
     np.testing.assert_array_equal(delta, before[1])
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-6), (np.float64, 1e-14)])
+def test_a_decayed_update_on_numpy_matches_the_reference_and_keeps_its_inputs(compiled, dtype, rtol):
+    """The decayed weights read in their logical order (here a transposed copy), the variable
+    itself among them, as an L2 decay's gradient is."""
+    var, _, _, delta = adam_inputs((9, 4), dtype)
+    before = var.copy(), delta.copy()
+    decayed = np.ascontiguousarray(var.T).T
+    alpha, decay = np.asarray(0.3, dtype), np.asarray(0.25, dtype)
+    got = fused.gradient_descent(xp_numpy, var, alpha, delta, decayed, decay)
+    assert got.dtype == dtype
+    var64 = var.astype(np.float64)
+    expected = var64 - 0.3 * (delta.astype(np.float64) + 0.25 * var64)
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
+    np.testing.assert_array_equal(var, before[0])
+    np.testing.assert_array_equal(delta, before[1])

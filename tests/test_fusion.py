@@ -261,3 +261,85 @@ def test_the_fused_pooling_and_relu_gradient_is_the_pair_s_on_every_namespace(xp
     got = get_opdef("_FusedMaxPoolGradReluGrad").kernel(xp, x, y, dy, **attrs)
     np.testing.assert_array_equal(to_host(got), to_host(pair))
     assert (to_host(pair) != 0).any()
+
+
+def decayed_dense_layer(x, weights_value, wd: float, decay_first: bool):
+    """A tutorial dense layer with L2 weight decay (cifar10's ``variable_with_weight_decay``):
+    its loss and weights."""
+    weights = tf.Variable(weights_value)
+    data_loss = tf.reduce_sum(tf.square(tf.matmul(x, weights)))
+    decay = tf.multiply(tf.nn.l2_loss(weights), wd)
+    return tf.add_n([decay, data_loss] if decay_first else [data_loss, decay]), weights
+
+
+@pytest.mark.parametrize("decay_first", [False, True], ids=["decay-second", "decay-first"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_an_sgd_step_with_weight_decay_is_one_update_with_the_three_ops_numbers(decay_first, batch):
+    """ApplyGradientDescent of AddN(the data's gradient, Mul(weights, decay)) is one op; a step
+    makes ``w - lr * (x^T dy + wd * w)``, computed here in float64. At batch 1 the data's
+    gradient is an outer product (its own compiled kernel)."""
+    x_value = RNG.standard_normal((batch, 5)).astype(np.float32)
+    w_value = RNG.standard_normal((5, 4)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [batch, 5])
+        loss, weights = decayed_dense_layer(x, w_value, 0.25, decay_first)
+        train = tf.train.GradientDescentOptimizer(0.125).minimize(loss)
+        types = op_types(make_plan(graph, [train], {x.name}, HERE))
+        assert "_ApplyDecayedGradientDescent" in types and "ApplyGradientDescent" not in types
+        assert types.count("AddN") == 1  # the loss's: the gradients' sum is in the update
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {x: x_value})
+            after = sess.run(weights)
+    x64, w64 = x_value.astype(np.float64), w_value.astype(np.float64)
+    expected = w64 - 0.125 * (x64.T @ (2 * x64 @ w64) + 0.25 * w64)
+    np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_decay_sum_used_elsewhere_or_of_three_terms_is_not_fused():
+    w_value = RNG.standard_normal((5, 4)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [2, 5])
+        loss, weights = decayed_dense_layer(x, w_value, 0.25, decay_first=False)
+        gradient = tf.gradients(loss, [weights])[0]
+        update = tf.train.GradientDescentOptimizer(0.5).apply_gradients([(gradient, weights)])
+        fetched = op_types(make_plan(graph, [update, gradient], {x.name}, HERE))  # the sum fetched too
+        assert "ApplyGradientDescent" in fetched and "AddN" in fetched
+        three = tf.add_n([loss, tf.multiply(tf.nn.l2_loss(weights), 0.5)])
+        summed = op_types(make_plan(graph, [tf.train.GradientDescentOptimizer(0.5).minimize(three)],
+                                    {x.name}, HERE))
+        assert "ApplyGradientDescent" in summed and "_ApplyDecayedGradientDescent" not in summed
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_decayed_update_kernel_is_the_three_ops_on_every_namespace(xp, dtype):
+    """The decay's scalar may come first or second in its Mul; a product of two arrays, or of
+    shapes that broadcast, takes the plain path."""
+    var, delta, decayed = (RNG.standard_normal((6, 7)).astype(dtype) for _ in range(3))
+    scale = np.asarray(0.3, dtype)
+    for x, s in ((decayed, scale), (scale, decayed)):
+        got = to_host(fused.gradient_descent(xp, xp.asarray(var), 0.5, xp.asarray(delta),
+                                             xp.asarray(x), xp.asarray(s)))
+        np.testing.assert_allclose(got, var - 0.5 * (delta + decayed * scale), rtol=1e-6, atol=1e-6)
+        assert got.dtype == dtype
+    row = RNG.standard_normal(7).astype(dtype)
+    for x, s in ((decayed, delta), (row, scale), (decayed, row)):
+        got = to_host(fused.gradient_descent(xp, xp.asarray(var), 0.5, xp.asarray(delta),
+                                             xp.asarray(x), xp.asarray(s)))
+        np.testing.assert_allclose(got, var - 0.5 * (delta + x * s), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_outer_product_is_the_matmul_on_every_namespace(xp, dtype):
+    """MatMul with an inner dimension of 1 (a weight's gradient at batch 1), transposed or not."""
+    kernel = get_opdef("MatMul").kernel
+    column, row = RNG.standard_normal((1, 9)).astype(dtype), RNG.standard_normal((1, 4)).astype(dtype)
+    expected = column.T.astype(np.float64) @ row
+    got = to_host(kernel(xp, xp.asarray(column), xp.asarray(row), transpose_a=True, transpose_b=False))
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert got.dtype == dtype
+    got = to_host(kernel(xp, xp.asarray(column.T.copy()), xp.asarray(row), transpose_a=False,
+                         transpose_b=False))
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

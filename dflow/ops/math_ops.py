@@ -11,7 +11,7 @@ import sys
 from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_builders
-from . import onednn, parallel
+from . import fused, onednn, parallel
 from .array_ops import cast, is_symbolic, shape, shape_value, sum_to_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
@@ -283,6 +283,8 @@ def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
         a = xp.matrix_transpose(a)
     if transpose_b:
         b = xp.matrix_transpose(b)
+    if a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0] == 1 and fused.compiled_for(xp, a, b):
+        return fused.outer(a, b)
     if a.ndim == b.ndim == 2 and onednn.takes(xp, a, b):
         product = onednn.matmul(a, b)
         if product is not None:

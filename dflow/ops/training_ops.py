@@ -51,6 +51,14 @@ def _gradient_descent(state, xp, var, alpha, delta):
         return _store(state, xp, var, old, fused.gradient_descent(xp, old, alpha, delta))
 
 
+def _decayed_gradient_descent(state, xp, var, alpha, delta, decayed, decay):
+    """``ApplyGradientDescent(var, alpha, AddN(delta, Mul(decayed, decay)))`` in one pass (an L2
+    weight decay's gradient, fused when a stage is lowered: :mod:`dflow.runtime.fusion`)."""
+    with state.updating(var):
+        old = state.read_variable(var)
+        return _store(state, xp, var, old, fused.gradient_descent(xp, old, alpha, delta, decayed, decay))
+
+
 def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
     with state.updating(var):
         old, old_accum = state.read_variable(var), state.read_variable(accum)
@@ -119,6 +127,8 @@ def _ftrl(state, xp, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_powe
 
 # inputs in TF's order; the leading ones are references (shared names), the rest values
 defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True)
+# made from ApplyGradientDescent, AddN and Mul when a stage is lowered, never in users' graphs
+defop("_ApplyDecayedGradientDescent", _apply_infer(2), _decayed_gradient_descent, stateful=True)
 defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True)
 defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
 defop("ApplyAdagrad", _apply_infer(3), _adagrad, stateful=True)

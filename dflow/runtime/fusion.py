@@ -13,7 +13,11 @@ place and under its name, so every consumer and every fetch of its value is unch
 - ``Conv2DBackpropFilter(x, sizes, g)`` and ``BiasAddGrad(g)`` of the same ``g`` ->
   ``_Conv2DBackpropFilterWithBias(x, sizes, g)``, its two outputs the filter's and the
   bias's gradients (oneDNN sums ``g`` per channel in the filter gradient's pass over it); the
-  BiasAddGrad's place, under its name, becomes an ``Identity`` of the second.
+  BiasAddGrad's place, under its name, becomes an ``Identity`` of the second;
+- ``ApplyGradientDescent(var, lr, AddN(g, Mul(x, s)))`` -> ``_ApplyDecayedGradientDescent(var,
+  lr, g, x, s)``: an L2 weight decay's gradient (``s * x``, x the weights) summed into the update
+  in its one pass over the variable, where the Mul, the AddN and the update made three (the
+  CIFAR-10 tutorial's dense layers: 0.5 of 3.7 ms a step at batch 1).
 
 The pass runs on :class:`~dflow.runtime.executor.OpNode` lists, after partitioning: the graph,
 its gradients and the placement never see a fused op.
@@ -83,7 +87,8 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             control = tuple(dict.fromkeys(first.control_inputs + second.control_inputs))
             second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
-    return _with_bias_grads([fused.get(n.name, n) for n in nodes if n.name not in absorbed])
+    kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
+    return _with_decayed_updates(_with_bias_grads(kept), needed)
 
 
 def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
@@ -102,3 +107,41 @@ def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
         replaced[bias_grad.name] = OpNode(bias_grad.name, "Identity", {}, (f"{filter_grad.name}:1",),
                                           bias_grad.control_inputs, 1, bias_grad.device_type)
     return [replaced.get(n.name, n) for n in nodes]
+
+
+def _with_decayed_updates(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
+    """Each ApplyGradientDescent of an AddN of two terms, one a Mul, as one op (:func:`fuse`),
+    where nothing else uses the sum or the product."""
+    consumers = Counter(t for n in nodes for t in n.inputs)
+    controlling = {c for n in nodes for c in n.control_inputs}
+    by_name = {n.name: n for n in nodes}
+
+    def only_for(value: str, device_type: str, op_type: str) -> OpNode | None:
+        """The op of type ``op_type`` making ``value``, where ``value`` is read once, there."""
+        first = by_name.get(value.rpartition(":")[0])
+        if (first is None or first.type != op_type or first.device_type != device_type
+                or consumers[value] > 1 or value in needed or first.name in controlling
+                or {first.name, "^" + first.name} & set(needed)):
+            return None
+        return first
+
+    replaced, absorbed = {}, set()
+    for update in nodes:
+        if update.type != "ApplyGradientDescent":
+            continue
+        var, alpha, delta = update.inputs
+        add = only_for(delta, update.device_type, "AddN")
+        if add is None or len(add.inputs) != 2:
+            continue
+        for product_at in (1, 0):  # the decay's gradient comes second in the tutorials' sums
+            product = only_for(add.inputs[product_at], update.device_type, "Mul")
+            if product is not None:
+                break
+        if product is None:
+            continue
+        control = tuple(dict.fromkeys(product.control_inputs + add.control_inputs + update.control_inputs))
+        replaced[update.name] = OpNode(update.name, "_ApplyDecayedGradientDescent", {},
+                                       (var, alpha, add.inputs[1 - product_at], *product.inputs),
+                                       control, 1, update.device_type)
+        absorbed |= {add.name, product.name}
+    return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
