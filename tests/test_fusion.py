@@ -223,24 +223,75 @@ def test_the_fused_kernel_cut_in_pieces_gives_the_whole_s_numbers(monkeypatch):
     np.testing.assert_array_equal(kernel(xp, value, bias), whole)
 
 
-def test_a_pooled_relu_layer_s_gradient_is_the_same_with_the_relu_grad_fused():
+@pytest.mark.parametrize("onednn", [True, False], ids=["oneDNN", "compared"])
+@pytest.mark.parametrize("relu", [True, False], ids=["relu", "plain"])
+def test_a_pooled_layer_s_gradient_is_the_same_routed_by_the_forward_s_workspace(monkeypatch, onednn, relu):
+    """MaxPool and its gradient (with the ReLU's, where the pooled layer is a ReLU's) pass the
+    forward's workspace; without oneDNN the workspace is empty and the gradient compares."""
+    from dflow.ops import onednn as onednn_module
+
+    if not onednn:
+        monkeypatch.setattr(onednn_module, "takes", lambda xp, *arrays: False)
     images = RNG.standard_normal((2, 6, 6, 2)).astype(np.float32)
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [None, 6, 6, 2])
-        conv, _, _, relu = conv_layer(x, bias_add=True)
-        pool = tf.nn.max_pool(relu, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
+        conv, _, summed, relu_value = conv_layer(x, bias_add=True)
+        pooled = relu_value if relu else summed
+        pool = tf.nn.max_pool(pooled, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
         upstream = tf.constant(RNG.standard_normal((2, 3, 3, 4)), tf.float32)
         (d_conv,) = tf.gradients(tf.reduce_sum(pool * upstream), [conv])
-        types = op_types(make_plan(graph, [d_conv], {x.name}, HERE))
-        assert "_FusedMaxPoolGradReluGrad" in types and "ReluGrad" not in types and "MaxPoolGrad" not in types
+        plan = make_plan(graph, [d_conv], {x.name}, HERE)
+        nodes = {n.type: n for stages in plan.stages.values() for stage in stages
+                 for n in stage.schedule.nodes.values()}
+        assert "_MaxPoolWithWorkspace" in nodes and "MaxPool" not in nodes
+        assert nodes["_MaxPoolGradWithWorkspace"].attrs["relu_grad"] is relu
+        assert not {"ReluGrad", "MaxPoolGrad", "_FusedMaxPoolGradReluGrad"} & set(nodes)
         with tf.Session() as sess:
-            got, relu_value, pool_value, dy = sess.run([d_conv, relu, pool, upstream], {x: images})
+            got, pooled_value, pool_value, dy = sess.run([d_conv, pooled, pool, upstream], {x: images})
     import array_api_compat.numpy as xp
 
     attrs = dict(ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME", data_format="NHWC")
-    routed = get_opdef("MaxPoolGrad").kernel(xp, relu_value, pool_value, dy, **attrs)
-    np.testing.assert_array_equal(got, get_opdef("ReluGrad").kernel(xp, routed, relu_value))
-    assert (relu_value == 0).any() and (got != 0).any()
+    expected = get_opdef("MaxPoolGrad").kernel(xp, pooled_value, pool_value, dy.astype(np.float64), **attrs)
+    if relu:
+        expected = get_opdef("ReluGrad").kernel(xp, expected, pooled_value)
+        assert (pooled_value == 0).any()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert (got != 0).any()
+
+
+def test_pooling_in_nchw_on_a_gpu_or_whose_gradient_is_elsewhere_passes_no_workspace():
+    from dflow.runtime.executor import OpNode
+    from dflow.runtime.fusion import fuse
+
+    attrs = dict(ksize=[1, 1, 2, 2], strides=[1, 1, 2, 2], padding="SAME", data_format="NCHW")
+    stage = [OpNode("pool", "MaxPool", attrs, ("x:0",), (), 1),
+             OpNode("grad", "MaxPoolGrad", attrs, ("x:0", "pool:0", "dy:0"), (), 1)]
+    assert [n.type for n in fuse(stage, needed={"grad:0"})] == ["MaxPool", "MaxPoolGrad"]
+    nhwc = {**attrs, "ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "data_format": "NHWC"}
+    on_gpu = [OpNode(n.name, n.type, nhwc, n.inputs, (), 1, "GPU") for n in stage]
+    assert [n.type for n in fuse(on_gpu, needed={"grad:0"})] == ["MaxPool", "MaxPoolGrad"]
+    on_cpu = [OpNode(n.name, n.type, nhwc, n.inputs, (), 1) for n in stage]
+    assert [n.type for n in fuse(on_cpu, needed={"grad:0"})] == ["_MaxPoolWithWorkspace",
+                                                                  "_MaxPoolGradWithWorkspace"]
+    assert [n.type for n in fuse(on_cpu[:1], needed={"pool:0"})] == ["MaxPool"]
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("relu_grad", [True, False], ids=["relu", "plain"])
+def test_the_pooling_with_a_workspace_is_the_plain_pair_on_every_namespace(xp, relu_grad):
+    """Ties at 0 and positive ties, as below; the workspace is oneDNN's on NumPy, empty elsewhere."""
+    x = xp.asarray(np.maximum(np.asarray(RNG.integers(-2, 3, (2, 7, 7, 4)), np.float32), 0))
+    attrs = dict(ksize=[1, 2, 3, 1], strides=[1, 2, 2, 1], padding="SAME", data_format="NHWC")
+    y = get_opdef("MaxPool").kernel(xp, x, **attrs)
+    got_y, workspace = get_opdef("_MaxPoolWithWorkspace").kernel(xp, x, **attrs)
+    np.testing.assert_array_equal(to_host(got_y), to_host(y))
+    dy = xp.asarray(RNG.standard_normal(to_host(y).shape).astype(np.float32))
+    pair = get_opdef("MaxPoolGrad").kernel(xp, x, y, dy, **attrs)
+    if relu_grad:
+        pair = get_opdef("ReluGrad").kernel(xp, pair, x)
+    got = get_opdef("_MaxPoolGradWithWorkspace").kernel(xp, x, got_y, workspace, dy, **attrs,
+                                                        relu_grad=relu_grad)
+    np.testing.assert_allclose(to_host(got), to_host(pair), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("xp", NAMESPACES)

@@ -94,6 +94,48 @@ def test_lrn_and_its_gradient_give_the_lowering_s_numbers(shape, depth_radius, b
     close(onednn.lrn_grad(dy, x, *params), lowered(conv_lowering.lrn_grad, dy, x, expected, *params))
 
 
+# (input NHWC, window, strides, padding): the CIFAR-10 tutorial's (SAME, 3x3 by 2) and deep MNIST's
+# (2x2 by 2), SAME on odd sizes (padding after only), VALID with rows left over, overlapping
+# windows of stride 1, a window as big as the image
+POOLINGS = [
+    ((2, 24, 24, 64), (3, 3), (2, 2), "SAME"),
+    ((2, 28, 28, 32), (2, 2), (2, 2), "SAME"),
+    ((3, 7, 9, 5), (3, 3), (2, 2), "SAME"),
+    ((2, 9, 8, 4), (2, 3), (3, 2), "VALID"),
+    ((1, 6, 6, 3), (3, 3), (1, 1), "SAME"),
+    ((2, 5, 5, 6), (5, 5), (1, 1), "VALID"),
+]
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+@pytest.mark.parametrize("shape, ksize, strides, padding", POOLINGS)
+def test_max_pooling_and_its_gradient_from_the_workspace_give_the_lowering_s_numbers(
+        shape, ksize, strides, padding, ties):
+    """The same maxima, and each window's gradient at its first maximal element in scan order (TF's
+    choice; ties: small integers, where most windows have several), written into ``x``'s buffer
+    where given."""
+    x = np.asarray(RNG.integers(0, 3, shape), np.float32) if ties else random(shape)
+    out_hw, pads = conv_lowering._geometry2d(shape[1:3], ksize, strides, (1, 1), padding)
+    y, workspace = onednn.max_pool(x, ksize, strides, pads, out_hw)
+    np.testing.assert_array_equal(y, conv_lowering.max_pool(xp_numpy, x.astype(np.float64), ksize, strides,
+                                                            padding))
+    dy = random(y.shape)
+    expected = conv_lowering.max_pool_grad(xp_numpy, x.astype(np.float64), y.astype(np.float64),
+                                           dy.astype(np.float64), ksize, strides, padding)
+    close(onednn.max_pool_grad(dy, workspace, shape, ksize, strides, pads), expected)  # (float32 sums)
+    into = x.copy()
+    assert onednn.max_pool_grad(dy, workspace, shape, ksize, strides, pads, out=into) is into
+    close(into, expected)
+
+
+def test_a_workspace_of_another_pooling_is_not_read():
+    x = random((2, 8, 8, 4))
+    _, workspace = onednn.max_pool(x, (2, 2), (2, 2), (0, 0, 0, 0), (4, 4))
+    other = onednn.max_pool_grad(random((2, 2, 2, 4)), workspace, x.shape, (3, 3), (3, 3), (0, 0, 0, 0))
+    assert other is None
+    assert onednn.max_pool(random((0, 8, 8, 4)), (2, 2), (2, 2), (0, 0, 0, 0), (4, 4)) is None
+
+
 @pytest.mark.parametrize("a_layout", ["C", "transposed", "strided"])
 @pytest.mark.parametrize("b_layout", ["C", "transposed", "strided"])
 def test_matmul_reads_each_layout_in_its_logical_order(a_layout, b_layout):

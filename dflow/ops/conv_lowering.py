@@ -429,6 +429,38 @@ def max_pool_grad(xp, x, y, dy, ksize, strides, padding, positive_only=False, ou
     return _in_pieces(xp, piece, x, y, dy, size=POOL_PIECE)
 
 
+def max_pool_with_workspace(xp, x, ksize, strides, padding):
+    """``(y, workspace)``: :func:`max_pool`, and where each window's maximum was, from
+    oneDNN's pass for training (a byte per output); the workspace is empty where oneDNN does not
+    take ``x``, and :func:`max_pool_grad_with_workspace` then routes by comparing as
+    :func:`max_pool_grad` does."""
+    if onednn.takes(xp, x):
+        out_hw, pads = _geometry2d(x.shape[1:3], ksize, strides, _NO_DILATION, padding)
+        made = onednn.max_pool(x, ksize, strides, pads, out_hw)
+        if made is not None:
+            return made
+    return max_pool(xp, x, ksize, strides, padding), xp.zeros((0,), dtype=xp.uint8)
+
+
+def max_pool_grad_with_workspace(xp, x, y, workspace, dy, ksize, strides, padding, positive_only=False,
+                                 out=None):
+    """:func:`max_pool_grad` from the forward's ``workspace`` where it has one: oneDNN's
+    backward reads ``dy`` and the workspace only (``positive_only``: ``dy`` is first masked
+    where ``y``, the maximum of a ReLU's output, is not positive: the ReLU's gradient at the
+    element it routes to)."""
+    if workspace.shape[0] and onednn.takes(xp, dy, y):
+        if positive_only and fused.compiled_for(xp, dy, y):
+            dy = fused.relu_grad(dy, y)
+        elif positive_only:
+            dy = xp.where(y > 0, dy, xp.zeros_like(dy))
+        _, pads = _geometry2d(x.shape[1:3], ksize, strides, _NO_DILATION, padding)
+        usable = out is x and x.flags.c_contiguous and x.dtype == dy.dtype
+        dx = onednn.max_pool_grad(dy, workspace, x.shape, ksize, strides, pads, out if usable else None)
+        if dx is not None:
+            return dx
+    return max_pool_grad(xp, x, y, dy, ksize, strides, padding, positive_only, out)
+
+
 def _window_counts(xp, hw, ksize, strides, padding, dtype):
     """``(1, OH, OW, 1)`` numbers of non-padding elements per window (TF's SAME divisor)."""
     out_hw, pads = _geometry2d(hw, ksize, strides, _NO_DILATION, padding)

@@ -533,6 +533,17 @@ def _max_pool_relu_grad_kernel(xp, x, y, dy, ksize, strides, padding, data_forma
                                                  out=out), data_format)
 
 
+# (NHWC only: runtime/fusion.py makes these for NHWC pooling)
+def _max_pool_with_workspace_kernel(xp, x, ksize, strides, padding, data_format):
+    return lowering.max_pool_with_workspace(xp, x, *_pool_args(ksize, strides, data_format), padding)
+
+
+def _max_pool_grad_with_workspace_kernel(xp, x, y, workspace, dy, ksize, strides, padding, data_format,
+                                         relu_grad=False, out=None):
+    k, s = _pool_args(ksize, strides, data_format)
+    return lowering.max_pool_grad_with_workspace(xp, x, y, workspace, dy, k, s, padding, relu_grad, out)
+
+
 def _avg_pool_kernel(xp, x, ksize, strides, padding, data_format):
     k, s = _pool_args(ksize, strides, data_format)
     return _from_nhwc(xp, lowering.avg_pool(xp, _to_nhwc(xp, x, data_format), k, s, padding),
@@ -562,6 +573,13 @@ defop("MaxPoolGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_grad_k
 # stage is lowered (runtime/fusion.py); as _FusedAddRelu, never in users' graphs
 defop("_FusedMaxPoolGradReluGrad", lambda inputs, **_: same_as_input(inputs), _max_pool_relu_grad_kernel,
       in_place=0)
+# MaxPool and its gradient (with ReluGrad, where that fused too) in one stage: the forward keeps
+# where each maximum was, the gradient routes by it (runtime/fusion.py); never in users' graphs
+defop("_MaxPoolWithWorkspace",
+      lambda inputs, **attrs: [*_pool_infer(inputs, **attrs), Spec((None,), dtypes.uint8)],
+      _max_pool_with_workspace_kernel, num_outputs=2)
+defop("_MaxPoolGradWithWorkspace", lambda inputs, **_: same_as_input(inputs),
+      _max_pool_grad_with_workspace_kernel, in_place=0)
 defop("AvgPool", _pool_infer, _avg_pool_kernel,
       lambda op, g: [_out("AvgPoolGrad", [shape(op.inputs[0]), g], _pool_attrs(op))])
 defop("AvgPoolGrad", _avg_pool_grad_infer, _avg_pool_grad_kernel,

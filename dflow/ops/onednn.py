@@ -1,4 +1,4 @@
-"""oneDNN's convolutions, LRN and MatMul for float32 NumPy arrays on x86-64: its JIT kernels.
+"""oneDNN's convolutions, max pooling, LRN and MatMul for float32 NumPy arrays on x86-64: its JIT kernels.
 
 dflow's own lowering (:mod:`.conv_lowering`) turns a convolution into matmuls and runs at
 OpenBLAS's rate for their shapes, 150-180 GFLOP/s on 2 AVX-512 cores, and a third of that for
@@ -10,7 +10,10 @@ with GNU OpenMP), reached through its C API with ctypes: NHWC activations and HW
 are oneDNN's ``nhwc`` and ``hwio`` layouts, read and written in place; only the filter is
 reordered to the blocked layout the kernel chose (a few hundred KiB). Its LRN (TF's
 ``tf.nn.lrn``, across channels) is 5-8x dflow's band-matrix product, its GEMM 1.1-1.3x
-OpenBLAS's on dense layers from 1 Mi multiply-adds.
+OpenBLAS's on dense layers from 1 Mi multiply-adds. Its max pooling keeps, for the gradient, a
+workspace of each window's maximal element (a byte per output), from which the backward pass
+routes the gradient without reading the input again (TF's oneDNN MaxPool returns the same
+workspace as a second output).
 
 Where the library cannot be loaded (another platform, no ``libgomp``) dflow says so once and
 its own lowering runs; other namespaces (CuPy, ``array_api_strict``) and dtypes always take
@@ -40,14 +43,15 @@ import numpy
 
 from . import parallel
 
-__all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "lrn",
-           "lrn_grad", "matmul"]
+__all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "max_pool",
+           "max_pool_grad", "lrn", "lrn_grad", "matmul"]
 
 log = logging.getLogger("dflow")
 
 # the C API's constants (oneapi/dnnl/dnnl_types.h, oneDNN 3.x)
 _F32, _TAG_ANY, _TAG_A, _TAG_AB, _TAG_BA, _TAG_NHWC, _TAG_HWIO = 3, 1, 2, 3, 14, 22, 28
 _FORWARD_TRAINING, _FORWARD_INFERENCE, _DIRECT, _LRN_ACROSS_CHANNELS = 64, 96, 1, 0xaff
+_POOLING_MAX = 0x1ff
 _ELTWISE_RELU = 0x20
 _CPU, _IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 41, 64, 80
@@ -340,6 +344,38 @@ class _LrnPlan:
             self.lib.dnnl.dnnl_memory_desc_destroy(self.md)
 
 
+class _MaxPoolPlan:
+    """Max pooling of an NHWC array for training: the forward, which writes the workspace, and
+    the backward, which reads it instead of the input."""
+
+    def __init__(self, lib: _Library, direction: str, x_shape, ksize, strides, pads, out_hw):
+        n, h, w, c = x_shape
+        self.lib, self.primitive = lib, None
+        self.x_md = lib.md((n, c, h, w), _TAG_NHWC)
+        self.y_md = lib.md((n, c, *out_hw), _TAG_NHWC)
+        top, bottom, left, right = pads
+        geometry = (_Dims(*strides), _Dims(*ksize), _Dims(0, 0), _Dims(top, left), _Dims(bottom, right))
+        dnnl = lib.dnnl
+        threads = _threads_for(lib, n * h * w * c * ksize[0] * ksize[1])  # memory-bound: reads
+        forward = lib.describe(dnnl.dnnl_pooling_forward_primitive_desc_create, lib.engine,
+                               _FORWARD_TRAINING, _POOLING_MAX, self.x_md, self.y_md, *geometry, lib.attr)
+        if forward is None:
+            return
+        backward = lib.describe(dnnl.dnnl_pooling_backward_primitive_desc_create, lib.engine, _POOLING_MAX,
+                                self.x_md, self.y_md, *geometry, forward, lib.attr)
+        if backward is None:
+            dnnl.dnnl_primitive_desc_destroy(forward)
+            return
+        self.forward, self.primitive = _Primitive(lib, forward, threads), _Primitive(lib, backward, threads)
+        self.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
+        self.workspace_bytes = lib.size(self.workspace_md)
+
+    def __del__(self):
+        for name in ("x_md", "y_md"):
+            if hasattr(self, name):
+                self.lib.dnnl.dnnl_memory_desc_destroy(getattr(self, name))
+
+
 class _MatmulPlan:
     """``a @ b`` of 2-D arrays, each C-ordered or the transpose of a C-ordered one (``ba``)."""
 
@@ -362,7 +398,7 @@ class _MatmulPlan:
 
 PLANS_KEPT = 256  # compiled primitives kept: a model's few shapes, and eval's other batch sizes
 _PLANS = {"forward": _ConvPlan, "input_grad": _ConvPlan, "filter_grad": _ConvPlan,
-          "lrn": _LrnPlan, "lrn_grad": _LrnPlan, "matmul": _MatmulPlan}
+          "max_pool": _MaxPoolPlan, "lrn": _LrnPlan, "lrn_grad": _LrnPlan, "matmul": _MatmulPlan}
 
 
 @functools.lru_cache(maxsize=PLANS_KEPT)
@@ -437,6 +473,41 @@ def conv2d_filter_grad(x, dy, filter_shape, strides, dilations, pads, bias_grad=
     dw = numpy.empty(tuple(filter_shape), numpy.float32)
     plan.filter_reorder.run({_ARG_SRC: (plan.blocked_md, blocked), _ARG_DST: (plan.w_md, dw)})
     return (dw, db) if bias_grad else dw
+
+
+def _max_pool_plan(x_shape, ksize, strides, pads, out_hw) -> _MaxPoolPlan | None:
+    key = (tuple(x_shape), tuple(ksize), tuple(strides), tuple(pads), tuple(out_hw))
+    return _plan_of("max_pool", *key) if 0 not in key[0] + key[4] else None
+
+
+def max_pool(x, ksize, strides, pads, out_hw) -> tuple[numpy.ndarray, numpy.ndarray] | None:
+    """``(y, workspace)``: the maximum over each ``ksize`` window of an NHWC ``x`` (TF's
+    ``pads`` ``(top, bottom, left, right)``, which no window's maximum comes from), and where
+    each maximum was, for :func:`max_pool_grad`; None where oneDNN has no kernel for it."""
+    x = numpy.ascontiguousarray(x)
+    plan = _max_pool_plan(x.shape, ksize, strides, pads, out_hw)
+    if plan is None:
+        return None
+    y = numpy.empty((x.shape[0], *out_hw, x.shape[3]), numpy.float32)
+    workspace = numpy.empty(plan.workspace_bytes, numpy.uint8)
+    plan.forward.run({_ARG_SRC: (plan.x_md, x), _ARG_DST: (plan.y_md, y),
+                      _ARG_WORKSPACE: (plan.workspace_md, workspace)})
+    return y, workspace
+
+
+def max_pool_grad(dy, workspace, x_shape, ksize, strides, pads, out=None) -> numpy.ndarray | None:
+    """dL/dx of :func:`max_pool` from ``dy`` and the forward's ``workspace``: each window's
+    gradient at its first maximal element (as TF's); into ``out`` where given (a C-ordered
+    float32 array of ``x_shape``: the backward reads only ``dy`` and the workspace); None where
+    oneDNN has no kernel for it."""
+    dy = numpy.ascontiguousarray(dy)
+    plan = _max_pool_plan(x_shape, ksize, strides, pads, dy.shape[1:3])
+    if plan is None or workspace.size != plan.workspace_bytes:
+        return None
+    dx = numpy.empty(tuple(x_shape), numpy.float32) if out is None else out
+    plan.primitive.run({_ARG_DIFF_DST: (plan.y_md, dy), _ARG_WORKSPACE: (plan.workspace_md, workspace),
+                        _ARG_DIFF_SRC: (plan.x_md, dx)})
+    return dx
 
 
 def lrn(x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:
