@@ -289,7 +289,7 @@ def test_the_pooling_with_a_workspace_is_the_plain_pair_on_every_namespace(xp, r
     pair = get_opdef("MaxPoolGrad").kernel(xp, x, y, dy, **attrs)
     if relu_grad:
         pair = get_opdef("ReluGrad").kernel(xp, pair, x)
-    got = get_opdef("_MaxPoolGradWithWorkspace").kernel(xp, x, got_y, workspace, dy, **attrs,
+    got = get_opdef("_MaxPoolGradWithWorkspace").kernel(xp, x, got_y, dy, workspace, **attrs,
                                                         relu_grad=relu_grad)
     np.testing.assert_allclose(to_host(got), to_host(pair), rtol=1e-6, atol=1e-6)
 
@@ -394,3 +394,40 @@ def test_an_outer_product_is_the_matmul_on_every_namespace(xp, dtype):
     got = to_host(kernel(xp, xp.asarray(column.T.copy()), xp.asarray(row), transpose_a=False,
                          transpose_b=False))
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_an_lrn_layer_s_gradient_is_the_same_from_the_forward_s_window_sums():
+    images = np.abs(RNG.standard_normal((2, 5, 5, 8))).astype(np.float32)
+    attrs = dict(depth_radius=2, bias=1.0, alpha=0.1, beta=0.75)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, images.shape)
+        normed = tf.nn.lrn(x, **attrs)
+        upstream = tf.constant(RNG.standard_normal(images.shape), tf.float32)
+        (dx,) = tf.gradients(tf.reduce_sum(normed * upstream), [x])
+        types = op_types(make_plan(graph, [normed, dx], {x.name}, HERE))
+        assert "_LRNWithWorkspace" in types and "_LRNGradWithWorkspace" in types
+        assert "LRN" not in types and "LRNGrad" not in types
+        with tf.Session() as sess:
+            got_y, got_dx, dy = sess.run([normed, dx, upstream], {x: images})
+    import array_api_compat.numpy as xp
+
+    from dflow.ops import conv_lowering
+
+    expected_y = conv_lowering.lrn(xp, images.astype(np.float64), **attrs)
+    expected_dx = conv_lowering.lrn_grad(xp, dy.astype(np.float64), images.astype(np.float64), expected_y,
+                                         **attrs)
+    np.testing.assert_allclose(got_y, expected_y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_dx, expected_dx, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_the_lrn_with_a_workspace_is_the_plain_pair_on_every_namespace(xp):
+    x = xp.asarray(RNG.standard_normal((2, 3, 4, 6)).astype(np.float32))
+    dy = xp.asarray(RNG.standard_normal((2, 3, 4, 6)).astype(np.float32))
+    attrs = dict(depth_radius=1, bias=2.0, alpha=0.5, beta=0.5)
+    y = get_opdef("LRN").kernel(xp, x, **attrs)
+    got_y, workspace = get_opdef("_LRNWithWorkspace").kernel(xp, x, **attrs)
+    np.testing.assert_allclose(to_host(got_y), to_host(y), rtol=1e-6, atol=1e-6)
+    expected = get_opdef("LRNGrad").kernel(xp, dy, x, y, **attrs)
+    got = get_opdef("_LRNGradWithWorkspace").kernel(xp, dy, x, got_y, workspace, **attrs)
+    np.testing.assert_allclose(to_host(got), to_host(expected), rtol=1e-5, atol=1e-6)

@@ -91,7 +91,13 @@ def test_lrn_and_its_gradient_give_the_lowering_s_numbers(shape, depth_radius, b
     y = onednn.lrn(x, *params)
     expected = lowered(conv_lowering.lrn, x, *params)
     close(y, expected)
-    close(onednn.lrn_grad(dy, x, *params), lowered(conv_lowering.lrn_grad, dy, x, expected, *params))
+    expected_grad = lowered(conv_lowering.lrn_grad, dy, x, expected, *params)
+    close(onednn.lrn_grad(dy, x, *params), expected_grad)
+    y, workspace = onednn.lrn_for_grad(x, *params)  # the forward for training, and its window sums
+    close(y, expected)
+    close(onednn.lrn_grad(dy, x, *params, workspace=workspace), expected_grad)
+    if workspace.size:  # (a window of one channel needs none)
+        assert onednn.lrn_grad(dy, x, *params, workspace=workspace[:-4]) is None  # another LRN's
 
 
 # (input NHWC, window, strides, padding): the CIFAR-10 tutorial's (SAME, 3x3 by 2) and deep MNIST's

@@ -442,7 +442,7 @@ def max_pool_with_workspace(xp, x, ksize, strides, padding):
     return max_pool(xp, x, ksize, strides, padding), xp.zeros((0,), dtype=xp.uint8)
 
 
-def max_pool_grad_with_workspace(xp, x, y, workspace, dy, ksize, strides, padding, positive_only=False,
+def max_pool_grad_with_workspace(xp, x, y, dy, workspace, ksize, strides, padding, positive_only=False,
                                  out=None):
     """:func:`max_pool_grad` from the forward's ``workspace`` where it has one: oneDNN's
     backward reads ``dy`` and the workspace only (``positive_only``: ``dy`` is first masked
@@ -539,10 +539,22 @@ def lrn(xp, x, depth_radius, bias, alpha, beta):
     return _in_pieces(xp, piece, x, size=POOL_PIECE) if x.ndim else piece(x)
 
 
-def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta):
-    """``dy * norm**-beta - 2*alpha*beta * x * window_sum(dy * y / norm)``."""
+def lrn_with_workspace(xp, x, depth_radius, bias, alpha, beta):
+    """``(y, workspace)``: :func:`lrn`, and oneDNN's window sums for :func:`lrn_grad` (empty
+    where oneDNN does not take ``x``)."""
+    if x.ndim == 4 and onednn.takes(xp, x):
+        made = onednn.lrn_for_grad(x, depth_radius, bias, alpha, beta)
+        if made is not None:
+            return made
+    return lrn(xp, x, depth_radius, bias, alpha, beta), xp.zeros((0,), dtype=xp.uint8)
+
+
+def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta, workspace=None):
+    """``dy * norm**-beta - 2*alpha*beta * x * window_sum(dy * y / norm)``; oneDNN reads the
+    forward's ``workspace`` (:func:`lrn_with_workspace`) where it is given and not empty."""
     if x.ndim == 4 and onednn.takes(xp, dy, x):
-        dx = onednn.lrn_grad(dy, x, depth_radius, bias, alpha, beta)
+        given = workspace if workspace is not None and workspace.shape[0] else None
+        dx = onednn.lrn_grad(dy, x, depth_radius, bias, alpha, beta, given)
         if dx is not None:
             return dx
 

@@ -538,10 +538,10 @@ def _max_pool_with_workspace_kernel(xp, x, ksize, strides, padding, data_format)
     return lowering.max_pool_with_workspace(xp, x, *_pool_args(ksize, strides, data_format), padding)
 
 
-def _max_pool_grad_with_workspace_kernel(xp, x, y, workspace, dy, ksize, strides, padding, data_format,
+def _max_pool_grad_with_workspace_kernel(xp, x, y, dy, workspace, ksize, strides, padding, data_format,
                                          relu_grad=False, out=None):
     k, s = _pool_args(ksize, strides, data_format)
-    return lowering.max_pool_grad_with_workspace(xp, x, y, workspace, dy, k, s, padding, relu_grad, out)
+    return lowering.max_pool_grad_with_workspace(xp, x, y, dy, workspace, k, s, padding, relu_grad, out)
 
 
 def _avg_pool_kernel(xp, x, ksize, strides, padding, data_format):
@@ -608,6 +608,11 @@ def _lrn_infer(inputs, **_):
 defop("LRN", _lrn_infer, lambda xp, x, **a: lowering.lrn(xp, x, **a),
       lambda op, g: [_out("LRNGrad", [g, op.inputs[0], op.outputs[0]], dict(op.attrs))])
 defop("LRNGrad", _lrn_infer, lambda xp, g, x, y, **a: lowering.lrn_grad(xp, g, x, y, **a))
+# as _MaxPoolWithWorkspace: the window sums of the forward's pass, read by the gradient
+defop("_LRNWithWorkspace", lambda inputs, **_: [*_lrn_infer(inputs), Spec((None,), dtypes.uint8)],
+      lambda xp, x, **a: lowering.lrn_with_workspace(xp, x, **a), num_outputs=2)
+defop("_LRNGradWithWorkspace", lambda inputs, **_: _lrn_infer(inputs),
+      lambda xp, g, x, y, workspace, **a: lowering.lrn_grad(xp, g, x, y, **a, workspace=workspace))
 
 
 def local_response_normalization(input, depth_radius=5, bias=1, alpha=1, beta=0.5,

@@ -44,7 +44,7 @@ import numpy
 from . import parallel
 
 __all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "max_pool",
-           "max_pool_grad", "lrn", "lrn_grad", "matmul"]
+           "max_pool_grad", "lrn", "lrn_for_grad", "lrn_grad", "matmul"]
 
 log = logging.getLogger("dflow")
 
@@ -523,18 +523,33 @@ def lrn(x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:
     return y
 
 
-def lrn_grad(dy, x, depth_radius, bias, alpha, beta) -> numpy.ndarray | None:
-    """dL/dx of :func:`lrn` from ``dy`` and ``x``; None where oneDNN has no kernel for it."""
-    dy, x = numpy.ascontiguousarray(dy), numpy.ascontiguousarray(x)
+def lrn_for_grad(x, depth_radius, bias, alpha, beta) -> tuple[numpy.ndarray, numpy.ndarray] | None:
+    """``(y, workspace)``: :func:`lrn` and the window sums it divided by, which :func:`lrn_grad`
+    reads instead of making them again; None where oneDNN has no kernel for it."""
+    x = numpy.ascontiguousarray(x)
     key = (x.shape, int(depth_radius), float(bias), float(alpha), float(beta))
     plan = _plan_of("lrn_grad", *key) if x.size else None
     if plan is None:
         return None
-    y, dx = numpy.empty_like(x), numpy.empty_like(x)
-    workspace = (plan.workspace_md, numpy.empty(plan.workspace_bytes, numpy.uint8))
-    plan.forward.run({_ARG_SRC: (plan.md, x), _ARG_DST: (plan.md, y), _ARG_WORKSPACE: workspace})
+    y, workspace = numpy.empty_like(x), numpy.empty(plan.workspace_bytes, numpy.uint8)
+    plan.forward.run({_ARG_SRC: (plan.md, x), _ARG_DST: (plan.md, y),
+                      _ARG_WORKSPACE: (plan.workspace_md, workspace)})
+    return y, workspace
+
+
+def lrn_grad(dy, x, depth_radius, bias, alpha, beta, workspace=None) -> numpy.ndarray | None:
+    """dL/dx of :func:`lrn` from ``dy`` and ``x``, and the ``workspace`` of :func:`lrn_for_grad`
+    where given (else the forward runs again to make it); None where oneDNN has no kernel for it."""
+    dy, x = numpy.ascontiguousarray(dy), numpy.ascontiguousarray(x)
+    key = (x.shape, int(depth_radius), float(bias), float(alpha), float(beta))
+    plan = _plan_of("lrn_grad", *key) if x.size else None
+    if plan is None or (workspace is not None and workspace.size != plan.workspace_bytes):
+        return None
+    if workspace is None:
+        _, workspace = lrn_for_grad(x, depth_radius, bias, alpha, beta)
+    dx = numpy.empty_like(x)
     plan.primitive.run({_ARG_SRC: (plan.md, x), _ARG_DIFF_DST: (plan.md, dy),
-                        _ARG_WORKSPACE: workspace, _ARG_DIFF_SRC: (plan.md, dx)})
+                        _ARG_WORKSPACE: (plan.workspace_md, workspace), _ARG_DIFF_SRC: (plan.md, dx)})
     return dx
 
 

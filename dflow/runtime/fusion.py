@@ -17,8 +17,8 @@ place and under its name, so every consumer and every fetch of its value is unch
 - ``MaxPool(x)`` and ``MaxPoolGrad(x, y, dy)`` (or the fused one above) of the same NHWC
   pooling, on the CPU -> ``_MaxPoolWithWorkspace(x)``, whose second output says where each
   window's maximum was (oneDNN's pass for training), and ``_MaxPoolGradWithWorkspace(x, y,
-  workspace, dy)``, which routes by it without reading ``x`` again (TF's oneDNN MaxPool and
-  MaxPoolGrad pass the same workspace);
+  dy, workspace)``, which routes by it without reading ``x`` again; ``LRN`` and ``LRNGrad``
+  likewise pass the forward's window sums (TF's oneDNN ops pass the same workspaces);
 - ``ApplyGradientDescent(var, lr, AddN(g, Mul(x, s)))`` -> ``_ApplyDecayedGradientDescent(var,
   lr, g, x, s)``: an L2 weight decay's gradient (``s * x``, x the weights) summed into the update
   in its one pass over the variable, where the Mul, the AddN and the update made three (the
@@ -93,7 +93,7 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
-    return _with_pool_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
+    return _with_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
 
 
 def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
@@ -152,23 +152,34 @@ def _with_decayed_updates(nodes: list[OpNode], needed: Collection[str]) -> list[
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
 
-def _with_pool_workspaces(nodes: list[OpNode]) -> list[OpNode]:
-    """Each NHWC MaxPool on the CPU whose gradient is in the stage, and that gradient, passing
-    the workspace (:func:`fuse`)."""
+#: by a gradient's type: the forward's type, where the gradient reads its input and output, and
+#: the pair that pass the forward's workspace (the gradient's last input) and the attributes it adds
+_POOL_PAIR = ("_MaxPoolWithWorkspace", "_MaxPoolGradWithWorkspace")
+_WORKSPACES = {
+    "MaxPoolGrad": ("MaxPool", (0, 1), *_POOL_PAIR, {"relu_grad": False}),
+    "_FusedMaxPoolGradReluGrad": ("MaxPool", (0, 1), *_POOL_PAIR, {"relu_grad": True}),
+    "LRNGrad": ("LRN", (1, 2), "_LRNWithWorkspace", "_LRNGradWithWorkspace", {}),
+}
+
+
+def _with_workspaces(nodes: list[OpNode]) -> list[OpNode]:
+    """Each NHWC MaxPool and each LRN on the CPU whose gradient is in the stage, and that
+    gradient, passing the forward's workspace (:func:`fuse`)."""
     by_name = {n.name: n for n in nodes}
     replaced = {}
     for grad in nodes:
-        if grad.type not in ("MaxPoolGrad", "_FusedMaxPoolGradReluGrad") or grad.device_type != "CPU":
+        if grad.type not in _WORKSPACES or grad.device_type != "CPU":
             continue
-        x, y, dy = grad.inputs
-        pool = by_name.get(y.rpartition(":")[0])
-        if (pool is None or pool.type != "MaxPool" or y != f"{pool.name}:0"
-                or pool.inputs[0] != x or pool.device_type != "CPU" or grad.attrs["data_format"] != "NHWC"
-                or any(pool.attrs[k] != grad.attrs[k] for k in grad.attrs)):
+        forward_type, (x_at, y_at), with_workspace, grad_with_workspace, added = _WORKSPACES[grad.type]
+        x, y = grad.inputs[x_at], grad.inputs[y_at]
+        forward = by_name.get(y.rpartition(":")[0])
+        if (forward is None or forward.type != forward_type or y != f"{forward.name}:0"
+                or forward.inputs[0] != x or forward.device_type != "CPU"
+                or grad.attrs.get("data_format", "NHWC") != "NHWC"
+                or any(forward.attrs[k] != grad.attrs[k] for k in grad.attrs)):
             continue
-        replaced[pool.name] = OpNode(pool.name, "_MaxPoolWithWorkspace", pool.attrs, pool.inputs,
-                                     pool.control_inputs, 2, "CPU")
-        replaced[grad.name] = OpNode(grad.name, "_MaxPoolGradWithWorkspace",
-                                     {**grad.attrs, "relu_grad": grad.type != "MaxPoolGrad"},
-                                     (x, y, f"{pool.name}:1", dy), grad.control_inputs, 1, "CPU")
+        replaced[forward.name] = OpNode(forward.name, with_workspace, forward.attrs, forward.inputs,
+                                        forward.control_inputs, 2, "CPU")
+        replaced[grad.name] = OpNode(grad.name, grad_with_workspace, {**grad.attrs, **added},
+                                     (*grad.inputs, f"{forward.name}:1"), grad.control_inputs, 1, "CPU")
     return [replaced.get(n.name, n) for n in nodes]
