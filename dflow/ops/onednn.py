@@ -308,6 +308,17 @@ class _ConvPlan:
         return blocked
 
 
+def _training_pair(plan, lib: _Library, forward: _handle, backward: _handle | None, threads: int) -> None:
+    """``plan.forward`` and ``plan.primitive`` (the backward) compiled, and the workspace that
+    the forward writes for the backward described; where oneDNN has no backward, neither."""
+    if backward is None:
+        lib.dnnl.dnnl_primitive_desc_destroy(forward)
+        return
+    plan.forward, plan.primitive = _Primitive(lib, forward, threads), _Primitive(lib, backward, threads)
+    plan.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
+    plan.workspace_bytes = lib.size(plan.workspace_md)
+
+
 class _LrnPlan:
     """TF's LRN over the channels of an NHWC array, or its gradient (which runs the forward
     again for the workspace oneDNN's backward reads: TF's LRNGrad gets ``x`` and ``y`` only)."""
@@ -332,12 +343,7 @@ class _LrnPlan:
         backward = lib.describe(dnnl.dnnl_lrn_backward_primitive_desc_create, lib.engine,
                                 _LRN_ACROSS_CHANNELS, self.md, self.md, self.md, *parameters, forward,
                                 lib.attr)
-        if backward is None:
-            dnnl.dnnl_primitive_desc_destroy(forward)
-            return
-        self.forward, self.primitive = _Primitive(lib, forward, threads), _Primitive(lib, backward, threads)
-        self.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
-        self.workspace_bytes = lib.size(self.workspace_md)
+        _training_pair(self, lib, forward, backward, threads)
 
     def __del__(self):
         if hasattr(self, "md"):
@@ -363,12 +369,7 @@ class _MaxPoolPlan:
             return
         backward = lib.describe(dnnl.dnnl_pooling_backward_primitive_desc_create, lib.engine, _POOLING_MAX,
                                 self.x_md, self.y_md, *geometry, forward, lib.attr)
-        if backward is None:
-            dnnl.dnnl_primitive_desc_destroy(forward)
-            return
-        self.forward, self.primitive = _Primitive(lib, forward, threads), _Primitive(lib, backward, threads)
-        self.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
-        self.workspace_bytes = lib.size(self.workspace_md)
+        _training_pair(self, lib, forward, backward, threads)
 
     def __del__(self):
         for name in ("x_md", "y_md"):
