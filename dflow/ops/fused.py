@@ -222,8 +222,8 @@ def gradient_descent(xp, var, alpha, delta, decayed=None, decay=None):
     """TF's ``ApplyGradientDescent``: ``var - alpha * delta``, one pass and no temporary; with
     ``decayed`` and ``decay``, ``var - alpha * (delta + decayed * decay)`` (an L2 weight decay's
     gradient summed in the same pass: :mod:`dflow.runtime.fusion`)."""
-    if decayed is not None and not (getattr(decay, "ndim", 0) == 0 and _numpy_floats(xp, [decayed])):
-        decayed, decay = decay, decayed  # Mul(x, s) may have its scalar first
+    if decayed is not None and getattr(decayed, "ndim", 0) == 0:
+        decayed, decay = decay, decayed  # Mul(s, x): the scalar first
     arrays = [var, delta] if decayed is None else [var, delta, decayed]
     if (not _numpy_floats(xp, arrays) or any(a.shape != var.shape for a in arrays)
             or getattr(decay, "ndim", 0) != 0):

@@ -320,8 +320,8 @@ def _training_pair(plan, lib: _Library, forward: _handle, backward: _handle | No
 
 
 class _LrnPlan:
-    """TF's LRN over the channels of an NHWC array, or its gradient (which runs the forward
-    again for the workspace oneDNN's backward reads: TF's LRNGrad gets ``x`` and ``y`` only)."""
+    """TF's LRN over the channels of an NHWC array, or its gradient with the forward for training,
+    which writes the workspace (the window sums) that oneDNN's backward reads."""
 
     def __init__(self, lib: _Library, direction: str, shape, depth_radius, bias, alpha, beta):
         n, h, w, c = shape
