@@ -445,14 +445,9 @@ def max_pool_with_workspace(xp, x, ksize, strides, padding):
 def max_pool_grad_with_workspace(xp, x, y, dy, workspace, ksize, strides, padding, positive_only=False,
                                  out=None):
     """:func:`max_pool_grad` from the forward's ``workspace`` where it has one: oneDNN's
-    backward reads ``dy`` and the workspace only (``positive_only``: ``dy`` is first masked
-    where ``y``, the maximum of a ReLU's output, is not positive: the ReLU's gradient at the
-    element it routes to)."""
+    backward reads ``dy`` and the workspace only (``positive_only`` is for the other path: a
+    workspace's caller masks ``dy`` itself)."""
     if workspace.shape[0] and onednn.takes(xp, dy, y):
-        if positive_only and fused.compiled_for(xp, dy, y):
-            dy = fused.relu_grad(dy, y)
-        elif positive_only:
-            dy = xp.where(y > 0, dy, xp.zeros_like(dy))
         _, pads = _geometry2d(x.shape[1:3], ksize, strides, _NO_DILATION, padding)
         usable = out is x and x.flags.c_contiguous and x.dtype == dy.dtype
         dx = onednn.max_pool_grad(dy, workspace, x.shape, ksize, strides, pads, out if usable else None)

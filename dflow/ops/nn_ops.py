@@ -540,6 +540,8 @@ def _max_pool_with_workspace_kernel(xp, x, ksize, strides, padding, data_format)
 
 def _max_pool_grad_with_workspace_kernel(xp, x, y, dy, workspace, ksize, strides, padding, data_format,
                                          relu_grad=False, out=None):
+    if relu_grad and workspace.shape[0]:  # routed by the workspace: the ReLU's gradient first, on dy,
+        dy, relu_grad = _relu_grad_kernel(xp, dy, y), False  # where the window's maximum is not positive
     k, s = _pool_args(ksize, strides, data_format)
     return lowering.max_pool_grad_with_workspace(xp, x, y, dy, workspace, k, s, padding, relu_grad, out)
 

@@ -74,17 +74,12 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
     else uses the first op's value. ``needed``: the tensor and ``^op`` names the stage gives
     out (sent to other tasks, kept for its later stages, fetched): a first op among them is
     left alone."""
-    consumers = Counter(t for n in nodes for t in n.inputs)
-    controlling = {c for n in nodes for c in n.control_inputs}
-    by_name = {n.name: n for n in nodes}
+    sole_producer = _sole_producers(nodes, needed)
     fused, absorbed = {}, set()
     for second in nodes:
         while (rule := _RULES.get(second.type)) is not None:  # a fused op may fuse again
-            value = second.inputs[0]
-            first = by_name.get(value.rpartition(":")[0])
-            if (first is None or first.device_type != second.device_type
-                    or consumers[value] > 1 or value in needed
-                    or first.name in controlling or {first.name, "^" + first.name} & set(needed)):
+            first = sole_producer(second.inputs[0], second.device_type)
+            if first is None:
                 break
             made = rule(second, first)
             if made is None:
@@ -94,6 +89,25 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
     return _with_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
+
+
+def _sole_producers(nodes: list[OpNode], needed: Collection[str]):
+    """``producer(value, device_type)``: the op of ``nodes`` on ``device_type`` making
+    ``value``, where one op reads ``value`` and nothing else depends on it (no control edge, not
+    ``needed``: see :func:`fuse`); else None."""
+    consumers = Counter(t for n in nodes for t in n.inputs)
+    controlling = {c for n in nodes for c in n.control_inputs}
+    by_name = {n.name: n for n in nodes}
+    needed = set(needed)
+
+    def producer(value: str, device_type: str) -> OpNode | None:
+        first = by_name.get(value.rpartition(":")[0])
+        if (first is None or first.device_type != device_type or consumers[value] > 1 or value in needed
+                or first.name in controlling or {first.name, "^" + first.name} & needed):
+            return None
+        return first
+
+    return producer
 
 
 def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
@@ -117,18 +131,11 @@ def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
 def _with_decayed_updates(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
     """Each ApplyGradientDescent of an AddN of two terms, one a Mul, as one op (:func:`fuse`),
     where nothing else uses the sum or the product."""
-    consumers = Counter(t for n in nodes for t in n.inputs)
-    controlling = {c for n in nodes for c in n.control_inputs}
-    by_name = {n.name: n for n in nodes}
+    sole_producer = _sole_producers(nodes, needed)
 
     def only_for(value: str, device_type: str, op_type: str) -> OpNode | None:
-        """The op of type ``op_type`` making ``value``, where ``value`` is read once, there."""
-        first = by_name.get(value.rpartition(":")[0])
-        if (first is None or first.type != op_type or first.device_type != device_type
-                or consumers[value] > 1 or value in needed or first.name in controlling
-                or {first.name, "^" + first.name} & set(needed)):
-            return None
-        return first
+        first = sole_producer(value, device_type)
+        return first if first is not None and first.type == op_type else None
 
     replaced, absorbed = {}, set()
     for update in nodes:
