@@ -10,6 +10,7 @@ from dflow.runtime.passes import (
     Devices,
     MissingTaskError,
     PlanCache,
+    build_stages,
     make_plan,
     partition,
     place,
@@ -59,6 +60,23 @@ def test_a_plan_draws_any_stage_and_is_cached_per_signature():
     dot = plan.to_dot(PS0, 2)
     assert dot.startswith("digraph dflow {") and "ApplyGradientDescent" in dot and "MatMul" not in dot
     assert f"cluster {PS0} stage 2" in dot
+
+
+def test_a_last_stage_that_only_waits_for_the_updates_is_dropped_with_its_tokens():
+    x, w, loss, train, _ = _ps_step()
+    staged = partition(place(prune(tf.get_default_graph().nx, [train.name, loss.name], {x.name}), CLUSTER))
+    built = build_stages(staged, [loss.name])
+    # the train op's NoOp on the worker waits for the PS's update: a stage of its own
+    assert [s.level for s in built[W0]] == [1, 3] and built[W0][-1].schedule.nodes.keys() == {train.name}
+    assert any(name.startswith("^") for name in built[PS0][-1].sends[W0])
+    plan = make_plan(tf.get_default_graph(), [train, loss], {x.name}, CLUSTER)
+    assert [s.level for s in plan.stages[W0]] == [1]
+    assert W0 not in plan.stages[PS0][-1].sends  # the update's token went only to that stage
+    assert [s.level for s in plan.stages[PS0]] == [0, 2]
+    # a task's only stage stays, waiting or not
+    with tf.device(W0):
+        only = tf.group(w.assign_add([[1.0], [1.0]]), name="only")
+    assert plan.stages[W0] and make_plan(tf.get_default_graph(), [only], set(), CLUSTER).stages[W0]
 
 
 def test_one_soft_placement_rule_for_a_process_and_for_a_cluster():

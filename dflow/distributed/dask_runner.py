@@ -20,8 +20,8 @@ high-level graph):
 - the fetched values come back through a small ``select`` task per fetching stage, so that a
   stage's gradients never travel to the client with its loss;
 - every hop between tasks costs scheduler round trips, so a stage whose results no other task
-  takes runs in one task with its task's next one, and a last stage of NoOps that only waits
-  for other tasks' updates is no task (``_layout``).
+  takes runs in one task with its task's next one (``_layout``); a last stage of NoOps that
+  only waits for other tasks' updates is in no plan (``passes.drop_waits``).
 
 Task keys say what runs where and when, so the dashboard's task stream shows training:
 ``worker/0:forward-backward:step 120 [3f9c0a1e #1]`` (the bracket tells sessions, and a
@@ -319,18 +319,13 @@ def _layout(plan: Plan) -> list[_StageTask]:
     (those it receives values or tokens from, and its own task's previous one).
 
     Every hop between Dask tasks costs scheduler round trips (a few ms each), so a stage whose
-    results no other task takes runs in one task with its task's next stage, and a last stage
-    that only waits (NoOps: a train_op grouping the PS's updates) is no task at all: the step is
-    done when the stages it waited for are.
+    results no other task takes runs in one task with its task's next stage.
     """
     fed = plan.graph.graph.get("fed", frozenset())
     groups: dict[str, list[list[int]]] = {}
     for task, stages in sorted(plan.stages.items()):
-        runs = list(range(len(stages)))
-        while len(runs) > 1 and _only_waits(stages[runs[-1]]):
-            runs.pop()
-        groups[task] = [[runs[0]]]
-        for i in runs[1:]:
+        groups[task] = [[0]]
+        for i in range(1, len(stages)):
             if stages[groups[task][-1][-1]].sends:
                 groups[task].append([i])
             else:
@@ -360,8 +355,3 @@ def _layout(plan: Plan) -> list[_StageTask]:
                 any(bool(m.sends) for m in members)))
     return layout
 
-
-def _only_waits(stage) -> bool:
-    """A stage that computes, sends, keeps and fetches nothing: NoOps waiting for tokens."""
-    return (not stage.sends and not stage.fetches and not stage.keeps
-            and all(node.type == "NoOp" for node in stage.schedule.nodes.values()))
