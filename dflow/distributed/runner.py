@@ -24,15 +24,17 @@ import uuid
 from collections.abc import Collection
 
 import distributed
+from distributed.comm import get_address_host
 from distributed.comm.core import CommClosedError
 from distributed.core import send_recv
-from distributed.utils import sync
+from distributed.utils import get_ip, sync
 
 from ..cluster.spec import ClusterSpec, role_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
 from ..runtime.passes import Devices, MissingTaskError, Plan, PlanCache, make_plan
 from .partition import stages_to_json
+from .shared_memory import Outbox
 from .worker import (
     CONNECT_TIMEOUT_S,
     PLUGIN_NAME,
@@ -84,6 +86,8 @@ class DirectRunner:
             self._rpc, self._loop = client.rpc, client.loop
         self.client = client
         self._plans: dict[str, Plan] = {}  # registered by this runner, unregistered at close
+        self._outbox = Outbox()  # fed arrays to tasks on this host
+        self._on_this_host: dict[str, bool] = {}  # address -> whether its task runs on this host
         install(client)
         self.tasks = cluster_tasks(client)
         own = (role_of(self.worker.name) if self.worker is not None
@@ -99,6 +103,7 @@ class DirectRunner:
         finally:
             self._plans.clear()
             self.plans.clear()
+            self._outbox.close()
             if self._own_client is not None:
                 self._own_client.close()
 
@@ -210,8 +215,7 @@ class DirectRunner:
                 call = loop.run_in_executor(plugin.pool, plugin.run_stages, plan.plan_id, run_id,
                                             task_feeds, self.timeout, loop)
             else:
-                call = self._call(task, "dflow_run", plan_id=plan.plan_id, run_id=run_id,
-                                  feeds=serialized(task_feeds), timeout=self.timeout)
+                call = self._run_on(task, plan.plan_id, run_id, task_feeds)
                 if task_feeds:
                     count_sent(traffic, here or "client", task, sum(nbytes(v) for v in task_feeds.values()))
             calls[asyncio.ensure_future(call)] = task
@@ -240,6 +244,30 @@ class DirectRunner:
                     count_sent(traffic, task, here or "client",
                                sum(nbytes(v) for v in reply["fetches"].values()))
         return values
+
+    async def _run_on(self, task: str, plan_id: str, run_id: str, feeds: dict) -> dict:
+        """Run ``task``'s stages of a step; to a task on this host, the fed arrays go through
+        shared memory."""
+        address = self.tasks[task]["address"]
+        inline, shared, segment = (self._outbox.pack(address, feeds) if self._is_on_this_host(address)
+                                   else (feeds, None, None))
+        message = {"plan_id": plan_id, "run_id": run_id, "timeout": self.timeout}
+        try:
+            reply = await self._call(task, "dflow_run", feeds=serialized(inline), shared=shared, **message)
+        finally:
+            self._outbox.release(address, segment)
+        if "refused" in reply:  # it cannot read this host's shared memory: by TCP, from now on
+            log.info("%s cannot read shared memory (%s): feeds go to it by TCP", task, reply["refused"])
+            self._outbox.refused.add(address)
+            reply = await self._call(task, "dflow_run", feeds=serialized(feeds), **message)
+        return reply
+
+    def _is_on_this_host(self, address: str) -> bool:
+        here = self._on_this_host.get(address)
+        if here is None:
+            host = get_address_host(address)
+            here = self._on_this_host[address] = host in ("127.0.0.1", "localhost", "::1") or host == get_ip()
+        return here
 
     async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
         """Wake the other tasks' stages of a failed step, so that none waits for it."""

@@ -6,10 +6,11 @@ a call on loopback) and never through the scheduler (about 11 ms; docs/measured.
 
 - ``dflow_register(plan_id, stages, addresses)``: keep this task's stages of a plan;
 - ``dflow_unregister(plan_ids)``: forget plans (their session closed);
-- ``dflow_run(plan_id, run_id, feeds, timeout)``: run them in level order, each
+- ``dflow_run(plan_id, run_id, feeds, timeout, shared)``: run them in level order, each
   after what it receives from other tasks has arrived; send what other tasks
   need; reply with the fetched values and the bytes sent per link;
-- ``dflow_deliver(run_id, values)``: a value another task sends to this one;
+- ``dflow_deliver(run_id, values, shared)``: values another task sends to this one (``shared``:
+  where the arrays of a sender on this host are in its shared memory, :mod:`.shared_memory`);
 - ``dflow_abort(run_id, reason)``: wake this task's stages of a failed step;
 - ``dflow_collective(kind, key, ...)``: a piece of a collective (allreduce, broadcast) that
   a peer sends to this task's :class:`~dflow.distributed.collective.Communicator`;
@@ -57,11 +58,13 @@ from ..runtime.memory import keep_freed_memory_for_reuse
 from ..runtime.state import SessionState
 from .collective import Communicator
 from .partition import stages_from_json
+from .shared_memory import Inbox, Outbox, SharedMemoryError
 
 __all__ = ["DflowWorker", "PLUGIN_NAME", "STAGE_STATS", "PlanNotFoundError", "serialized", "deserialized",
            "nbytes", "error_to_plain", "error_from_plain", "run_stage",
            "select"]
 
+log = logging.getLogger("dflow")
 PLUGIN_NAME = "dflow"
 STAGE_THREADS = 32  # stages of concurrent steps (between-graph replicas) waiting at once
 CONNECT_TIMEOUT_S = 5.0  # a live peer on any network answers a connect well within this
@@ -145,6 +148,7 @@ class DflowWorker(WorkerPlugin):
         self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
+        self.outbox, self.inbox = Outbox(), Inbox()  # big values to and from tasks on this host
         _apply_thread_env()
         keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
@@ -161,6 +165,7 @@ class DflowWorker(WorkerPlugin):
     def teardown(self, worker) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.state.communicator.close()
+        self.outbox.close()
 
     def _fresh_state(self) -> SessionState:
         """Variables and collectives start over (a new worker, or ``tf.Session.reset``)."""
@@ -181,11 +186,32 @@ class DflowWorker(WorkerPlugin):
         finally:
             self.worker.rpc.reuse(address, comm)
 
-    async def _deliver(self, address: str, run_id: str, values: dict) -> str:
+    def _deliver(self, address: str, run_id: str, values: dict):
+        """Send ``values`` of step ``run_id`` to the task at ``address`` (a coroutine to run on the
+        event loop); to a task on this host, the arrays through shared memory (copied into it
+        here, on the stage's thread)."""
+        inline, shared, segment = (self.outbox.pack(address, values) if not self._on_another_host(address)
+                                   else (values, None, None))
+
+        async def send() -> str:
+            try:
+                reply = await self._send_deliver(address, run_id, inline, shared)
+            finally:
+                self.outbox.release(address, segment)
+            if reply != "OK" and shared is not None:  # it cannot read this host's segments
+                log.info("%s cannot read shared memory (%s): values go to it by TCP", address, reply)
+                self.outbox.refused.add(address)
+                reply = await self._send_deliver(address, run_id, values, None)
+            return reply
+
+        return send()
+
+    async def _send_deliver(self, address: str, run_id: str, values: dict, shared: dict | None) -> str:
         # connect with a deadline of our own: distributed retries a refused connection for 30 s
         comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
         try:
-            return await send_recv(comm=comm, op="dflow_deliver", run_id=run_id, values=values)
+            return await send_recv(comm=comm, op="dflow_deliver", run_id=run_id, values=serialized(values),
+                                   shared=shared)
         finally:
             self.worker.rpc.reuse(address, comm)
 
@@ -217,12 +243,15 @@ class DflowWorker(WorkerPlugin):
         """Forget ``plan_ids``; how many this worker held."""
         return sum(self.plans.pop(plan_id, None) is not None for plan_id in plan_ids)
 
-    async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float) -> dict:
+    async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float, shared=None) -> dict:
         _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
                        timeout=(timeout, (int, float)))
+        try:
+            feeds = {**deserialized(feeds), **(self.inbox.unpack(shared) if shared is not None else {})}
+        except SharedMemoryError as error:  # the client sends them again, by TCP
+            return {"refused": str(error)}
         loop = asyncio.get_running_loop()
-        step = loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, deserialized(feeds), timeout,
-                                    loop)
+        step = loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds, timeout, loop)
         # a client that gave the step up (it is recovering from a lost task) leaves no one to await
         # it: its error, which the client has already had from the liveness check, is not logged
         # again as "Future exception was never retrieved" with a traceback
@@ -235,9 +264,13 @@ class DflowWorker(WorkerPlugin):
             return {"error": error_to_plain(error)}
         return {**reply, "fetches": serialized(reply["fetches"])}
 
-    def deliver(self, run_id: str, values: dict) -> str:
+    def deliver(self, run_id: str, values: dict, shared=None) -> str:
         _require_plain("dflow_deliver", run_id=(run_id, str), values=(values, dict))
-        self.mailbox.put(run_id, deserialized(values))
+        try:
+            arrays = self.inbox.unpack(shared) if shared is not None else {}
+        except SharedMemoryError as error:  # the sender sends them again, by TCP
+            return f"refused: {error}"
+        self.mailbox.put(run_id, {**deserialized(values), **arrays})
         return "OK"
 
     def abort(self, run_id: str, reason: str) -> str:
@@ -364,8 +397,9 @@ class DflowWorker(WorkerPlugin):
             return self._on_another_host(addresses[dest])
 
         def deliver(dest: str, payload: dict) -> None:
+            payload = {n: None if v is None else on_host(v) for n, v in payload.items()}
             sent[dest] += sum(nbytes(v) for v in payload.values())
-            call = self._deliver(addresses[dest], run_id, serialized(payload))
+            call = self._deliver(addresses[dest], run_id, payload)
             deliveries.append((dest, asyncio.run_coroutine_threadsafe(call, loop)))
 
         try:

@@ -1,0 +1,157 @@
+"""A step's values between processes of one host through shared memory: the segments, what a
+receiver refuses, and a cluster whose task cannot read them falling back to TCP."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dflow as tf
+from dflow.distributed import shared_memory
+from dflow.distributed.shared_memory import Inbox, Outbox, SharedMemoryError
+
+DEST = "tcp://127.0.0.1:1"
+
+
+def _segments() -> set[str]:
+    return {n for n in os.listdir(shared_memory.DIRECTORY) if n.startswith(f"dflow-{os.getpid()}-")}
+
+
+def test_arrays_arrive_as_copies_and_the_rest_in_the_message():
+    outbox, inbox = Outbox(), Inbox()
+    values = {
+        "w:0": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "t:0": np.arange(12, dtype=np.float64).reshape(3, 4).T,  # not contiguous
+        "n:0": np.array(7, np.int64),
+        "mask:0": np.array([True, False, True]),
+        "empty:0": np.zeros((0, 5), np.float32),
+        "^apply": None,
+        "names:0": np.array([b"a", b"bc"], dtype=object),
+    }
+    inline, shared, segment = outbox.pack(DEST, values)
+    assert set(inline) == {"^apply", "names:0"} and inline["names:0"] is values["names:0"]
+    assert set(shared["arrays"]) == {"w:0", "t:0", "n:0", "mask:0", "empty:0"}
+    assert all(place[0] % 64 == 0 for place in shared["arrays"].values())
+    received = inbox.unpack(shared)
+    for name, array in received.items():
+        assert array.dtype == values[name].dtype and array.shape == values[name].shape
+        np.testing.assert_array_equal(array, values[name])
+    # the sender writes the segment again for its next message: what was received stays
+    outbox.release(DEST, segment)
+    again = {"w:0": np.full((3, 4), -1.0, np.float32)}
+    _, shared_again, segment_again = outbox.pack(DEST, again)
+    assert segment_again is segment  # reused once given back
+    np.testing.assert_array_equal(received["w:0"], values["w:0"])
+    np.testing.assert_array_equal(inbox.unpack(shared_again)["w:0"], again["w:0"])
+    outbox.close()
+    assert not _segments()
+
+
+def test_a_segment_in_use_is_not_reused_and_a_bigger_message_gets_its_own():
+    outbox = Outbox()
+    small = {"a:0": np.ones(10, np.float32)}
+    _, first, held = outbox.pack(DEST, small)
+    _, second, other = outbox.pack(DEST, small)  # the first was not given back
+    assert first["segment"] != second["segment"]
+    outbox.release(DEST, held)
+    outbox.release(DEST, other)
+    _, big, _ = outbox.pack(DEST, {"a:0": np.ones(2 * shared_memory.GRAIN, np.uint8)})
+    assert big["segment"] not in (first["segment"], second["segment"])
+    assert len(_segments()) == 3
+    outbox.close()
+    assert not _segments()
+
+
+@pytest.mark.parametrize("shared, message", [
+    ({"segment": "../../etc/passwd", "arrays": {}}, "not a dflow shared-memory segment"),
+    ({"segment": "/etc/shadow", "arrays": {}}, "not a dflow shared-memory segment"),
+    ({"segment": 3, "arrays": {}}, "not a dflow shared-memory segment"),
+    ({"arrays": []}, "names a segment and its arrays"),
+])
+def test_a_receiver_refuses_what_is_not_a_segment(shared, message):
+    with pytest.raises(ValueError, match=message):
+        Inbox().unpack(shared)
+
+
+@pytest.mark.parametrize("place, message", [
+    ([0, "|O", [2]], "not an array of numbers"),
+    ([-64, "<f4", [2]], "not an array of numbers"),
+    ([0, "<f4", [-1]], "not an array of numbers"),
+    ([0, "<f4", [1 << 30]], "lies beyond its segment"),
+    ([0, "no such type", [2]], r"is not \[offset, dtype, shape\]"),
+    ([0, "<f4"], r"is not \[offset, dtype, shape\]"),
+])
+def test_a_receiver_refuses_places_outside_the_segment_and_objects(place, message):
+    outbox = Outbox()
+    _, shared, _ = outbox.pack(DEST, {"a:0": np.ones(4, np.float32)})
+    try:
+        with pytest.raises(ValueError, match=message):
+            Inbox().unpack({"segment": shared["segment"], "arrays": {"a:0": place}})
+    finally:
+        outbox.close()
+
+
+def test_a_segment_this_process_cannot_open_is_a_shared_memory_error():
+    name = f"dflow-{os.getpid()}-{'0' * 16}"  # well formed, never made
+    with pytest.raises(SharedMemoryError, match="cannot open segment"):
+        Inbox().unpack({"segment": name, "arrays": {}})
+
+
+def test_without_shared_memory_the_values_stay_in_the_message(monkeypatch):
+    monkeypatch.setattr(shared_memory, "DIRECTORY", "/nonexistent-dflow-shm")
+    values = {"a:0": np.ones(4, np.float32)}
+    inline, shared, segment = Outbox().pack(DEST, values)
+    assert inline == values and shared is None and segment is None
+
+
+def test_segments_of_a_killed_process_are_removed_by_the_next_outbox():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    stale = os.path.join(shared_memory.DIRECTORY, f"dflow-{dead.stdout.strip()}-{'ab' * 8}")
+    mine = os.path.join(shared_memory.DIRECTORY, f"dflow-{os.getpid()}-{'cd' * 8}")
+    for path in (stale, mine):
+        with open(path, "wb") as f:
+            f.write(b"x")
+    try:
+        Outbox()
+        assert not os.path.exists(stale) and os.path.exists(mine)  # a live process keeps its own
+    finally:
+        for path in (stale, mine):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def _no_shared_memory():
+    from dflow.distributed import shared_memory
+
+    shared_memory.DIRECTORY = "/nonexistent-dflow-shm"
+
+
+def _refused(dask_worker):
+    return sorted(dask_worker.plugins["dflow"].outbox.refused)
+
+
+def test_a_task_that_cannot_read_the_segments_gets_its_values_by_tcp():
+    with tf.cluster.local(ps=1, workers=1) as cluster:
+        roles = {info["name"]: address for address, info in tf.cluster.worker_infos(cluster.client).items()}
+        cluster.client.run(_no_shared_memory, workers=[roles["worker/0"]])  # as in another container
+        with tf.Graph().as_default():
+            x = tf.placeholder(tf.float32, [4, 3])
+            with tf.device("/job:ps/task:0"):
+                w = tf.Variable(tf.ones([3, 2]), name="w")
+            with tf.device("/job:worker/task:0"):
+                loss = tf.reduce_sum(tf.matmul(x, w))
+                train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+            config = tf.ConfigProto(operation_timeout_in_ms=30_000)  # a value that never came fails
+            with tf.Session(cluster.target, config=config) as sess:
+                sess.run(tf.global_variables_initializer())
+                for _ in range(2):
+                    sess.run(train, {x: np.ones((4, 3), np.float32)})
+                np.testing.assert_allclose(sess.run(w), np.full((3, 2), 1.0 - 2 * 0.5 * 4))
+                # the client's feeds and the PS's reads went by TCP once refused
+                assert sess.runner._outbox.refused == {roles["worker/0"]}
+        refused = cluster.client.run(_refused)
+        assert refused[roles["ps/0"]] == [roles["worker/0"]]  # the PS's reads, refused once
+        assert refused[roles["worker/0"]] == []  # it made no segment: its gradients went in the message
