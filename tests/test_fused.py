@@ -138,6 +138,31 @@ def test_relu_grad_compiled_is_tf_s_select(monkeypatch):
     np.testing.assert_array_equal(compiled, kernel(xp_numpy, *big))
 
 
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("labels_dtype", [np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_sparse_cross_entropy_compiled_matches_the_numpy_code(monkeypatch, dtype, rtol, labels_dtype, batch):
+    """Loss and backprop in one pass a row, as the NumPy code's log-softmax gives them, with
+    logits far from 0 (the row's maximum is taken out first) and every class as a label."""
+    kernel = get_opdef("SparseSoftmaxCrossEntropyWithLogits").kernel
+    logits = np.asarray(RNG.standard_normal((batch, 10)) * 30 + 1000, dtype)
+    labels = np.asarray(np.arange(batch) % 10, labels_dtype)
+    loss, backprop = kernel(xp_numpy, logits, labels)
+    assert loss.dtype == backprop.dtype == dtype and loss.shape == (batch,) and backprop.shape == (batch, 10)
+    monkeypatch.setattr(fused, "compiled_kernels", lambda: None)
+    want_loss, want_backprop = kernel(xp_numpy, logits, labels)
+    np.testing.assert_allclose(loss, want_loss, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(backprop, want_backprop, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("label", [-1, 10])
+def test_sparse_cross_entropy_compiled_names_a_label_out_of_range(label):
+    kernel = get_opdef("SparseSoftmaxCrossEntropyWithLogits").kernel
+    labels = np.asarray([2, label, 3], np.int64)
+    with pytest.raises(ValueError, match=rf"labels must be in \[0, 10\).*got {label} at row 1"):
+        kernel(xp_numpy, np.zeros((3, 10), np.float32), labels)
+
+
 def test_a_compiler_failure_is_said_once_and_the_numpy_kernels_run(monkeypatch, caplog):
     def fails(numba):
         raise RuntimeError("no writable cache directory")
