@@ -13,10 +13,12 @@ from dflow.distributed import shared_memory
 from dflow.distributed.shared_memory import Inbox, Outbox, SharedMemoryError
 
 DEST = "tcp://127.0.0.1:1"
+NAMESPACE = shared_memory._pid_namespace()
 
 
 def _segments() -> set[str]:
-    return {n for n in os.listdir(shared_memory.DIRECTORY) if n.startswith(f"dflow-{os.getpid()}-")}
+    mine = f"dflow-{NAMESPACE}-{os.getpid()}-"
+    return {n for n in os.listdir(shared_memory.DIRECTORY) if n.startswith(mine)}
 
 
 def test_arrays_arrive_as_copies_and_the_rest_in_the_message():
@@ -94,7 +96,7 @@ def test_a_receiver_refuses_places_outside_the_segment_and_objects(place, messag
 
 
 def test_a_segment_this_process_cannot_open_is_a_shared_memory_error():
-    name = f"dflow-{os.getpid()}-{'0' * 16}"  # well formed, never made
+    name = f"dflow-{NAMESPACE}-{os.getpid()}-{'0' * 16}"  # well formed, never made
     with pytest.raises(SharedMemoryError, match="cannot open segment"):
         Inbox().unpack({"segment": name, "arrays": {}})
 
@@ -108,17 +110,20 @@ def test_without_shared_memory_the_values_stay_in_the_message(monkeypatch):
 
 def test_segments_of_a_killed_process_are_removed_by_the_next_outbox():
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
-    stale = os.path.join(shared_memory.DIRECTORY, f"dflow-{dead.stdout.strip()}-{'ab' * 8}")
-    mine = os.path.join(shared_memory.DIRECTORY, f"dflow-{os.getpid()}-{'cd' * 8}")
-    for path in (stale, mine):
+                          text=True, check=True).stdout.strip()
+    stale = os.path.join(shared_memory.DIRECTORY, f"dflow-{NAMESPACE}-{dead}-{'ab' * 8}")
+    mine = os.path.join(shared_memory.DIRECTORY, f"dflow-{NAMESPACE}-{os.getpid()}-{'cd' * 8}")
+    # the same process id in another container's namespace may be a live process there
+    elsewhere = os.path.join(shared_memory.DIRECTORY, f"dflow-{NAMESPACE + 1}-{dead}-{'ef' * 8}")
+    for path in (stale, mine, elsewhere):
         with open(path, "wb") as f:
             f.write(b"x")
     try:
         Outbox()
-        assert not os.path.exists(stale) and os.path.exists(mine)  # a live process keeps its own
+        assert not os.path.exists(stale)
+        assert os.path.exists(mine) and os.path.exists(elsewhere)  # a live process keeps its own
     finally:
-        for path in (stale, mine):
+        for path in (stale, mine, elsewhere):
             if os.path.exists(path):
                 os.unlink(path)
 

@@ -13,12 +13,14 @@ file in ``/dev/shm`` readable by its user only, and sends their places in it ins
 the sender reuses the segment once the answer is in. A receiver that cannot open the
 segment (another user, another ``/dev/shm``: a container on the same address) answers so,
 and the values go by TCP from then on. Segments are unlinked when their process ends (and
-those of a process that was killed, by the next process of the same user to start an Outbox).
+those of a process that was killed, by the next process of the same user and PID namespace
+to start an Outbox).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import mmap
 import os
 import re
@@ -34,7 +36,7 @@ DIRECTORY = "/dev/shm"
 ALIGN = 64  # each array starts on a cache line
 GRAIN = 1 << 20  # segments are made in whole MiB, so that a message a little bigger reuses one
 MAPPED_SEGMENTS = 32  # segments a receiver keeps open (a few per sender it hears from)
-_NAME = re.compile(r"dflow-(\d+)-[0-9a-f]{16}")
+_NAME = re.compile(r"dflow-(\d+)-(\d+)-[0-9a-f]{16}")  # dflow-<pid namespace>-<pid>-<random>
 _KINDS = "biuf"  # dtypes a segment may carry: numbers and booleans, never objects
 
 
@@ -48,7 +50,7 @@ _LIVE: set[_Segment] = set()  # this process's segments, unlinked at its exit
 class _Segment:
     def __init__(self, size: int):
         self.pid = os.getpid()
-        self.name = f"dflow-{self.pid}-{secrets.token_hex(8)}"
+        self.name = f"dflow-{_pid_namespace()}-{self.pid}-{secrets.token_hex(8)}"
         self.size = size
         path = os.path.join(DIRECTORY, self.name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -204,14 +206,23 @@ def _remove_segments_of_dead_processes() -> None:
         return
     for name in names:
         match = _NAME.fullmatch(name)
-        if match is None or _alive(int(match.group(1))):
-            continue
+        if match is None or int(match.group(1)) != _pid_namespace() or _alive(int(match.group(2))):
+            continue  # (a process id means nothing in another container's namespace)
         path = os.path.join(DIRECTORY, name)
         try:
             if os.stat(path).st_uid == os.getuid():
                 os.unlink(path)
         except OSError:
             pass
+
+
+@functools.cache
+def _pid_namespace() -> int:
+    """This process's PID namespace (its inode), 0 where there is none to read."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def _alive(pid: int) -> bool:
