@@ -283,7 +283,7 @@ def relu_grad(gradient, features):
 def sparse_xent(logits, labels):
     """TF's ``SparseSoftmaxCrossEntropyWithLogits`` of ``(batch, classes)`` logits that
     :func:`compiled_for` takes and integer ``labels``: (loss, backprop) in one pass per row, where
-    NumPy makes ten (75 us at batch 1, TF's kernel 12); ValueError naming a label out of range."""
+    NumPy makes a dozen (75 us at batch 1, TF's kernel 12); ValueError naming a label out of range."""
     if labels.dtype not in (numpy.int32, numpy.int64):  # the types it is compiled for
         labels = labels.astype(numpy.int64)
     loss = numpy.empty(logits.shape[0], logits.dtype)
