@@ -51,6 +51,7 @@ from pathlib import Path
 
 from ..cluster import Cluster, connect, role_name, worker_command, worker_infos
 from ..cluster.launch import role_list
+from ..processes import alive as process_alive
 
 __all__ = ["RATES", "NetworkError", "check_network_shaping", "shaped_cluster", "measure_link",
            "measure_link_between",
@@ -130,16 +131,6 @@ def dflow_namespaces() -> dict[str, int]:
     return owners
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _delete_namespace(name: str) -> None:
     """Kill what still runs inside ``name`` (a namespace outlives its name while a process is in
     it), then delete it; its veth ends go with it."""
@@ -156,13 +147,13 @@ def remove_stale_namespaces() -> list[str]:
     >>> remove_stale_namespaces()  # after a run was killed with SIGKILL  # doctest: +SKIP
     ['dflow-4242-9f3a-hub', 'dflow-4242-9f3a-ps-0', ...]
     """
-    stale = [name for name, owner in dflow_namespaces().items() if not _alive(owner)]
+    stale = [name for name, owner in dflow_namespaces().items() if not process_alive(owner)]
     for name in stale:
         _delete_namespace(name)
     # the driver's link would go with its hub namespace, but later (the kernel frees it asynchronously)
     links = re.findall(r"^\d+: (dfl(\d+)-[0-9a-f]{4})[@:]", _run("ip", "-o", "link"), re.MULTILINE)
     for link, owner in links:
-        if not _alive(int(owner)):
+        if not process_alive(int(owner)):
             with contextlib.suppress(NetworkError):  # already freed meanwhile
                 _run("ip", "link", "delete", link)
     return stale

@@ -30,6 +30,8 @@ from collections import OrderedDict, defaultdict
 
 import numpy
 
+from ..processes import alive as process_alive
+
 __all__ = ["Outbox", "Inbox", "SharedMemoryError"]
 
 DIRECTORY = "/dev/shm"
@@ -206,7 +208,7 @@ def _remove_segments_of_dead_processes() -> None:
         return
     for name in names:
         match = _NAME.fullmatch(name)
-        if match is None or int(match.group(1)) != _pid_namespace() or _alive(int(match.group(2))):
+        if match is None or int(match.group(1)) != _pid_namespace() or process_alive(int(match.group(2))):
             continue  # (a process id means nothing in another container's namespace)
         path = os.path.join(DIRECTORY, name)
         try:
@@ -223,13 +225,3 @@ def _pid_namespace() -> int:
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

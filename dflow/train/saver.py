@@ -69,6 +69,7 @@ import zarr
 from ..checked_arrays import ChunkReader, write_checked
 from ..errors import DataLossError, InvalidArgumentError, NotFoundError
 from ..ops import array_ops, state_ops
+from ..processes import alive as process_alive
 from ..variables import Variable, global_variables, group
 from . import training_util
 
@@ -360,17 +361,7 @@ def _is_leftover(path: str, name: str) -> bool:
             return time.time() - os.lstat(path).st_mtime > _FOREIGN_STALE_SECONDS
         return False
     pid = int(written["pid"])
-    return path not in _writing if pid == os.getpid() else not _process_alive(pid)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+    return path not in _writing if pid == os.getpid() else not process_alive(pid)
 
 
 def _bytes_under(path: str) -> int:
