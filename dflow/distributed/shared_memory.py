@@ -43,7 +43,7 @@ _KINDS = "biuf"  # dtypes a segment may carry: numbers and booleans, never objec
 
 
 class SharedMemoryError(OSError):
-    """A segment that cannot be made or read: the values go by TCP instead."""
+    """A segment this process cannot open: its sender sends the values by TCP instead."""
 
 
 _LIVE: set[_Segment] = set()  # this process's segments, unlinked at its exit

@@ -44,6 +44,7 @@ straight to the workers) plans with it, and a :class:`PlanCache` keeps the resul
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -356,14 +357,15 @@ def drop_waits(stages: dict[str, list[Stage]]) -> dict[str, list[Stage]]:
         while end > 1 and _only_waits(task_stages[end - 1]):
             end -= 1
         kept[task] = task_stages[:end]
-    still_received = {task: {name for stage in task_stages for name in stage.receives}
-                      for task, task_stages in kept.items()}
-    for task_stages in kept.values():
-        for stage in task_stages:
-            stage.sends = {dest: names for dest, names in
-                           ((dest, tuple(n for n in names if n in still_received[dest]))
-                            for dest, names in stage.sends.items()) if names}
-    return kept
+    received = {task: {name for stage in task_stages for name in stage.receives}
+                for task, task_stages in kept.items()}
+
+    def still_received(sends: dict) -> dict:
+        narrowed = {dest: tuple(n for n in names if n in received[dest]) for dest, names in sends.items()}
+        return {dest: names for dest, names in narrowed.items() if names}
+
+    return {task: [dataclasses.replace(stage, sends=still_received(stage.sends)) for stage in task_stages]
+            for task, task_stages in kept.items()}
 
 
 def _only_waits(stage: Stage) -> bool:
