@@ -148,7 +148,7 @@ class DflowWorker(WorkerPlugin):
         self.updates_applied = 0  # steps whose updates ran here: the clock staleness is read on
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
-        self.outbox, self.inbox = Outbox(), Inbox()  # big values to and from tasks on this host
+        self.outbox, self.inbox = Outbox(), Inbox()  # arrays to and from tasks on this host
         _apply_thread_env()
         keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
