@@ -16,9 +16,9 @@ DEST = "tcp://127.0.0.1:1"
 NAMESPACE = shared_memory._pid_namespace()
 
 
-def _segments() -> set[str]:
-    mine = f"dflow-{NAMESPACE}-{os.getpid()}-"
-    return {n for n in os.listdir(shared_memory.DIRECTORY) if n.startswith(mine)}
+def _on_disk(*shared: dict) -> list[bool]:
+    """Whether each segment that ``shared`` descriptions name is still in /dev/shm."""
+    return [os.path.exists(os.path.join(shared_memory.DIRECTORY, s["segment"])) for s in shared]
 
 
 def test_arrays_arrive_as_copies_and_the_rest_in_the_message():
@@ -47,8 +47,10 @@ def test_arrays_arrive_as_copies_and_the_rest_in_the_message():
     assert segment_again is segment  # reused once given back
     np.testing.assert_array_equal(received["w:0"], values["w:0"])
     np.testing.assert_array_equal(inbox.unpack(shared_again)["w:0"], again["w:0"])
+    assert _on_disk(shared) == [True]
     outbox.close()
-    assert not _segments()
+    assert _on_disk(shared) == [False]
+    assert shared["segment"].startswith(f"dflow-{NAMESPACE}-{os.getpid()}-")
 
 
 def test_a_segment_in_use_is_not_reused_and_a_bigger_message_gets_its_own():
@@ -61,9 +63,9 @@ def test_a_segment_in_use_is_not_reused_and_a_bigger_message_gets_its_own():
     outbox.release(DEST, other)
     _, big, _ = outbox.pack(DEST, {"a:0": np.ones(2 * shared_memory.GRAIN, np.uint8)})
     assert big["segment"] not in (first["segment"], second["segment"])
-    assert len(_segments()) == 3
+    assert _on_disk(first, second, big) == [True] * 3
     outbox.close()
-    assert not _segments()
+    assert _on_disk(first, second, big) == [False] * 3
 
 
 @pytest.mark.parametrize("shared, message", [
