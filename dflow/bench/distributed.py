@@ -6,7 +6,8 @@ Reported side by side in one run (the CIFAR-10 tutorial CNN, SGD, synthetic data
   embedded cluster with 1 PS + 1 worker (``tf.cluster.local``, variables placed
   by ``replica_device_setter``) through both runners, the direct path
   (``DirectRunner``) and Dask tasks (``DaskRunner``), and their ratios (targets:
-  direct >= 0.85 x local; Dask >= 0.95 x direct and >= 0.90 x local). The three
+  direct >= 0.95 x local, issue 17's for the faster step (issue 15 asked 0.85 of the slower
+  one); Dask >= 0.95 x direct and >= 0.90 x local). The three
   sessions live in one fresh process and take turns in blocks of steps, so a
   shared machine's drift falls on all alike; all get their data the same way
   (fed through placeholders, or pulled by the in-graph ``DatasetNext`` op);
@@ -47,7 +48,7 @@ from .local import in_fresh_process, machine_info, write_results
 __all__ = ["run", "add_arguments", "main", "compare_cifar10", "measure_overhead", "link_report"]
 
 OVERHEAD_TARGET_MS = 10.0
-RATIO_TARGET = 0.85
+RATIO_TARGET = 0.95  # the direct path against the local session (issue 17)
 DASK_DIRECT_TARGET = 0.95  # DaskRunner's images/sec against DirectRunner's (issue 15)
 DASK_LOCAL_TARGET = 0.90  # and against the local session's
 INPUTS = ("feed", "dataset")
