@@ -1,6 +1,7 @@
 """A step's values between processes of one host through shared memory: the segments, what a
 receiver refuses, and a cluster whose task cannot read them falling back to TCP."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -110,6 +111,76 @@ def test_without_shared_memory_the_values_stay_in_the_message(monkeypatch):
     assert inline == values and shared is None and segment is None
 
 
+MiB = shared_memory.GRAIN
+
+
+def test_segments_stay_within_the_budget():
+    outbox = Outbox(budget=2 * MiB)
+    _, first, segment = outbox.pack("a", {"x:0": np.ones(MiB // 4, np.float32)})  # 1 MiB
+    outbox.release("a", segment)
+    # 2 MiB for "b" do not fit beside the 1 MiB "a" is not using: that one is unlinked for it
+    _, second, held = outbox.pack("b", {"x:0": np.ones(MiB // 4 + 1, np.float32)})
+    assert second is not None and _on_disk(first, second) == [False, True]
+    assert outbox.held_bytes == 2 * MiB
+    # while "b" still uses its 2 MiB, nothing more fits: "a"'s next message goes in itself
+    values = {"x:0": np.ones(16, np.float32)}
+    inline, shared, segment = outbox.pack("a", values)
+    assert inline == values and shared is None and segment is None
+    outbox.release("b", held)
+    # and a message bigger than the whole budget always goes in itself
+    big = {"x:0": np.ones(MiB, np.float32)}
+    assert outbox.pack("a", big)[1] is None and outbox.held_bytes == 2 * MiB
+    outbox.close()
+
+
+def test_a_full_dev_shm_is_asked_only_once(monkeypatch):
+    tries = []
+
+    def full(fd, offset, length):
+        tries.append(length)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    outbox = Outbox(budget=64 * MiB)
+    values = {"x:0": np.ones(1000, np.float32)}
+    for _ in range(3):
+        inline, shared, _ = outbox.pack(DEST, values)
+        assert inline == values and shared is None
+    assert tries == [MiB] and outbox.budget == 0 and outbox.held_bytes == 0
+    assert not [name for name in os.listdir(shared_memory.DIRECTORY)
+                if name.startswith(f"dflow-{NAMESPACE}-{os.getpid()}-")]  # nothing left behind
+
+
+@pytest.mark.parametrize("setting, budget", [("0", 0), ("off", 0), ("64MiB", 64 * MiB), ("2 GiB", 2 << 30)])
+def test_the_environment_sets_the_budget_or_turns_shared_memory_off(monkeypatch, setting, budget):
+    monkeypatch.setenv("DFLOW_SHARED_MEMORY", setting)
+    outbox = Outbox()
+    assert outbox.budget == budget
+    values = {"x:0": np.ones(4, np.float32)}
+    assert (outbox.pack(DEST, values)[1] is None) == (budget == 0)
+    outbox.close()
+
+
+def test_the_default_budget_is_a_quarter_of_dev_shm_and_a_bad_setting_is_refused(monkeypatch):
+    monkeypatch.delenv("DFLOW_SHARED_MEMORY", raising=False)
+    stat = os.statvfs(shared_memory.DIRECTORY)
+    assert Outbox().budget == stat.f_blocks * stat.f_frsize // 4
+    monkeypatch.setenv("DFLOW_SHARED_MEMORY", "lots")
+    with pytest.raises(ValueError, match="DFLOW_SHARED_MEMORY='lots' is neither 0"):
+        Outbox()
+
+
+def test_a_receiver_unmaps_segments_their_sender_unlinked():
+    inbox, first, second = Inbox(), Outbox(), Outbox()
+    _, gone, _ = first.pack(DEST, {"x:0": np.ones(4, np.float32)})
+    inbox.unpack(gone)
+    first.close()  # as a sender does to stay within its budget
+    _, kept, _ = second.pack(DEST, {"x:0": np.ones(4, np.float32)})
+    inbox.unpack(kept)
+    assert list(inbox._mapped) == [kept["segment"]]
+    second.close()
+
+
 def test_segments_of_a_killed_process_are_removed_by_the_next_outbox():
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -162,3 +233,24 @@ def test_a_task_that_cannot_read_the_segments_gets_its_values_by_tcp():
         refused = cluster.client.run(_refused)
         assert refused[roles["ps/0"]] == [roles["worker/0"]]  # the PS's reads, refused once
         assert refused[roles["worker/0"]] == []  # it made no segment: its gradients went in the message
+
+
+def _outbox_budget_and_bytes(dask_worker):
+    outbox = dask_worker.plugins["dflow"].outbox
+    return outbox.budget, outbox.held_bytes
+
+
+def test_a_cluster_started_with_shared_memory_off_trains_by_tcp(monkeypatch):
+    monkeypatch.setenv("DFLOW_SHARED_MEMORY", "0")  # the workers' processes inherit it
+    with tf.cluster.local(ps=1, workers=1) as cluster, tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [4, 3])
+        with tf.device("/job:ps/task:0"):
+            w = tf.Variable(tf.ones([3, 2]), name="w")
+        with tf.device("/job:worker/task:0"):
+            train = tf.train.GradientDescentOptimizer(0.5).minimize(tf.reduce_sum(tf.matmul(x, w)))
+        with tf.Session(cluster.target) as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {x: np.ones((4, 3), np.float32)})
+            np.testing.assert_allclose(sess.run(w), np.full((3, 2), 1.0 - 0.5 * 4))
+            assert sess.runner._outbox.budget == 0
+        assert set(cluster.client.run(_outbox_budget_and_bytes).values()) == {(0, 0)}

@@ -15,6 +15,13 @@ segment (another user, another ``/dev/shm``: a container on the same address) an
 and the values go by TCP from then on. Segments are unlinked when their process ends (and
 those of a process that was killed, by the next process of the same user and PID namespace
 to start an Outbox).
+
+A process's segments are kept for the next step's message, up to a budget (a quarter of
+``/dev/shm`` by default): a message that would need more first unlinks segments no message
+is using, then goes by TCP. A segment that ``/dev/shm`` cannot hold (a container's 64 MB)
+sends that message by TCP and makes the budget what the process holds then, so later
+messages do not try again. ``DFLOW_SHARED_MEMORY=0`` in a process's environment turns the
+path off there; a size (``DFLOW_SHARED_MEMORY="2 GiB"``) sets its budget.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ import os
 import re
 import secrets
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 
 import numpy
+from dask.utils import parse_bytes
 
 from ..processes import alive as process_alive
 
@@ -37,6 +45,7 @@ __all__ = ["Outbox", "Inbox", "SharedMemoryError"]
 DIRECTORY = "/dev/shm"
 ALIGN = 64  # each array starts on a cache line
 GRAIN = 1 << 20  # segments are made in whole MiB, so that a message a little bigger reuses one
+BUDGET_SHARE = 4  # by default a process's segments hold at most this fraction of /dev/shm
 MAPPED_SEGMENTS = 32  # segments a receiver keeps open (a few per sender it hears from)
 _NAME = re.compile(r"dflow-(\d+)-(\d+)-[0-9a-f]{16}")  # dflow-<pid namespace>-<pid>-<random>
 _KINDS = "biuf"  # dtypes a segment may carry: numbers and booleans, never objects
@@ -84,22 +93,25 @@ def _unlink_all() -> None:
 
 
 class Outbox:
-    """The sending side: segments per destination, each reused once its message was answered."""
+    """The sending side: segments per destination, each reused once its message was answered,
+    all of them together within ``budget`` bytes (:func:`budget_from_environment`)."""
 
-    def __init__(self):
+    def __init__(self, budget: int | None = None):
         self._lock = threading.Lock()
-        self._free: dict[str, list[_Segment]] = defaultdict(list)
+        self._free: list[tuple[str, _Segment]] = []  # (destination, segment), oldest given back first
         self._all: list[_Segment] = []
+        self.budget = budget_from_environment() if budget is None else budget
         self.refused: set[str] = set()  # destinations that could not read a segment: TCP only
-        _remove_segments_of_dead_processes()
+        if self.budget:
+            _remove_segments_of_dead_processes()
 
     def pack(self, dest: str, values: dict) -> tuple[dict, dict | None, _Segment | None]:
         """``values`` split into those that go in the message (tokens, strings) and, for the
         arrays of numbers, where they are in a segment (``None`` when there are none, or ``dest``
-        cannot take them); give the segment back with :meth:`release` once ``dest`` has
-        answered. (Small arrays go in the segment too: in the message each is a frame of its
-        own, which costs more to write and read than the copies.)"""
-        arrays = {} if dest in self.refused else {
+        cannot take them, or they do not fit in the budget); give the segment back with
+        :meth:`release` once ``dest`` has answered. (Small arrays go in the segment too: in the
+        message each is a frame of its own, which costs more to write and read than the copies.)"""
+        arrays = {} if dest in self.refused or not self.budget else {
             name: value for name, value in values.items()
             if isinstance(value, numpy.ndarray) and value.dtype.kind in _KINDS}
         if not arrays:
@@ -108,9 +120,8 @@ class Outbox:
         for name, value in arrays.items():
             places[name] = [offset, value.dtype.str, list(value.shape)]
             offset += -(-value.nbytes // ALIGN) * ALIGN
-        try:
-            segment = self._take(dest, offset)
-        except OSError:  # /dev/shm full or missing: this message goes by TCP
+        segment = self._take(dest, offset)
+        if segment is None:  # over the budget, or /dev/shm full or missing: this message goes by TCP
             return values, None, None
         for name, value in arrays.items():
             start = places[name][0]
@@ -122,19 +133,37 @@ class Outbox:
     def release(self, dest: str, segment: _Segment | None) -> None:
         if segment is not None:
             with self._lock:
-                self._free[dest].append(segment)
+                self._free.append((dest, segment))
 
-    def _take(self, dest: str, size: int) -> _Segment:
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of /dev/shm this process's segments hold."""
         with self._lock:
-            fitting = [s for s in self._free[dest] if s.size >= size]
+            return sum(segment.size for segment in self._all)
+
+    def _take(self, dest: str, size: int) -> _Segment | None:
+        size = -(-size // GRAIN) * GRAIN
+        with self._lock:
+            fitting = [entry for entry in self._free if entry[0] == dest and entry[1].size >= size]
             if fitting:
-                segment = min(fitting, key=lambda s: s.size)
-                self._free[dest].remove(segment)
-                return segment
-        segment = _Segment(-(-size // GRAIN) * GRAIN)
-        with self._lock:
+                entry = min(fitting, key=lambda entry: entry[1].size)
+                self._free.remove(entry)
+                return entry[1]
+            held = sum(segment.size for segment in self._all)
+            if held - sum(unused.size for _, unused in self._free) + size > self.budget:
+                return None  # not even without the segments no message is using
+            while held + size > self.budget:  # make room: the longest unused first
+                _, unused = self._free.pop(0)
+                self._all.remove(unused)
+                unused.unlink()
+                held -= unused.size
+            try:
+                segment = _Segment(size)
+            except OSError:  # /dev/shm holds no more (or is missing): ask it for nothing bigger again
+                self.budget = held
+                return None
             self._all.append(segment)
-        return segment
+            return segment
 
     def close(self) -> None:
         """Unlink every segment (receivers keep what they mapped until they close it)."""
@@ -143,6 +172,27 @@ class Outbox:
             self._free.clear()
         for segment in segments:
             segment.unlink()
+
+
+def budget_from_environment() -> int:
+    """The bytes of /dev/shm a process's segments may hold: ``DFLOW_SHARED_MEMORY`` where it is
+    set (``0`` or ``off``: none, shared memory off; a size such as ``512MiB``), else a quarter of
+    /dev/shm's size (0 where there is none)."""
+    setting = os.environ.get("DFLOW_SHARED_MEMORY", "").strip()
+    if setting.lower() in ("0", "off", "false", "no"):
+        return 0
+    if setting:
+        try:
+            return parse_bytes(setting)
+        except ValueError:
+            raise ValueError(f"DFLOW_SHARED_MEMORY={setting!r} is neither 0 (shared memory off) nor a size "
+                             "such as '512MiB': set one of those, or unset it for a quarter of "
+                             f"{DIRECTORY}") from None
+    try:
+        stat = os.statvfs(DIRECTORY)
+    except OSError:
+        return 0
+    return stat.f_blocks * stat.f_frsize // BUDGET_SHARE
 
 
 class Inbox:
@@ -194,6 +244,9 @@ class Inbox:
             buffer = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
+        # a segment its sender unlinked (to stay in its budget) lives on while it is mapped here
+        for gone in [other for other in self._mapped if not os.path.exists(os.path.join(DIRECTORY, other))]:
+            self._mapped.pop(gone).close()
         self._mapped[name] = buffer
         while len(self._mapped) > MAPPED_SEGMENTS:
             self._mapped.popitem(last=False)[1].close()
