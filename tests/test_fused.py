@@ -220,3 +220,84 @@ def test_a_decayed_update_on_numpy_matches_the_reference_and_keeps_its_inputs(co
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
     np.testing.assert_array_equal(var, before[0])
     np.testing.assert_array_equal(delta, before[1])
+
+
+def reference_rms_prop(var, ms, mom, grad, lr, rho, momentum, epsilon):
+    """TF's ApplyRMSProp in float64."""
+    var, ms, mom, grad = (np.asarray(a, np.float64) for a in (var, ms, mom, grad))
+    new_ms = rho * ms + (1 - rho) * grad * grad
+    new_mom = momentum * mom + lr * grad / np.sqrt(new_ms + epsilon)
+    return var - new_mom, new_ms, new_mom
+
+
+def reference_momentum(var, accum, grad, lr, momentum, nesterov):
+    """TF's ApplyMomentum in float64."""
+    var, accum, grad = (np.asarray(a, np.float64) for a in (var, accum, grad))
+    new_accum = accum * momentum + grad
+    if nesterov:
+        return var - (lr * grad + lr * momentum * new_accum), new_accum
+    return var - lr * new_accum, new_accum
+
+
+RMS = dict(lr=0.01, rho=0.9, momentum=0.5, epsilon=1e-10)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+@pytest.mark.parametrize("shape", [(), (7,), (33, 5)])
+def test_rms_prop_on_numpy_matches_the_reference_and_keeps_its_inputs(compiled, dtype, rtol, shape):
+    var, mom, ms, grad = adam_inputs(shape, dtype)  # ms: positive, as an RMS is
+    before = [a.copy() for a in (var, ms, mom, grad)]
+    got = fused.rms_prop(xp_numpy, var, ms, mom, grad, **RMS)
+    for out, expected in zip(got, reference_rms_prop(var, ms, mom, grad, **RMS), strict=True):
+        assert out.dtype == dtype and out.shape == shape
+        np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol)
+    for a, b in zip((var, ms, mom, grad), before):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+def test_momentum_on_numpy_matches_the_reference_and_keeps_its_inputs(compiled, nesterov, dtype, rtol):
+    var, accum, _, grad = adam_inputs((9, 4), dtype)
+    before = [a.copy() for a in (var, accum, grad)]
+    got = fused.momentum(xp_numpy, var, accum, grad, 0.1, 0.9, nesterov)
+    for out, expected in zip(got, reference_momentum(var, accum, grad, 0.1, 0.9, nesterov), strict=True):
+        assert out.dtype == dtype
+        np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol)
+    for a, b in zip((var, accum, grad), before):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_rms_prop_and_momentum_on_every_namespace_match_the_reference(xp):
+    var, mom, ms, grad = adam_inputs((5, 3), np.float32)
+    got = fused.rms_prop(xp, *(xp.asarray(a) for a in (var, ms, mom, grad)), **RMS)
+    for out, expected in zip(got, reference_rms_prop(var, ms, mom, grad, **RMS), strict=True):
+        np.testing.assert_allclose(to_host(out), expected, rtol=2e-6, atol=2e-6)
+    for nesterov in (False, True):
+        got = fused.momentum(xp, *(xp.asarray(a) for a in (var, mom, grad)), 0.1, 0.9, nesterov)
+        for out, expected in zip(got, reference_momentum(var, mom, grad, 0.1, 0.9, nesterov), strict=True):
+            np.testing.assert_allclose(to_host(out), expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("optimizer, fused_kernel", [
+    (lambda: tf.train.RMSPropOptimizer(0.01, momentum=0.5), "rms_prop"),
+    (lambda: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True), "momentum")])
+def test_rms_prop_and_momentum_steps_in_a_session_are_the_fused_ones(compiled, monkeypatch, optimizer,
+                                                                     fused_kernel):
+    calls, real = [], getattr(fused, fused_kernel)
+    monkeypatch.setattr(fused, fused_kernel,
+                        lambda *args, **kw: calls.append(args[1].shape) or real(*args, **kw))
+    var0 = RNG.standard_normal((4, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        w = tf.Variable(var0, name="w")
+        train = optimizer().minimize(tf.reduce_sum(w * w))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train)
+            if fused_kernel == "rms_prop":  # TF's slots: ms starts at ones, mom at zeros
+                expected, _, _ = reference_rms_prop(var0, np.ones_like(var0), 0 * var0, 2 * var0, **RMS)
+            else:
+                expected, _ = reference_momentum(var0, 0 * var0, 2 * var0, 0.1, 0.9, True)
+            np.testing.assert_allclose(sess.run(w), expected, rtol=2e-6)
+    assert calls == [(4, 3)]

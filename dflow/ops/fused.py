@@ -79,6 +79,24 @@ def _compile(numba) -> dict:
             new_var[i] = var[i] - lr_t * m_i / (numpy.sqrt(v_i) + epsilon)
 
     @jit
+    def rms_prop_into(var, ms, mom, grad, new_var, new_ms, new_mom, lr, rho, momentum, epsilon):
+        keep = 1 - rho
+        for i in range(var.size):
+            g = grad[i]
+            ms_i = rho * ms[i] + keep * (g * g)
+            mom_i = momentum * mom[i] + lr * g / numpy.sqrt(ms_i + epsilon)
+            new_ms[i], new_mom[i] = ms_i, mom_i
+            new_var[i] = var[i] - mom_i
+
+    @jit
+    def momentum_into(var, accum, grad, new_var, new_accum, lr, momentum, nesterov):
+        for i in range(var.size):
+            g = grad[i]
+            accum_i = accum[i] * momentum + g
+            new_accum[i] = accum_i
+            new_var[i] = var[i] - (lr * g + lr * momentum * accum_i if nesterov else lr * accum_i)
+
+    @jit
     def gradient_descent_into(var, delta, new_var, alpha):
         for i in range(var.size):
             new_var[i] = var[i] - alpha * delta[i]
@@ -184,7 +202,8 @@ def _compile(numba) -> dict:
             "decayed_gradient_descent_into": decayed_gradient_descent_into, "outer_into": outer_into,
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_grad_into": relu_grad_into, "bias_add_relu_into": bias_add_relu_into,
-            "sparse_xent_into": sparse_xent_into}
+            "sparse_xent_into": sparse_xent_into, "rms_prop_into": rms_prop_into,
+            "momentum_into": momentum_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -200,6 +219,32 @@ def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2,
     new_var += epsilon
     numpy.divide(new_m, new_var, out=new_var)
     new_var *= lr_t
+    numpy.subtract(var, new_var, out=new_var)
+
+
+def _rms_prop_into_numpy(var, ms, mom, grad, new_var, new_ms, new_mom, lr, rho, momentum, epsilon):
+    """``rms_prop_into`` as NumPy passes into the outputs (``new_var`` holds the temporaries)."""
+    numpy.multiply(grad, grad, out=new_ms)
+    new_ms *= 1 - rho
+    numpy.multiply(ms, rho, out=new_var)
+    new_ms += new_var
+    numpy.add(new_ms, epsilon, out=new_var)
+    numpy.sqrt(new_var, out=new_var)
+    numpy.divide(grad, new_var, out=new_var)
+    new_var *= lr
+    numpy.multiply(mom, momentum, out=new_mom)
+    new_mom += new_var
+    numpy.subtract(var, new_mom, out=new_var)
+
+
+def _momentum_into_numpy(var, accum, grad, new_var, new_accum, lr, momentum, nesterov):
+    numpy.multiply(accum, momentum, out=new_accum)
+    new_accum += grad
+    if nesterov:  # var - (lr * g + lr * momentum * accum)
+        numpy.multiply(new_accum, lr * momentum, out=new_var)
+        new_var += grad * lr
+    else:
+        numpy.multiply(new_accum, lr, out=new_var)
     numpy.subtract(var, new_var, out=new_var)
 
 
@@ -239,6 +284,37 @@ def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon):
     kernels = compiled_kernels()
     _flat_pieces(kernels["adam_into"] if kernels else _adam_into_numpy, [var, m, v, grad, *outputs],
                  [scalar(lr_t), scalar(beta1), scalar(beta2), scalar(epsilon)])
+    return tuple(outputs)
+
+
+def rms_prop(xp, var, ms, mom, grad, lr, rho, momentum, epsilon):
+    """TF's ``ApplyRMSProp`` step: the new (var, ms, mom), one pass where NumPy made ten (6 ms
+    for a 2048 x 625 layer; 1.2 ms in TensorFlow's kernel)."""
+    if not _numpy_floats(xp, [var, ms, mom, grad]) or not var.shape == ms.shape == mom.shape == grad.shape:
+        new_ms = rho * ms + (1 - rho) * (grad * grad)
+        new_mom = momentum * mom + lr * grad / xp.sqrt(new_ms + epsilon)
+        return var - new_mom, new_ms, new_mom
+    scalar = var.dtype.type  # float32 math for float32 arrays, as TF's kernel
+    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(3)]
+    kernels = compiled_kernels()
+    _flat_pieces(kernels["rms_prop_into"] if kernels else _rms_prop_into_numpy,
+                 [var, ms, mom, grad, *outputs], [scalar(lr), scalar(rho), scalar(momentum), scalar(epsilon)])
+    return tuple(outputs)
+
+
+def momentum(xp, var, accum, grad, lr, momentum, nesterov=False):
+    """TF's ``ApplyMomentum`` step: the new (var, accum); with ``nesterov``, ``var - (lr * grad +
+    lr * momentum * accum)``."""
+    if not _numpy_floats(xp, [var, accum, grad]) or not var.shape == accum.shape == grad.shape:
+        new_accum = accum * momentum + grad
+        if nesterov:
+            return var - (lr * grad + lr * momentum * new_accum), new_accum
+        return var - lr * new_accum, new_accum
+    scalar = var.dtype.type
+    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(2)]
+    kernels = compiled_kernels()
+    _flat_pieces(kernels["momentum_into"] if kernels else _momentum_into_numpy, [var, accum, grad, *outputs],
+                 [scalar(lr), scalar(momentum), bool(nesterov)])
     return tuple(outputs)
 
 

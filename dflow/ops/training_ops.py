@@ -62,10 +62,9 @@ def _decayed_gradient_descent(state, xp, var, alpha, delta, decayed, decay):
 def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
     with state.updating(var):
         old, old_accum = state.read_variable(var), state.read_variable(accum)
-        new_accum = _store(state, xp, accum, old_accum, old_accum * momentum + grad)
-        if use_nesterov:
-            return _store(state, xp, var, old, old - (lr * grad + lr * momentum * new_accum))
-        return _store(state, xp, var, old, old - lr * new_accum)
+        new, new_accum = fused.momentum(xp, old, old_accum, grad, lr, momentum, use_nesterov)
+        _store(state, xp, accum, old_accum, new_accum)
+        return _store(state, xp, var, old, new)
 
 
 def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
@@ -88,9 +87,10 @@ def _adagrad(state, xp, var, accum, lr, grad):
 def _rms_prop(state, xp, var, ms, mom, lr, rho, momentum, epsilon, grad):
     with state.updating(var):
         old, old_ms, old_mom = (state.read_variable(r) for r in (var, ms, mom))
-        new_ms = _store(state, xp, ms, old_ms, rho * old_ms + (1 - rho) * (grad * grad))
-        new_mom = _store(state, xp, mom, old_mom, momentum * old_mom + lr * grad / xp.sqrt(new_ms + epsilon))
-        return _store(state, xp, var, old, old - new_mom)
+        new, new_ms, new_mom = fused.rms_prop(xp, old, old_ms, old_mom, grad, lr, rho, momentum, epsilon)
+        _store(state, xp, ms, old_ms, new_ms)
+        _store(state, xp, mom, old_mom, new_mom)
+        return _store(state, xp, var, old, new)
 
 
 def _centered_rms_prop(state, xp, var, mg, ms, mom, lr, rho, momentum, epsilon, grad):
