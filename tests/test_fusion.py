@@ -132,6 +132,110 @@ def test_a_filter_s_and_its_bias_s_gradients_come_from_one_op(monkeypatch, onedn
     np.testing.assert_allclose(after, before - 0.5 * got_bias, rtol=1e-5, atol=1e-4)
 
 
+def conv_reference(images, kernel):
+    """A stride-1 SAME convolution of NHWC float64 images with a 3x3 HWIO kernel."""
+    n, h, w, _ = images.shape
+    out = np.zeros((n, h, w, kernel.shape[3]))
+    padded = np.pad(images.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    for i in range(3):
+        for j in range(3):
+            out += padded[:, i:i + h, j:j + w] @ kernel[i, j]
+    return out
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["oneDNN", "lowering"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_a_relu_of_a_convolution_without_bias_is_one_op(monkeypatch, onednn, data_format):
+    """Relu(Conv2D) (nlintz's tutorials write their layers so) is one op with the pair's numbers."""
+    from dflow.ops import onednn as onednn_module
+
+    if not onednn:
+        monkeypatch.setattr(onednn_module, "takes", lambda xp, *arrays: False)
+    images = RNG.standard_normal((3, 6, 6, 2)).astype(np.float32)
+    kernel = RNG.standard_normal((3, 3, 2, 4)).astype(np.float32)
+    fed = images if data_format == "NHWC" else np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, fed.shape)
+        conv = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME", data_format=data_format)
+        relu = tf.nn.relu(conv)
+        assert [t for t in op_types(make_plan(graph, [relu], {x.name}, HERE)) if t != "Const"] == [
+            "_FusedConv2DBiasRelu"]
+        with tf.Session() as sess:
+            got = sess.run(relu, {x: fed})
+            unfused = sess.run([relu, conv], {x: fed})[0]
+    expected = np.maximum(conv_reference(images, kernel), 0)
+    if data_format == "NCHW":
+        expected = expected.transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, unfused, rtol=1e-5, atol=1e-5)
+
+
+def test_the_shape_a_gradient_reads_does_not_keep_a_convolution_from_fusing():
+    """relu(conv + b): the Add's gradient reads the convolution's shape (the batch is unknown until
+    run), which is taken from the convolution's inputs, and training steps the same as unfused."""
+    images = RNG.standard_normal((3, 6, 6, 2)).astype(np.float32)
+    kernel0 = RNG.standard_normal((3, 3, 2, 4)).astype(np.float32)
+    bias0 = RNG.standard_normal(4).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 6, 6, 2])
+        kernel, bias = tf.Variable(kernel0), tf.Variable(bias0)
+        conv = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME")
+        loss = tf.reduce_sum(tf.nn.relu(conv + bias) ** 2)
+        train = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
+        types = op_types(make_plan(graph, [train], {x.name}, HERE))
+        assert "_FusedConv2DBiasRelu" in types and "_Conv2DShape" in types and "Conv2D" not in types
+        results = []
+        for fetch_conv_too in (False, True):  # fetched, the convolution stays an op of its own
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                for _ in range(2):
+                    sess.run([train, conv] if fetch_conv_too else train, {x: images})
+                results.append(sess.run([kernel, bias]))
+    for fused_value, unfused_value in zip(*results, strict=True):
+        np.testing.assert_allclose(fused_value, unfused_value, rtol=1e-5, atol=1e-5)
+    layer = conv_reference(images, kernel0) + bias0
+    expected_bias = bias0 - 0.01 * (2 * np.maximum(layer, 0)).sum(axis=(0, 1, 2))  # the first step
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [None, 6, 6, 2])
+        bias = tf.Variable(bias0)
+        loss = tf.reduce_sum(tf.nn.relu(tf.nn.conv2d(x, kernel0, [1, 1, 1, 1], "SAME") + bias) ** 2)
+        train = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {x: images})
+            np.testing.assert_allclose(sess.run(bias), expected_bias, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("data_format, strides, padding, dilations", [
+    ("NHWC", [1, 1, 1, 1], "SAME", [1, 1, 1, 1]), ("NHWC", [1, 2, 3, 1], "VALID", [1, 1, 1, 1]),
+    ("NCHW", [1, 1, 2, 2], "SAME", [1, 1, 1, 1]), ("NHWC", [1, 1, 1, 1], "VALID", [1, 2, 2, 1])])
+def test_a_convolution_s_shape_from_its_inputs_is_its_output_s(xp, data_format, strides, padding, dilations):
+    x = RNG.standard_normal((2, 3, 9, 7) if data_format == "NCHW" else (2, 9, 7, 3)).astype(np.float32)
+    w = RNG.standard_normal((3, 2, 3, 5)).astype(np.float32)
+    attrs = dict(strides=strides, padding=padding, data_format=data_format, dilations=dilations)
+    output = get_opdef("Conv2D").kernel(array_api_compat.numpy, x, w, **attrs)
+    for out_type in (tf.int32, tf.int64):
+        shape = get_opdef("_Conv2DShape").kernel(xp, xp.asarray(x), xp.asarray(w), out_type=out_type, **attrs)
+        assert to_host(shape).dtype == out_type.as_numpy_dtype
+        np.testing.assert_array_equal(to_host(shape), output.shape)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_a_bias_s_gradient_summed_to_its_shape_is_the_plain_sum(xp):
+    g = RNG.standard_normal((3, 4, 5, 6)).astype(np.float32)
+    sum_to_shape = get_opdef("SumToShape").kernel
+    g64 = g.astype(np.float64)
+    for target, expected in (([6], g64.sum(axis=(0, 1, 2))),
+                             ([1, 1, 1, 6], g64.sum(axis=(0, 1, 2), keepdims=True)),
+                             ([5, 6], g64.sum(axis=(0, 1))), ([1], g64.sum().reshape(1))):
+        got = to_host(sum_to_shape(xp, xp.asarray(g), np.array(target)))
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    integers = (g * 10).astype(np.int32)  # not a BLAS product: the sum itself
+    np.testing.assert_array_equal(to_host(sum_to_shape(xp, xp.asarray(integers), np.array([6]))),
+                                  integers.sum(axis=(0, 1, 2)))
+
+
 def test_a_sum_used_elsewhere_fetched_or_controlling_is_not_fused():
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [None, 5, 5, 2])

@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import dtypes
 from ..graph import Tensor, TensorShape, as_shape, convert_to_tensor, get_default_graph, register_op_builders
+from . import parallel
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
 
@@ -746,6 +747,8 @@ def _sum_to_shape_kernel(xp, g, target):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(target) if d == 1 and g.shape[lead + i] != 1
     )
+    if axes == tuple(range(g.ndim - 1)) and len(target) == 1 and xp.isdtype(g.dtype, "real floating"):
+        return parallel.sum_rows(xp, g)  # a channel bias's gradient: relu(conv + b)'s b
     return xp.reshape(xp.sum(g, axis=axes), target)
 
 

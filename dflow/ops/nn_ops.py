@@ -299,14 +299,8 @@ def _bias_add_grad_infer(inputs, data_format):
 
 def _bias_add_grad_kernel(xp, g, data_format):
     keep = _channel_axis(g.ndim, data_format)
-    if keep == g.ndim - 1 and g.ndim > 1:  # channels last: a row of ones times the (rows, C)
-        # matrix, a BLAS product: 4x faster than a sum over the other axes with NumPy on 2
-        # cores (0.28 vs 1.2 ms at CIFAR-10's conv1), 1.2 ms of a 10.7 ms step on a GPU.
-        # Through parallel.matmul: a product with BLAS's own threads leaves them spinning
-        # after it, and the next convolution's pieces ran 1.5x slower beside them
-        rows = xp.reshape(g, (-1, g.shape[-1]))
-        ones = xp.ones((1, rows.shape[0]), dtype=g.dtype)
-        return xp.reshape(parallel.matmul(xp, ones, rows), (g.shape[-1],))
+    if keep == g.ndim - 1 and g.ndim > 1:  # channels last
+        return parallel.sum_rows(xp, g)
     return xp.sum(g, axis=tuple(a for a in range(g.ndim) if a != keep))
 
 
@@ -376,7 +370,7 @@ def _conv2d_kernel(xp, x, w, strides, padding, data_format, dilations):
     return _from_nhwc(xp, y, data_format)
 
 
-def _conv2d_bias_relu_kernel(xp, x, w, bias, strides, padding, data_format, dilations):
+def _conv2d_bias_relu_kernel(xp, x, w, bias=None, *, strides, padding, data_format, dilations):
     if data_format == "NHWC":
         attrs = {"data_format": data_format, "strides": strides, "dilations": dilations}
         y = lowering.conv2d_bias_relu(xp, x, w, bias, _spatial(attrs, "strides"),
@@ -384,14 +378,28 @@ def _conv2d_bias_relu_kernel(xp, x, w, bias, strides, padding, data_format, dila
         if y is not None:
             return y
     y = _conv2d_kernel(xp, x, w, strides, padding, data_format, dilations)
+    if bias is None:
+        return _relu_kernel(xp, y)
     return _add_relu_kernel(xp, y, bias, data_format, out=y)  # y is this kernel's own
 
 
-# Relu(BiasAdd(Conv2D(x, w), b)), fused when a stage is lowered (runtime/fusion.py), as Grappler's
-# remapper makes TF's _FusedConv2D: the bias and ReLU applied as oneDNN makes each block of the
-# output. Not an op of users' graphs, so no gradient (theirs differentiate the three ops).
+# Relu(BiasAdd(Conv2D(x, w), b)), Relu(Add(Conv2D(x, w), b)) and Relu(Conv2D(x, w)) (no bias),
+# fused when a stage is lowered (runtime/fusion.py), as Grappler's remapper makes TF's
+# _FusedConv2D: the bias and ReLU applied as oneDNN makes each block of the output. Not an op of
+# users' graphs, so no gradient (theirs differentiate the ops it replaces).
 defop("_FusedConv2DBiasRelu", lambda inputs, **attrs: _conv2d_infer(inputs[:2], **attrs),
       _conv2d_bias_relu_kernel)
+
+
+def _conv2d_shape_kernel(xp, x, w, out_type, **conv_attrs):
+    specs = [Spec(tuple(x.shape), dtypes.float32), Spec(tuple(w.shape), dtypes.float32)]
+    return xp.asarray(_conv2d_infer(specs, **conv_attrs)[0].shape, dtype=out_type.of(xp))
+
+
+# Shape(Conv2D(x, w)) from the shapes of x and w, made when a stage is lowered (runtime/fusion.py):
+# the gradient of relu(conv + b) reads the convolution's shape, and that read alone kept the
+# convolution's output from fusing with the add and the ReLU.
+defop("_Conv2DShape", lambda inputs, out_type, **_: [Spec((4,), out_type)], _conv2d_shape_kernel)
 
 
 def _conv_attrs(op):

@@ -8,7 +8,10 @@ place and under its name, so every consumer and every fetch of its value is unch
 
 - ``Relu(BiasAdd(x, b))``, ``Relu(Add(x, b))`` -> ``_FusedAddRelu(x, b)``;
 - ``_FusedAddRelu(Conv2D(x, w), b)`` -> ``_FusedConv2DBiasRelu(x, w, b)`` (a fused op fuses
-  again with the op before it: TF's ``_FusedConv2D``, one oneDNN pass);
+  again with the op before it: TF's ``_FusedConv2D``, one oneDNN pass), and ``Relu(Conv2D(x,
+  w))`` -> ``_FusedConv2DBiasRelu(x, w)``; a ``Shape`` of the convolution's output (the
+  gradient of ``conv + b`` reads it) becomes ``_Conv2DShape(x, w)``, so that it does not keep
+  the output from fusing;
 - ``ReluGrad(MaxPoolGrad(x, y, dy), x)`` -> ``_FusedMaxPoolGradReluGrad(x, y, dy)``;
 - ``Conv2DBackpropFilter(x, sizes, g)`` and ``BiasAddGrad(g)`` of the same ``g`` ->
   ``_Conv2DBackpropFilterWithBias(x, sizes, g)``, its two outputs the filter's and the
@@ -47,6 +50,8 @@ __all__ = ["fuse"]
 
 
 def _add_relu(relu: OpNode, add: OpNode) -> tuple[str, dict, tuple] | None:
+    if add.type == "Conv2D":  # no bias
+        return "_FusedConv2DBiasRelu", add.attrs, add.inputs
     if add.type not in ("BiasAdd", "Add"):
         return None
     return "_FusedAddRelu", {"data_format": add.attrs.get("data_format", "NHWC")}, add.inputs
@@ -74,6 +79,7 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
     else uses the first op's value. ``needed``: the tensor and ``^op`` names the stage gives
     out (sent to other tasks, kept for its later stages, fetched): a first op among them is
     left alone."""
+    nodes = _conv_shapes_from_inputs(nodes)
     sole_producer = _sole_producers(nodes, needed)
     fused, absorbed = {}, set()
     for second in nodes:
@@ -89,6 +95,20 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
     return _with_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
+
+
+def _conv_shapes_from_inputs(nodes: list[OpNode]) -> list[OpNode]:
+    """Each ``Shape`` of a Conv2D's output as ``_Conv2DShape`` of the Conv2D's inputs (:func:`fuse`)."""
+    convs = {f"{n.name}:0": n for n in nodes if n.type == "Conv2D"}
+
+    def from_inputs(node: OpNode) -> OpNode:
+        conv = convs.get(node.inputs[0]) if node.type == "Shape" else None
+        if conv is None or conv.device_type != node.device_type:
+            return node
+        return OpNode(node.name, "_Conv2DShape", {**conv.attrs, **node.attrs}, conv.inputs,
+                      node.control_inputs, 1, node.device_type)
+
+    return [from_inputs(n) for n in nodes]
 
 
 def _sole_producers(nodes: list[OpNode], needed: Collection[str]):
