@@ -301,3 +301,24 @@ def test_rms_prop_and_momentum_steps_in_a_session_are_the_fused_ones(compiled, m
                 expected, _ = reference_momentum(var0, 0 * var0, 2 * var0, 0.1, 0.9, True)
             np.testing.assert_allclose(sess.run(w), expected, rtol=2e-6)
     assert calls == [(4, 3)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("keep_prob", [0.25, 0.8, 1.0])
+def test_dropout_compiled_keeps_a_keep_prob_share_scaled_and_repeats_with_its_seed(dtype, keep_prob):
+    x = np.asarray(RNG.standard_normal((301, 333)), dtype)[:, ::3]  # not contiguous: 301 x 111
+    out, scale = fused.dropout(x, np.asarray(keep_prob, dtype), np.random.default_rng(7))
+    assert out.dtype == scale.dtype == dtype and out.shape == scale.shape == x.shape
+    inverse = dtype(1) / dtype(keep_prob)
+    assert set(np.unique(scale)) <= {dtype(0), inverse}
+    np.testing.assert_array_equal(out, x * scale)
+    kept = (scale != 0).mean()  # 33,411 draws: the share's standard deviation is under 0.0024
+    assert abs(kept - keep_prob) < 0.012
+    again, _ = fused.dropout(x, np.asarray(keep_prob, dtype), np.random.default_rng(7))
+    np.testing.assert_array_equal(again, out)
+    if keep_prob < 1:
+        other, _ = fused.dropout(x, np.asarray(keep_prob, dtype), np.random.default_rng(8))
+        assert not np.array_equal(other, out)
+    # neighbouring elements (two draws of one 64-bit word) are as independent as any two
+    both = ((scale[:, :-1] != 0) & (scale[:, 1:] != 0)).mean()
+    assert abs(both - keep_prob ** 2) < 0.015

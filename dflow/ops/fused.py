@@ -97,6 +97,13 @@ def _compile(numba) -> dict:
             new_var[i] = var[i] - (lr * g + lr * momentum * accum_i if nesterov else lr * accum_i)
 
     @jit
+    def dropout_into(x, bits, out, scale, threshold, kept, dropped):
+        for i in range(x.size):
+            s = kept if bits[i] < threshold else dropped
+            scale[i] = s
+            out[i] = x[i] * s
+
+    @jit
     def gradient_descent_into(var, delta, new_var, alpha):
         for i in range(var.size):
             new_var[i] = var[i] - alpha * delta[i]
@@ -203,7 +210,7 @@ def _compile(numba) -> dict:
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_grad_into": relu_grad_into, "bias_add_relu_into": bias_add_relu_into,
             "sparse_xent_into": sparse_xent_into, "rms_prop_into": rms_prop_into,
-            "momentum_into": momentum_into}
+            "momentum_into": momentum_into, "dropout_into": dropout_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -316,6 +323,22 @@ def momentum(xp, var, accum, grad, lr, momentum, nesterov=False):
     _flat_pieces(kernels["momentum_into"] if kernels else _momentum_into_numpy, [var, accum, grad, *outputs],
                  [scalar(lr), scalar(momentum), bool(nesterov)])
     return tuple(outputs)
+
+
+def dropout(x, keep_prob, generator: numpy.random.Generator):
+    """TF's dropout of an array :func:`compiled_for` takes, ``keep_prob`` in (0, 1]: ``(x * scale,
+    scale)``, ``scale`` being ``1 / keep_prob`` where a uniform 32-bit draw is below ``keep_prob *
+    2**32``, else 0. The generator's raw bits, two draws from each 64-bit word, and one pass: drawing
+    floats and comparing, casting, dividing and multiplying took twice as long (803 K elements,
+    nlintz's first dropout: 2.5 ms)."""
+    size = x.size
+    bits = generator.bit_generator.random_raw(-(-size // 2)).view(numpy.uint32)[:size]
+    scalar = x.dtype.type
+    threshold = numpy.int64(min(int(float(keep_prob) * 2.0**32), 1 << 32))  # 1 keeps every draw
+    out, scale = numpy.empty(x.shape, x.dtype), numpy.empty(x.shape, x.dtype)
+    _flat_pieces(compiled_kernels()["dropout_into"], [x, bits, out, scale],
+                 [threshold, scalar(1) / scalar(keep_prob), scalar(0)])
+    return out, scale
 
 
 def gradient_descent(xp, var, alpha, delta, decayed=None, decay=None):

@@ -655,7 +655,10 @@ def _dropout_infer(inputs, noise_shape, seed):
 def _dropout_kernel(state, xp, x, keep_prob, noise_shape, seed):
     """Outputs ``x * scale`` and ``scale = (uniform < keep_prob) / keep_prob`` (for the gradient)."""
     shape_ = x.shape if noise_shape is None else tuple(noise_shape)
-    uniform = xp.asarray(state.random_generator(seed).random(shape_))
+    generator = state.random_generator(seed)
+    if shape_ == x.shape and fused.compiled_for(xp, x) and 0 < float(keep_prob) <= 1:
+        return fused.dropout(x, keep_prob, generator)
+    uniform = xp.asarray(generator.random(shape_))
     kept = uniform < xp.astype(keep_prob, uniform.dtype)
     scale = xp.astype(kept, x.dtype) / keep_prob
     return x * scale, scale
