@@ -630,3 +630,44 @@ def test_prefetch_queue_of_a_dict_and_what_it_refuses():
         tf.contrib.slim.prefetch_queue.prefetch_queue([tf.placeholder(tf.float32, [None, 3])])
     with pytest.raises(ValueError, match=r"dynamic_pad=True\) is not supported by dflow"):
         tf.contrib.slim.prefetch_queue.prefetch_queue([tf.ones([2])], dynamic_pad=True)
+
+
+def _runner_of_copies():
+    queue = tf.FIFOQueue(1000, [tf.int32], shapes=[[]])
+    counter = tf.Variable(0, name="counter")
+    copies = queue.enqueue([counter.assign_add(1)])
+    other = queue.enqueue([tf.constant(-1)])
+    return queue, counter, tf.train.QueueRunner(queue, [copies] * 16 + [other])
+
+
+@pytest.mark.parametrize("setting, threads", [(None, 2), ("3", 4), ("16", 17), ("40", 17)])
+def test_copies_of_one_enqueue_op_run_on_one_thread_unless_set(monkeypatch, setting, threads):
+    """shuffle_batch(num_threads=16)'s sixteen copies: one thread (the interpreter's lock made
+    sixteen slower), or DFLOW_QUEUE_RUNNER_THREADS of them; each distinct op keeps its own."""
+    if setting is None:
+        monkeypatch.delenv("DFLOW_QUEUE_RUNNER_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("DFLOW_QUEUE_RUNNER_THREADS", setting)
+    with tf.Graph().as_default():
+        queue, counter, runner = _runner_of_copies()
+        take = queue.dequeue_many(200)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            coord = tf.train.Coordinator()
+            started = runner.create_threads(sess, coord=coord, start=True)
+            workers = [t for t in started if not t.name.endswith("close_on_stop")]
+            assert len(workers) == threads
+            values = sess.run(take)
+            coord.request_stop()
+            coord.join(started, stop_grace_period_secs=10)
+    counted = [v for v in values if v != -1]
+    assert counted and len(set(counted)) == len(counted) and min(counted) >= 1  # each count once
+
+
+@pytest.mark.parametrize("setting", ["0", "many", "-2"])
+def test_a_bad_queue_runner_threads_setting_is_refused(monkeypatch, setting):
+    monkeypatch.setenv("DFLOW_QUEUE_RUNNER_THREADS", setting)
+    with tf.Graph().as_default():
+        _, _, runner = _runner_of_copies()
+        with tf.Session() as sess, pytest.raises(ValueError, match=f"DFLOW_QUEUE_RUNNER_THREADS='{setting}'"):
+            runner.create_threads(sess)
