@@ -49,12 +49,12 @@ from .executor import OpNode
 __all__ = ["fuse"]
 
 
-def _add_relu(relu: OpNode, add: OpNode) -> tuple[str, dict, tuple] | None:
-    if add.type == "Conv2D":  # no bias
-        return "_FusedConv2DBiasRelu", add.attrs, add.inputs
-    if add.type not in ("BiasAdd", "Add"):
+def _relu_of(relu: OpNode, first: OpNode) -> tuple[str, dict, tuple] | None:
+    if first.type == "Conv2D":  # no bias
+        return "_FusedConv2DBiasRelu", first.attrs, first.inputs
+    if first.type not in ("BiasAdd", "Add"):
         return None
-    return "_FusedAddRelu", {"data_format": add.attrs.get("data_format", "NHWC")}, add.inputs
+    return "_FusedAddRelu", {"data_format": first.attrs.get("data_format", "NHWC")}, first.inputs
 
 
 def _conv_bias_relu(add_relu: OpNode, conv: OpNode) -> tuple[str, dict, tuple] | None:
@@ -71,7 +71,7 @@ def _max_pool_grad_relu_grad(relu_grad: OpNode, pool_grad: OpNode) -> tuple[str,
 
 #: by the second op's type, given the op making its first input: the fused op's type,
 #: attributes and inputs, or None
-_RULES = {"Relu": _add_relu, "_FusedAddRelu": _conv_bias_relu, "ReluGrad": _max_pool_grad_relu_grad}
+_RULES = {"Relu": _relu_of, "_FusedAddRelu": _conv_bias_relu, "ReluGrad": _max_pool_grad_relu_grad}
 
 
 def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
