@@ -222,15 +222,16 @@ def test_a_convolution_s_shape_from_its_inputs_is_its_output_s(xp, data_format, 
 
 
 @pytest.mark.parametrize("xp", NAMESPACES)
-def test_a_bias_s_gradient_summed_to_its_shape_is_the_plain_sum(xp):
-    g = RNG.standard_normal((3, 4, 5, 6)).astype(np.float32)
+@pytest.mark.parametrize("leading", [(3, 4, 5), (8, 16, 16)], ids=["few rows", "a BLAS product's rows"])
+def test_a_bias_s_gradient_summed_to_its_shape_is_the_plain_sum(xp, leading):
+    g = RNG.standard_normal((*leading, 6)).astype(np.float32)
     sum_to_shape = get_opdef("SumToShape").kernel
     g64 = g.astype(np.float64)
     for target, expected in (([6], g64.sum(axis=(0, 1, 2))),
                              ([1, 1, 1, 6], g64.sum(axis=(0, 1, 2), keepdims=True)),
-                             ([5, 6], g64.sum(axis=(0, 1))), ([1], g64.sum().reshape(1))):
+                             ([leading[2], 6], g64.sum(axis=(0, 1))), ([1], g64.sum().reshape(1))):
         got = to_host(sum_to_shape(xp, xp.asarray(g), np.array(target)))
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=5e-4)  # float32 sums of 2,048
     integers = (g * 10).astype(np.int32)  # not a BLAS product: the sum itself
     np.testing.assert_array_equal(to_host(sum_to_shape(xp, xp.asarray(integers), np.array([6]))),
                                   integers.sum(axis=(0, 1, 2)))
