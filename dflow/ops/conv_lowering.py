@@ -289,10 +289,8 @@ def conv2d_bias_relu(xp, x, w, bias, strides, dilations, padding):
     """``max(conv2d(x, w) + bias, 0)`` (``bias`` None: no bias) in one oneDNN pass (the bias and
     ReLU applied as each output block is made: TF's ``_FusedConv2D``); None where oneDNN does not
     take the arrays."""
-    if bias is None:
-        if not onednn.takes(xp, x, w):
-            return None
-    elif not onednn.takes(xp, x, w, bias) or bias.shape != (w.shape[3],):
+    arrays = (x, w) if bias is None else (x, w, bias)
+    if not onednn.takes(xp, *arrays) or (bias is not None and bias.shape != (w.shape[3],)):
         return None
     out_hw, pads = _geometry2d(x.shape[1:3], w.shape[:2], strides, dilations, padding)
     return onednn.conv2d(x, w, strides, dilations, pads, out_hw, bias=bias, relu=True)

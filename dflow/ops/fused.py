@@ -295,8 +295,8 @@ def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon):
 
 
 def rms_prop(xp, var, ms, mom, grad, lr, rho, momentum, epsilon):
-    """TF's ``ApplyRMSProp`` step: the new (var, ms, mom), one pass where NumPy made ten (6 ms
-    for a 2048 x 625 layer; 1.2 ms in TensorFlow's kernel)."""
+    """TF's ``ApplyRMSProp`` step: the new (var, ms, mom), one pass where NumPy made ten (a 2048 x
+    625 layer: 1.5 against 3.2 ms; TensorFlow's kernel 1.2-1.4)."""
     if not _numpy_floats(xp, [var, ms, mom, grad]) or not var.shape == ms.shape == mom.shape == grad.shape:
         new_ms = rho * ms + (1 - rho) * (grad * grad)
         new_mom = momentum * mom + lr * grad / xp.sqrt(new_ms + epsilon)

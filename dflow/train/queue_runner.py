@@ -92,7 +92,8 @@ class QueueRunner:
 
     def create_threads(self, sess, coord: Coordinator | None = None, daemon: bool = False,
                        start: bool = False) -> list[threading.Thread]:
-        """One thread per enqueue op (none if this session's are still running)."""
+        """One thread per enqueue op, copies of one op on :func:`threads_per_enqueue_op` threads
+        (none if this session's are still running)."""
         _refuse_cluster_sessions(sess)
         enqueue_ops = _with_copies_up_to(self._enqueue_ops, threads_per_enqueue_op())
         with self._lock:
