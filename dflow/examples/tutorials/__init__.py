@@ -1,0 +1,1 @@
+"""``tf.examples.tutorials``."""

@@ -1,0 +1,1 @@
+"""``tf.examples.tutorials.mnist``: ``input_data``, the MNIST reader of TF 1.x's tutorials."""

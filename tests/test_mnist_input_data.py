@@ -1,0 +1,127 @@
+"""``tensorflow.examples.tutorials.mnist.input_data`` as TF 1.x's tutorials use it, over real
+gzipped IDX files (scikit-learn's digits drawn into 28 x 28 MNIST frames): the splits, the
+scaling, one-hot labels, epochs of batches, the download of missing files (from a file://
+mirror: no network here), damaged files refused, and a tutorial's softmax regression trained."""
+
+import gzip
+import os
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import dflow as tf
+from dflow.data.sources import SourceError
+from dflow.examples.tutorials.mnist import input_data
+
+FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+         "t10k-labels-idx1-ubyte.gz")
+
+
+@pytest.fixture(scope="module")
+def mnist_dir(tmp_path_factory):
+    """The 1,797 digits as MNIST's four files: the first 1,497 the training set, 300 the test set."""
+    digits = load_digits()
+    images = np.zeros((len(digits.images), 28, 28), np.uint8)
+    images[:, 6:22, 6:22] = np.kron(digits.images * 255 / 16, np.ones((2, 2))).astype(np.uint8)
+    labels = digits.target.astype(np.uint8)
+    folder = tmp_path_factory.mktemp("MNIST_data")
+    for prefix, part in (("train", slice(0, 1497)), ("t10k", slice(1497, None))):
+        with gzip.open(folder / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">IIII", 2051, len(images[part]), 28, 28) + images[part].tobytes())
+        with gzip.open(folder / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">II", 2049, len(labels[part])) + labels[part].tobytes())
+    return str(folder), images, labels
+
+
+def test_splits_scaling_and_one_hot_labels_as_tf1s_reader(mnist_dir):
+    folder, images, labels = mnist_dir
+    mnist = input_data.read_data_sets(folder, one_hot=True, validation_size=200)
+    sizes = mnist.train.num_examples, mnist.validation.num_examples, mnist.test.num_examples
+    assert sizes == (1297, 200, 300)
+    # the validation set is the first images of the training file, then the rest train
+    assert mnist.validation.images.dtype == np.float32 and mnist.validation.images.shape == (200, 784)
+    scale = np.float32(1 / 255)
+    np.testing.assert_array_equal(mnist.validation.images, images[:200].reshape(200, 784) * scale)
+    np.testing.assert_array_equal(mnist.train.images[0], images[200].reshape(784) * scale)
+    assert mnist.test.labels.dtype == np.float64 and mnist.test.labels.shape == (300, 10)
+    np.testing.assert_array_equal(mnist.test.labels.argmax(1), labels[1497:])
+    assert mnist.test.labels.sum() == 300
+    raw = input_data.read_data_sets(folder, dtype=tf.uint8, reshape=False, validation_size=0)
+    assert raw.train.images.dtype == np.uint8 and raw.train.images.shape == (1497, 28, 28, 1)
+    np.testing.assert_array_equal(raw.test.labels, labels[1497:])
+    with pytest.raises(ValueError, match="Validation size should be between 0 and 1497"):
+        input_data.read_data_sets(folder)  # the default 5,000 is more than these files hold
+    with pytest.raises(TypeError, match="expected uint8 or float32"):
+        input_data.read_data_sets(folder, dtype=tf.float64, validation_size=0)
+
+
+def test_every_example_once_an_epoch_and_the_last_batch_wraps(mnist_dir):
+    folder, _, labels = mnist_dir
+    test = input_data.read_data_sets(folder, validation_size=0, seed=3).test  # 300 examples
+    seen = [test.next_batch(70)[1] for _ in range(4)]  # 280 of the first epoch
+    assert test.epochs_completed == 0
+    wrapped = test.next_batch(70)  # the last 20 of epoch 1, then 50 of epoch 2 (reshuffled)
+    assert test.epochs_completed == 1 and len(wrapped[0]) == len(wrapped[1]) == 70
+    first_epoch = np.concatenate(seen + [wrapped[1][:20]])
+    np.testing.assert_array_equal(np.sort(first_epoch), np.sort(labels[1497:]))
+    assert not np.array_equal(first_epoch, labels[1497:])  # shuffled
+    again = input_data.read_data_sets(folder, validation_size=0, seed=3).test
+    np.testing.assert_array_equal(np.concatenate([again.next_batch(70)[1] for _ in range(4)]),
+                                  np.concatenate(seen))  # a seed repeats the order
+    in_order = input_data.read_data_sets(folder, validation_size=0).test
+    np.testing.assert_array_equal(in_order.next_batch(10, shuffle=False)[1], labels[1497:1507])
+
+
+def test_missing_files_are_downloaded_whole_or_refused_naming_them(mnist_dir, tmp_path):
+    mirror = mnist_dir[0]
+    fetched = input_data.read_data_sets(str(tmp_path / "new"), source_url=f"file://{mirror}/",
+                                        validation_size=0)
+    assert sorted(os.listdir(tmp_path / "new")) == sorted(FILES) and fetched.test.num_examples == 300
+    with pytest.raises(SourceError, match=r"train-images-idx3-ubyte.gz is not in .*empty.* could not be "
+                                          r"downloaded from file:///nowhere/.* put the four files"):
+        input_data.read_data_sets(str(tmp_path / "empty"), source_url="file:///nowhere/")
+    assert os.listdir(tmp_path / "empty") == []  # no partial file left behind
+
+
+def test_damaged_files_are_refused_naming_the_file(mnist_dir, tmp_path):
+    for name in FILES:
+        shutil.copy(os.path.join(mnist_dir[0], name), tmp_path / name)
+    data = gzip.open(os.path.join(mnist_dir[0], FILES[3])).read()
+    with gzip.open(tmp_path / FILES[3], "wb") as f:
+        f.write(data[:-10])  # ten labels short
+    with pytest.raises(SourceError, match="t10k-labels-idx1-ubyte.gz is truncated"):
+        input_data.read_data_sets(str(tmp_path), validation_size=0)
+    with gzip.open(tmp_path / FILES[3], "wb") as f:
+        f.write(data[:8] + bytes([12]) + data[9:])  # a label that is no digit
+    with pytest.raises(SourceError, match="label 12 is not a digit"):
+        input_data.read_data_sets(str(tmp_path), validation_size=0)
+    with open(tmp_path / FILES[0], "wb") as f:
+        f.write(b"not gzip")
+    with pytest.raises(SourceError, match="train-images-idx3-ubyte.gz is truncated or not gzip"):
+        input_data.read_data_sets(str(tmp_path), validation_size=0)
+
+
+def test_the_softmax_tutorial_trains_on_it(mnist_dir):
+    """TensorFlow's mnist_softmax.py, its model and loop as written (1,000 steps of 100)."""
+    mnist = input_data.read_data_sets(mnist_dir[0], one_hot=True, validation_size=0, seed=0)
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [None, 784])
+        W = tf.Variable(tf.zeros([784, 10]))
+        b = tf.Variable(tf.zeros([10]))
+        y = tf.matmul(x, W) + b
+        y_ = tf.placeholder(tf.float32, [None, 10])
+        cross_entropy = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y_, logits=y))
+        train_step = tf.train.GradientDescentOptimizer(0.5).minimize(cross_entropy)
+        sess = tf.InteractiveSession()
+        tf.global_variables_initializer().run()
+        for _ in range(1000):
+            batch_xs, batch_ys = mnist.train.next_batch(100)
+            sess.run(train_step, feed_dict={x: batch_xs, y_: batch_ys})
+        correct_prediction = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
+        accuracy = tf.reduce_mean(tf.cast(correct_prediction, tf.float32))
+        score = sess.run(accuracy, feed_dict={x: mnist.test.images, y_: mnist.test.labels})
+        sess.close()
+    assert score > 0.85
