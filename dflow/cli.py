@@ -1,4 +1,4 @@
-"""The ``dflow`` command line: ``dflow train``, ``dflow worker``, ``dflow bench``, ``dflow data``.
+"""The ``dflow`` command line: ``dflow train``, ``worker``, ``bench``, ``data`` and ``run``.
 
 Each subcommand is one entry of :data:`COMMANDS`: a function adding its
 arguments to an ``argparse`` parser, and a function running it.
@@ -313,6 +313,25 @@ def run_bench(args, parser) -> int:
     return run(args, parser)
 
 
+# ---- dflow run ---------------------------------------------------------------------------------
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("script", help="a Python file written for TF 1.x (or TF 2's tensorflow.compat.v1)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments")
+
+
+def _run_script(args, parser) -> int:
+    from .scripts import alias_tensorflow, run_script
+
+    if not os.path.isfile(args.script):
+        parser.error(f"{args.script}: no such script")
+    alias_tensorflow()
+    try:
+        run_script(args.script, args.script_args)
+    except SystemExit as exit:  # the script's own sys.exit / tf.app.run
+        return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "train": Command("train a model on a dataset, then report its test accuracy (on a local cluster of "
                      "1 PS + 2 workers with asynchronous updates unless --sync or --local)",
@@ -323,6 +342,8 @@ COMMANDS: dict[str, Command] = {
                       add_worker_arguments, run_worker),
     "data": Command("prepare datasets as chunked Zarr stores, describe them, benchmark reading",
                     add_data_arguments, run_data),
+    "run": Command("run a TF 1.x script unchanged on dflow: its `import tensorflow` imports dflow",
+                   _add_run_arguments, _run_script),
 }
 
 

@@ -6,6 +6,7 @@
     $ dflow bench advise --sweep bench_results/tiny.jsonl
     $ dflow bench simulate --hardware p2.xlarge --gpus 8,64   # a cluster simulated from dflow's plans
     $ dflow bench modes --model cifar10 --num_workers 2 --techniques
+    $ dflow bench script --calls 100 mnist_deep.py   # a TF 1.x script on dflow and on TensorFlow
     $ dflow bench --local                     # the single-process benchmark against PyTorch
     $ dflow bench --distributed               # local Session vs 1 PS + 1 worker
 
@@ -32,6 +33,8 @@ SUBCOMMANDS = {
     "simulate": ("simulate distributed training steps on a cluster preset (Piz Daint, AWS p2, DGX, H100) "
                  "from dflow's own plans; --reproduce bugliarello2017 checks it against the seed's tables",
                  "simulate_cli"),
+    "script": ("time a TF 1.x script's training steps, unchanged, on dflow and on TensorFlow (compat.v1): "
+               "fresh processes, interleaved rounds, the ratio per round", "script"),
     "advise": ("predict images/sec for N workers x M PS from a step time and the variables' bytes, "
                "and advise a PS count and placement", "advise"),
 }

@@ -1,0 +1,167 @@
+"""TF 1.x scripts run unchanged: ``dflow run`` (``import tensorflow`` imports dflow) and
+``dflow bench script`` (each Session.run timed in fresh processes, the step found, the script
+stopped once timed; failures, hangs and scripts too short to time reported as such)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from test_mnist_input_data import mnist_dir  # noqa: F401  (a fixture: MNIST's four files)
+
+from dflow.bench import script as bench_script
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# TensorFlow's mnist_softmax.py as its readers wrote it: the import lines, flags and tf.app.run
+SOFTMAX = textwrap.dedent('''\
+    import argparse
+    import sys
+
+    from tensorflow.examples.tutorials.mnist import input_data
+
+    import tensorflow as tf
+
+    FLAGS = None
+
+
+    def main(_):
+      mnist = input_data.read_data_sets(FLAGS.data_dir, one_hot=True, validation_size=0, seed=0)
+      x = tf.placeholder(tf.float32, [None, 784])
+      W = tf.Variable(tf.zeros([784, 10]))
+      b = tf.Variable(tf.zeros([10]))
+      y = tf.matmul(x, W) + b
+      y_ = tf.placeholder(tf.float32, [None, 10])
+      cross_entropy = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y_, logits=y))
+      train_step = tf.train.GradientDescentOptimizer(0.5).minimize(cross_entropy)
+      sess = tf.InteractiveSession()
+      tf.global_variables_initializer().run()
+      for _ in range(FLAGS.steps):
+        batch_xs, batch_ys = mnist.train.next_batch(100)
+        sess.run(train_step, feed_dict={x: batch_xs, y_: batch_ys})
+      correct_prediction = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
+      accuracy = tf.reduce_mean(tf.cast(correct_prediction, tf.float32))
+      print("accuracy", sess.run(accuracy, feed_dict={x: mnist.test.images, y_: mnist.test.labels}))
+
+    if __name__ == '__main__':
+      parser = argparse.ArgumentParser()
+      parser.add_argument('--data_dir', type=str, default='/tmp/tensorflow/mnist/input_data')
+      parser.add_argument('--steps', type=int, default=1000)
+      FLAGS, unparsed = parser.parse_known_args()
+      tf.app.run(main=main, argv=[sys.argv[0]] + unparsed)
+    ''')
+
+
+def dflow_command(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "dflow.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPOSITORY)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_dflow_run_trains_the_softmax_tutorial_unchanged(mnist_dir, tmp_path):  # noqa: F811
+    script = write(tmp_path, "mnist_softmax.py", SOFTMAX)
+    done = dflow_command("run", script, "--data_dir", mnist_dir[0], "--steps", "300")
+    assert done.returncode == 0, done.stderr
+    accuracy = float(done.stdout.split("accuracy")[-1])
+    assert accuracy > 0.85
+    exits = write(tmp_path, "exits.py", "import sys\nimport tensorflow\nsys.exit(3)\n")
+    assert dflow_command("run", exits).returncode == 3
+
+
+def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path):
+    script = write(tmp_path, "names.py", """\
+        import dflow
+        import tensorflow as tf
+        import tensorflow.compat.v1 as v1
+        from tensorflow.contrib import layers
+        import dflow.contrib.layers
+        assert tf is dflow and v1 is dflow and layers is dflow.contrib.layers
+        assert dflow.__spec__.name == "dflow" and layers.__spec__.name == "dflow.contrib.layers"
+        try:
+            import tensorflow.keras
+        except ModuleNotFoundError as error:
+            print(error)
+        """)
+    done = dflow_command("run", script)
+    assert done.returncode == 0, done.stderr
+    assert "No module named 'tensorflow.keras' (dflow has no 'dflow.keras'" in done.stdout
+
+
+def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
+    script = write(tmp_path, "forever.py", """\
+        import tensorflow as tf
+        from tensorflow.examples.tutorials.mnist import input_data
+        mnist = input_data.read_data_sets("unused", fake_data=True, one_hot=True)
+        x = tf.placeholder(tf.float32, [None, 784])
+        y_ = tf.placeholder(tf.float32, [None, 10])
+        w = tf.Variable(tf.zeros([784, 10]))
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y_, logits=tf.matmul(x, w)))
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            while True:  # stopped from outside once timed
+                xs, ys = mnist.train.next_batch(50, fake_data=True)
+                sess.run(train, {x: xs, y_: ys})
+        """)
+    output = tmp_path / "runs.json"
+    lines = []
+    args = ["--frameworks", "dflow", "--baseline", REPOSITORY, "--calls", "20", "--warmup", "3",
+            "--rounds", "2",
+            "--output", str(output), "--log_dir", str(tmp_path / "logs"), script]
+    status = bench_script.main(_parsed(args), echo=lines.append)
+    assert status == 0, lines
+    records = json.loads(output.read_text())
+    assert [(r["framework"], r["round"], r["ended"]) for r in records] == [
+        ("dflow", 1, "stopped"), ("baseline", 1, "stopped"),
+        ("dflow", 2, "stopped"), ("baseline", 2, "stopped")]
+    assert all(r["step"]["calls"] == 20 and r["step"]["median_s"] > 0 for r in records)
+    assert "| baseline | 2 |" in "\n".join(lines) and "x [" in lines[-1]
+    assert sorted(os.listdir(tmp_path / "logs")) == ["baseline-1.log", "baseline-2.log", "dflow-1.log",
+                                                      "dflow-2.log"]
+
+
+def test_bench_script_reports_failures_hangs_and_scripts_too_short(tmp_path):
+    fails = write(tmp_path, "fails.py", """\
+        import tensorflow as tf
+        one = tf.constant(1.0)
+        with tf.Session() as sess:
+            for step in range(10):
+                sess.run(one)
+        raise ValueError("the script's own error")
+        """)
+    lines = []
+    assert bench_script.main(_parsed(["--frameworks", "dflow", "--rounds", "1", "--warmup", "2", fails]),
+                             echo=lines.append) == 0  # ended with an error, but its steps were timed
+    assert "8 steps of Const:0" in lines[1]
+    assert "(the script failed first: ValueError: the script's own error)" in lines[1]
+    short = write(tmp_path, "short.py", "import tensorflow as tf\ntf.Session().run(tf.constant(1))\n")
+    lines = []
+    assert bench_script.main(_parsed(["--frameworks", "dflow", "--rounds", "1", short]),
+                             echo=lines.append) == 1
+    assert ("nothing to time: the script's most frequent Session.run ran 1 times, all within --warmup 10"
+            in lines[1])
+    hangs = write(tmp_path, "hangs.py", "import threading\nimport tensorflow\nthreading.Event().wait()\n")
+    lines = []
+    assert bench_script.main(_parsed(["--frameworks", "dflow", "--rounds", "1", "--timeout", "5", hangs]),
+                             echo=lines.append) == 1
+    assert "timed out: did not stop within --timeout 5 s" in lines[1]
+    for bad, message in ((["--frameworks", "pytorch"], "--frameworks takes dflow, tensorflow"),
+                         (["--calls", "0"], "--calls and --rounds take 1 or more"),
+                         (["--baseline", str(tmp_path)], "is not a dflow source tree")):
+        with pytest.raises(SystemExit, match=message):
+            bench_script.main(_parsed([*bad, short]))
+
+
+def _parsed(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    bench_script.add_arguments(parser)
+    return parser.parse_args(argv)
