@@ -52,6 +52,27 @@ def test_adam_on_numpy_matches_the_reference_and_keeps_its_inputs(compiled, dtyp
         np.testing.assert_array_equal(a, b)
 
 
+def test_compiled_adam_and_rms_prop_compute_float32_in_float32():
+    """Every operation rounded to float32, as TF's kernels: the loops equal a float32 NumPy
+    computation of the same expression bit for bit. (Typed float64, by a Python ``1 - beta1``,
+    the loops ran twice as long and their m differed from this in 2,933 of 10,000 elements.)"""
+    assert fused.compiled_kernels() is not None, "numba is a dependency: it must compile here"
+    f = np.float32
+    var, m, v, grad = adam_inputs((10_000,), f)
+    lr, beta1, beta2, epsilon = f(0.001), f(0.9), f(0.999), f(1e-8)
+    m_t = beta1 * m + (f(1) - beta1) * grad
+    v_t = beta2 * v + (f(1) - beta2) * (grad * grad)
+    expected = [var - lr * m_t / (np.sqrt(v_t) + epsilon), m_t, v_t]
+    for got, want in zip(fused.adam(xp_numpy, var, m, v, grad, lr, beta1, beta2, epsilon), expected):
+        np.testing.assert_array_equal(got, want)
+    rho, momentum = f(0.9), f(0.5)
+    ms_t = rho * v + (f(1) - rho) * (grad * grad)
+    mom_t = momentum * m + lr * grad / np.sqrt(ms_t + epsilon)
+    expected = [var - mom_t, ms_t, mom_t]
+    for got, want in zip(fused.rms_prop(xp_numpy, var, v, m, grad, lr, rho, momentum, epsilon), expected):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_adam_reads_a_transposed_gradient_in_its_logical_order(compiled):
     var, m, v, grad = adam_inputs((6, 4), np.float32)
     transposed = np.ascontiguousarray(grad.T).T  # same values, Fortran order
