@@ -125,3 +125,32 @@ def test_the_softmax_tutorial_trains_on_it(mnist_dir):
         score = sess.run(accuracy, feed_dict={x: mnist.test.images, y_: mnist.test.labels})
         sess.close()
     assert score > 0.85
+
+
+def test_the_fully_connected_feed_tutorials_model_module_trains(mnist_dir):
+    """``from tensorflow.examples.tutorials.mnist import mnist``: inference, loss, training and
+    evaluation as fully_connected_feed.py calls them (fixed-batch placeholders, integer labels)."""
+    from dflow.examples.tutorials.mnist import mnist
+
+    data = input_data.read_data_sets(mnist_dir[0], validation_size=0, seed=1)
+    with tf.Graph().as_default():
+        tf.set_random_seed(0)
+        images = tf.placeholder(tf.float32, shape=(100, mnist.IMAGE_PIXELS))
+        labels = tf.placeholder(tf.int32, shape=(100))
+        logits = mnist.inference(images, 128, 32)
+        loss = mnist.loss(logits, labels)
+        train_op = mnist.training(loss, 0.1)
+        eval_correct = mnist.evaluation(logits, labels)
+        assert [v.op.name for v in tf.global_variables()] == [
+            f"{layer}/{kind}" for layer in ("hidden1", "hidden2", "softmax_linear")
+            for kind in ("weights", "biases")] + ["global_step"]
+        assert len(tf.get_collection(tf.GraphKeys.SUMMARIES)) == 1
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(400):
+                batch_images, batch_labels = data.train.next_batch(100)
+                _, loss_value = sess.run([train_op, loss], {images: batch_images, labels: batch_labels})
+            assert sess.run("global_step:0") == 400
+            correct = sum(sess.run(eval_correct, dict(zip((images, labels), data.test.next_batch(100))))
+                          for _ in range(3))
+    assert loss_value < 0.5 and correct >= 0.85 * 300

@@ -32,9 +32,6 @@ __all__ = ["add_arguments", "main", "time_script", "FRAMEWORKS"]
 
 #: the frameworks a script can be timed on (``--frameworks``); ``--baseline`` adds "baseline"
 FRAMEWORKS = ("dflow", "tensorflow")
-#: TF 1.x modules that TF 2 dropped and dflow has: served by dflow on TensorFlow's side too
-_SHARED_MODULES = ("examples", "examples.tutorials", "examples.tutorials.mnist",
-                   "examples.tutorials.mnist.input_data")
 
 
 class _Enough(BaseException):
@@ -77,11 +74,8 @@ def _prepare(framework: str, checkout: str | None):
         v1.disable_v2_behavior()
         from tensorflow.python.client import session
 
-        import dflow.examples.tutorials.mnist.input_data  # noqa: F401  (TF 2 has none)
-
         sys.modules["tensorflow"] = v1
-        for name in _SHARED_MODULES:
-            sys.modules[f"tensorflow.{name}"] = sys.modules[f"dflow.{name}"]
+        _serve_mnist_tutorial_to_tensorflow()
         return session.BaseSession
     from dflow.scripts import alias_tensorflow  # this tree's: a checkout before it has none
 
@@ -93,6 +87,32 @@ def _prepare(framework: str, checkout: str | None):
     import dflow
 
     return dflow.Session
+
+
+def _serve_mnist_tutorial_to_tensorflow() -> None:
+    """``tensorflow.examples.tutorials.mnist``, which TF 2 no longer ships, from dflow's: the
+    reader (NumPy) as it is, the model module loaded again under TensorFlow's name, where its
+    imports from the package above (``from .... import matmul, ...``) take TensorFlow's ops."""
+    import importlib.util
+    import types
+
+    from dflow.examples.tutorials.mnist import input_data
+    from dflow.examples.tutorials.mnist import mnist as dflow_mnist
+
+    name = "tensorflow.examples.tutorials.mnist"
+    spec = importlib.util.spec_from_file_location(f"{name}.mnist", dflow_mnist.__file__)
+    model = importlib.util.module_from_spec(spec)
+    parent = None
+    for part in ("examples", "tutorials", "mnist"):
+        package = types.ModuleType(f"{parent.__name__ if parent else 'tensorflow'}.{part}")
+        package.__path__ = []  # only the modules set here
+        sys.modules[package.__name__] = package
+        if parent is not None:
+            setattr(parent, part, package)
+        parent = package
+    parent.input_data, parent.mnist = input_data, model
+    sys.modules[f"{name}.input_data"], sys.modules[f"{name}.mnist"] = input_data, model
+    spec.loader.exec_module(model)
 
 
 def _child(framework: str, checkout: str | None, calls: int, warmup: int, result_path: str, script: str,
