@@ -45,7 +45,7 @@ import numpy
 from .cifar_step import time_steps
 
 __all__ = ["DEVICES", "FRAMEWORKS", "PEER_MODELS", "available", "graph_session", "run", "spread",
-           "step_memory", "steps_for"]
+           "step_memory", "steps_for", "use_checkout"]
 
 #: the frameworks in the order they are reported; dflow's ratios are against the others
 FRAMEWORKS = ("dflow", "pytorch", "tensorflow")
@@ -337,7 +337,7 @@ def _version(framework: str) -> str:
     return module.__version__
 
 
-def _use_checkout(path: str) -> None:
+def use_checkout(path: str) -> None:
     """Import ``dflow`` from the checkout at ``path`` from now on (``--baseline``)."""
     import sys
 
@@ -352,7 +352,7 @@ def _serve(connection, framework: str, lrn: bool, checkout: str | None = None,
     With ``checkout``, the dflow of that source tree (``--baseline``) runs the step."""
     steps_at: dict[int, object] = {}
     if checkout is not None:
-        _use_checkout(checkout)
+        use_checkout(checkout)
     try:
         connection.send(("ok", _version(framework)))
         while (request := connection.recv()) is not None:
@@ -407,7 +407,7 @@ def step_memory(framework: str, batch_size: int, model: str = "cifar10", lrn: bo
     4
     """
     if checkout is not None:
-        _use_checkout(checkout)
+        use_checkout(checkout)
     step = _BUILDERS[framework](batch_size, lrn, model)
     before = _rss_bytes()
     restarted = _restart_peak_rss()

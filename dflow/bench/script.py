@@ -80,9 +80,9 @@ def _prepare(framework: str, checkout: str | None):
     from dflow.scripts import alias_tensorflow  # this tree's: a checkout before it has none
 
     if checkout is not None:
-        from .peers import _use_checkout
+        from .peers import use_checkout
 
-        _use_checkout(checkout)
+        use_checkout(checkout)
     alias_tensorflow()
     import dflow
 
