@@ -96,6 +96,7 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
 
 def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
     script = write(tmp_path, "forever.py", """\
+        import threading
         import tensorflow as tf
         from tensorflow.examples.tutorials.mnist import input_data
         mnist = input_data.read_data_sets("unused", fake_data=True, one_hot=True)
@@ -106,6 +107,10 @@ def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
         train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
+            # another thread's runs (a queue runner's enqueues) are not the script's steps
+            reader = threading.Thread(target=lambda: [sess.run(w) for _ in range(100)])
+            reader.start()
+            reader.join()
             while True:  # stopped from outside once timed
                 xs, ys = mnist.train.next_batch(50, fake_data=True)
                 sess.run(train, {x: xs, y_: ys})
@@ -113,7 +118,7 @@ def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
     output = tmp_path / "runs.json"
     lines = []
     args = ["--frameworks", "dflow", "--baseline", REPOSITORY, "--calls", "20", "--warmup", "3",
-            "--rounds", "2",
+            "--rounds", "2", "--timeout", "120",
             "--output", str(output), "--log_dir", str(tmp_path / "logs"), script]
     status = bench_script.main(_parsed(args), echo=lines.append)
     assert status == 0, lines
@@ -122,6 +127,7 @@ def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
         ("dflow", 1, "stopped"), ("baseline", 1, "stopped"),
         ("dflow", 2, "stopped"), ("baseline", 2, "stopped")]
     assert all(r["step"]["calls"] == 20 and r["step"]["median_s"] > 0 for r in records)
+    assert {r["step"]["fetches"] for r in records} == {"GradientDescent"}
     assert "| baseline | 2 |" in "\n".join(lines) and "x [" in lines[-1]
     assert sorted(os.listdir(tmp_path / "logs")) == ["baseline-1.log", "baseline-2.log", "dflow-1.log",
                                                       "dflow-2.log"]

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 __all__ = ["add_arguments", "main", "time_script", "FRAMEWORKS"]
@@ -43,16 +44,22 @@ def _signature(fetches) -> str:
     """A fetch list's names, as one string: the same fetches give the same string."""
     if isinstance(fetches, (list, tuple)):
         return "[" + ", ".join(_signature(f) for f in fetches) + "]"
-    if isinstance(fetches, dict):
-        return "{" + ", ".join(f"{k}: {_signature(v)}" for k, v in sorted(fetches.items(), key=str)) + "}"
+    if isinstance(fetches, dict):  # keys may be objects (a MonitoredSession's hooks): their kind
+        items = sorted((_signature(k) if isinstance(k, str) or hasattr(k, "name") else type(k).__name__,
+                        _signature(v)) for k, v in fetches.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
     return str(getattr(fetches, "name", fetches))
 
 
 def _time_session_runs(session_class, calls: int, warmup: int, timings: dict) -> None:
-    """Wrap ``session_class.run`` to record each call's seconds under its fetches' signature."""
+    """Wrap ``session_class.run`` to record each call's seconds under its fetches' signature:
+    the calls of the script's own thread (its queue runners' enqueues are not its steps)."""
     original = session_class.run
+    script_thread = threading.current_thread()
 
     def run(self, fetches, *args, **kwargs):
+        if threading.current_thread() is not script_thread:
+            return original(self, fetches, *args, **kwargs)
         start = time.perf_counter()
         result = original(self, fetches, *args, **kwargs)
         seconds = time.perf_counter() - start
