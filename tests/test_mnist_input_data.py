@@ -1,7 +1,8 @@
 """``tensorflow.examples.tutorials.mnist.input_data`` as TF 1.x's tutorials use it, over real
 gzipped IDX files (scikit-learn's digits drawn into 28 x 28 MNIST frames): the splits, the
 scaling, one-hot labels, epochs of batches, the download of missing files (from a file://
-mirror: no network here), damaged files refused, and a tutorial's softmax regression trained."""
+mirror: no network here), damaged files refused, and fully_connected_feed's model module
+trained (tests/test_scripts.py runs mnist_softmax.py on it with ``dflow run``)."""
 
 import gzip
 import os
@@ -10,7 +11,7 @@ import struct
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
+from conftest import digits_in_mnist_frames
 
 import dflow as tf
 from dflow.data.sources import SourceError
@@ -23,10 +24,7 @@ FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-image
 @pytest.fixture(scope="module")
 def mnist_dir(tmp_path_factory):
     """The 1,797 digits as MNIST's four files: the first 1,497 the training set, 300 the test set."""
-    digits = load_digits()
-    images = np.zeros((len(digits.images), 28, 28), np.uint8)
-    images[:, 6:22, 6:22] = np.kron(digits.images * 255 / 16, np.ones((2, 2))).astype(np.uint8)
-    labels = digits.target.astype(np.uint8)
+    images, labels = digits_in_mnist_frames()
     folder = tmp_path_factory.mktemp("MNIST_data")
     for prefix, part in (("train", slice(0, 1497)), ("t10k", slice(1497, None))):
         with gzip.open(folder / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
@@ -102,29 +100,6 @@ def test_damaged_files_are_refused_naming_the_file(mnist_dir, tmp_path):
         f.write(b"not gzip")
     with pytest.raises(SourceError, match="train-images-idx3-ubyte.gz is truncated or not gzip"):
         input_data.read_data_sets(str(tmp_path), validation_size=0)
-
-
-def test_the_softmax_tutorial_trains_on_it(mnist_dir):
-    """TensorFlow's mnist_softmax.py, its model and loop as written (1,000 steps of 100)."""
-    mnist = input_data.read_data_sets(mnist_dir[0], one_hot=True, validation_size=0, seed=0)
-    with tf.Graph().as_default():
-        x = tf.placeholder(tf.float32, [None, 784])
-        W = tf.Variable(tf.zeros([784, 10]))
-        b = tf.Variable(tf.zeros([10]))
-        y = tf.matmul(x, W) + b
-        y_ = tf.placeholder(tf.float32, [None, 10])
-        cross_entropy = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=y_, logits=y))
-        train_step = tf.train.GradientDescentOptimizer(0.5).minimize(cross_entropy)
-        sess = tf.InteractiveSession()
-        tf.global_variables_initializer().run()
-        for _ in range(1000):
-            batch_xs, batch_ys = mnist.train.next_batch(100)
-            sess.run(train_step, feed_dict={x: batch_xs, y_: batch_ys})
-        correct_prediction = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
-        accuracy = tf.reduce_mean(tf.cast(correct_prediction, tf.float32))
-        score = sess.run(accuracy, feed_dict={x: mnist.test.images, y_: mnist.test.labels})
-        sess.close()
-    assert score > 0.85
 
 
 def test_the_fully_connected_feed_tutorials_model_module_trains(mnist_dir):

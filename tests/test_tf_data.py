@@ -8,8 +8,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import local_cluster_fixture
-from sklearn.datasets import load_digits
+from conftest import digits_in_mnist_frames, local_cluster_fixture
 
 import dflow as tf
 
@@ -29,10 +28,7 @@ def run_all(sess, fetch):
 @pytest.fixture(scope="module")
 def idx_files(tmp_path_factory):
     """The digits as MNIST IDX files (28x28 uint8 images, a 16-byte header; labels after 8 bytes)."""
-    digits = load_digits()
-    images = np.zeros((len(digits.images), 28, 28), np.uint8)
-    images[:, 6:22, 6:22] = np.kron(digits.images * 255 / 16, np.ones((2, 2))).astype(np.uint8)
-    labels = digits.target.astype(np.uint8)
+    images, labels = digits_in_mnist_frames()
     folder = tmp_path_factory.mktemp("mnist")
     with open(folder / "images-idx3-ubyte", "wb") as f:
         f.write(struct.pack(">IIII", 2051, len(images), 28, 28) + images.tobytes())
