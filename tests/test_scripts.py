@@ -84,6 +84,11 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
         import dflow.contrib.layers
         assert tf is dflow and v1 is dflow and layers is dflow.contrib.layers
         assert dflow.__spec__.name == "dflow" and layers.__spec__.name == "dflow.contrib.layers"
+        from tensorflow.python.framework import dtypes, ops, tensor_shape
+        graph = tf.get_default_graph()
+        ops.reset_default_graph()  # as scripts (course notebooks) start
+        assert tf.get_default_graph() is not graph and dtypes.float32 is tf.float32
+        assert tensor_shape.TensorShape([None, 3]).merge_with([2, None]).as_list() == [2, 3]
         try:
             import tensorflow.keras
         except ModuleNotFoundError as error:

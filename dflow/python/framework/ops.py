@@ -1,0 +1,28 @@
+"""``tensorflow.python.framework.ops``: the graph's public names, as scripts reach for them
+(``from tensorflow.python.framework import ops; ops.reset_default_graph()``).
+
+>>> from dflow.python.framework import ops
+>>> import dflow as tf
+>>> ops.get_default_graph() is tf.get_default_graph(), ops.Tensor is tf.Tensor
+(True, True)
+"""
+
+from ...graph import (
+    Graph,
+    GraphKeys,
+    Operation,
+    Tensor,
+    add_to_collection,
+    colocate_with,
+    control_dependencies,
+    convert_to_tensor,
+    device,
+    get_collection,
+    get_default_graph,
+    name_scope,
+    reset_default_graph,
+)
+
+__all__ = ["Graph", "GraphKeys", "Operation", "Tensor", "add_to_collection", "colocate_with",
+           "control_dependencies", "convert_to_tensor", "device", "get_collection", "get_default_graph",
+           "name_scope", "reset_default_graph"]
