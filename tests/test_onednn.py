@@ -280,6 +280,31 @@ def test_two_threads_run_filter_gradients_at_once():
     assert failures == []
 
 
+def test_a_primitive_s_argument_objects_are_made_once_a_thread_and_point_at_each_run_s_arrays():
+    shape, filter_shape = (4, 6, 6, 3), (3, 3, 3, 5)
+    _, pads = geometry(shape, (3, 3), (1, 1), (1, 1), "SAME")
+    runs = [(random(shape), random((4, 6, 6, 5))) for _ in range(6)]
+    expected = [lowered(conv_lowering.conv2d_filter_grad, x, dy, filter_shape, (1, 1), (1, 1), "SAME")
+                for x, dy in runs]
+    results: dict[int, np.ndarray] = {}
+
+    def run(indices):
+        for i in indices:  # the same plan, new arrays each time
+            results[i] = onednn.conv2d_filter_grad(*runs[i], filter_shape, (1, 1), (1, 1), pads)
+
+    run([0])
+    plan = onednn._conv_plan("filter_grad", shape, filter_shape, (4, 6, 6, 5), (1, 1), (1, 1), pads)
+    made = len(plan.primitive._memories)
+    run([1, 2])
+    assert len(plan.primitive._memories) == made  # reused, not made again
+    thread = threading.Thread(target=run, args=([3, 4, 5],), daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert len(plan.primitive._memories) == 2 * made  # the other thread's own
+    for i in range(6):
+        close(results[i], expected[i])
+
+
 def test_a_conv_net_s_gradients_in_a_session_match_float64():
     values = random((2, 9, 9, 3)), random((3, 3, 3, 8)), random((3, 3, 8, 4))
 

@@ -222,32 +222,51 @@ class _Primitive:
         lib.check(lib.dnnl.dnnl_primitive_create(ctypes.byref(self.handle), pd), "compiling a primitive")
         self.scratchpad_md = lib.query_md(pd, _QUERY_SCRATCHPAD_MD)
         self.scratchpad_bytes = lib.size(self.scratchpad_md)
+        # each thread's memory objects for the arguments, made at its first run and pointed at
+        # each run's arrays (making and destroying them every run cost more than some small
+        # primitives' work); all threads' are destroyed with the primitive
+        self._local = threading.local()
+        self._memories: list[_handle] = []
+        self._memories_lock = threading.Lock()
 
     def __del__(self):  # a plan evicted from the cache frees its compiled code
+        for memory in self._memories:
+            self.lib.dnnl.dnnl_memory_destroy(memory)
         self.lib.dnnl.dnnl_primitive_destroy(self.handle)
         self.lib.dnnl.dnnl_primitive_desc_destroy(self.pd)
+
+    def _arguments(self, args: dict) -> tuple[list[_handle], ctypes.Array]:
+        """This thread's memory objects for ``args`` (arguments and their descs) and the execute
+        call's argument array over them."""
+        key = tuple((arg, md.value) for arg, (md, _) in args.items())
+        made = getattr(self._local, "made", None)
+        if made is None or made[0] != key:
+            memories = []
+            for md, _ in args.values():
+                memory = _handle()
+                self.lib.check(self.lib.dnnl.dnnl_memory_create(ctypes.byref(memory), md, self.lib.engine,
+                                                                None), "describing an argument")
+                memories.append(memory)
+            with self._memories_lock:
+                self._memories.extend(memories)
+            exec_args = (_ExecArg * len(args))(*(_ExecArg(a, m) for a, m in zip(args, memories)))
+            made = self._local.made = (key, memories, exec_args)
+        return made[1], made[2]
 
     def run(self, args: dict[int, tuple[_handle, numpy.ndarray]]) -> None:
         lib, dnnl = self.lib, self.lib.dnnl
         if self.scratchpad_bytes:
             scratchpad = numpy.empty(self.scratchpad_bytes, numpy.uint8)
             args = {**args, _ARG_SCRATCHPAD: (self.scratchpad_md, scratchpad)}
-        memories = []
-        try:
-            for md, array in args.values():
-                memory = _handle()
-                lib.check(dnnl.dnnl_memory_create(ctypes.byref(memory), md, lib.engine,
-                                                  _handle(array.ctypes.data)), "wrapping an array")
-                memories.append(memory)
-            exec_args = (_ExecArg * len(args))(*(_ExecArg(a, m) for a, m in zip(args, memories)))
-            lib.gomp.omp_set_num_threads(self.threads)  # this thread's OpenMP team
-            stream = lib.stream()
-            lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
-                      "running a primitive")
-            lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
-        finally:
-            for memory in memories:
-                dnnl.dnnl_memory_destroy(memory)
+        memories, exec_args = self._arguments(args)
+        for memory, (_, array) in zip(memories, args.values()):
+            lib.check(dnnl.dnnl_memory_set_data_handle(memory, _handle(array.ctypes.data)),
+                      "wrapping an array")
+        lib.gomp.omp_set_num_threads(self.threads)  # this thread's OpenMP team
+        stream = lib.stream()
+        lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
+                  "running a primitive")
+        lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
 
 
 class _ConvPlan:
