@@ -73,6 +73,10 @@ def test_dflow_run_trains_the_softmax_tutorial_unchanged(mnist_dir, tmp_path):  
     assert accuracy > 0.85
     exits = write(tmp_path, "exits.py", "import sys\nimport tensorflow\nsys.exit(3)\n")
     assert dflow_command("run", exits).returncode == 3
+    missing = dflow_command("run", str(tmp_path / "missing.py"))
+    assert missing.returncode == 2 and "missing.py: no such script" in missing.stderr
+    reads = write(tmp_path, "reads.py", "open('/no/such/file')\n")  # the script's own error, not a usage one
+    assert "FileNotFoundError" in dflow_command("run", reads).stderr
 
 
 def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path):
