@@ -246,6 +246,19 @@ def test_each_plan_is_compiled_for_the_threads_it_runs_on(monkeypatch):
             assert plan.primitive.threads == threads
 
 
+def test_a_product_with_no_thin_side_wakes_a_second_thread_sooner_than_a_convolution(monkeypatch):
+    # 50 x 512 x 512 (13 Mi multiply-adds, under a convolution's 16 Mi) splits well over two
+    # threads; 10 x 2304 x 384 (8.8 Mi, 10 rows) ran slower on two
+    from dflow.ops import parallel
+
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    for (m, k, n), threads in (((50, 512, 512), 2), ((10, 2304, 384), 1), ((2304, 10, 384), 1),
+                               ((100, 256, 256), 1)):
+        a, b = random((m, k)), random((k, n))
+        close(onednn.matmul(a, b), a @ b)
+        assert onednn._plan_of("matmul", m, k, n, False, False).primitive.threads == threads
+
+
 def test_an_empty_batch_takes_the_lowering():
     x, w = random((0, 5, 5, 3)), random((3, 3, 3, 2))
     y = conv_lowering.conv2d(xp_numpy, x, w, (1, 1), (1, 1), "SAME")

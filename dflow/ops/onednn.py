@@ -202,12 +202,16 @@ def takes(xp, *arrays) -> bool:
 
 
 ONE_THREAD_BELOW = 1 << 24  # multiply-adds: below, waking a sleeping thread costs more than it gives
+# A product with no thin side splits better than a convolution: two threads pay from 8 Mi (50 x 512
+# x 512: 208 against 272 us; 64 x 512 x 256 0.92x; 100 x 384 x 192, 7.4 Mi, 0.97x), where one of
+# 10 rows or columns does not (10 x 2304 x 384: 249 against 177 us). docs/kernels.md.
+MATMUL_ONE_THREAD_BELOW, THIN = 1 << 23, 16
 
 
-def _threads_for(lib: _Library, multiply_adds: int) -> int:
+def _threads_for(lib: _Library, multiply_adds: int, one_thread_below: int = ONE_THREAD_BELOW) -> int:
     """The OpenMP threads of a primitive about to be described and compiled (oneDNN reads the
     count then, and splits its work for it): the process's cores, or one for small work."""
-    threads = parallel.cores() if multiply_adds >= ONE_THREAD_BELOW else 1
+    threads = parallel.cores() if multiply_adds >= one_thread_below else 1
     lib.gomp.omp_set_num_threads(threads)
     return threads
 
@@ -404,7 +408,8 @@ class _MatmulPlan:
         self.a_md = lib.md((m, k), _TAG_BA if a_transposed else _TAG_AB)
         self.b_md = lib.md((k, n), _TAG_BA if b_transposed else _TAG_AB)
         self.c_md = lib.md((m, n), _TAG_AB)
-        threads = _threads_for(lib, m * k * n)
+        thin = min(m, k, n) < THIN
+        threads = _threads_for(lib, m * k * n, ONE_THREAD_BELOW if thin else MATMUL_ONE_THREAD_BELOW)
         pd = lib.describe(lib.dnnl.dnnl_matmul_primitive_desc_create, lib.engine, self.a_md, self.b_md,
                           None, self.c_md, lib.attr)
         if pd is not None:
