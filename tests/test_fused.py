@@ -324,6 +324,80 @@ def test_rms_prop_and_momentum_steps_in_a_session_are_the_fused_ones(compiled, m
     assert calls == [(4, 3)]
 
 
+UPDATES = {  # an update's fused function and how many of its arrays it writes (the variable, its slots)
+    "adam": (lambda xp, a, in_place: fused.adam(xp, *a, **HYPER, in_place=in_place), 3),
+    "rms_prop": (lambda xp, a, in_place: fused.rms_prop(xp, *a, **RMS, in_place=in_place), 3),
+    "momentum": (lambda xp, a, in_place: fused.momentum(xp, *a[:2], a[3], 0.1, 0.9, False, in_place), 2),
+    "nesterov": (lambda xp, a, in_place: fused.momentum(xp, *a[:2], a[3], 0.1, 0.9, True, in_place), 2),
+    "gradient_descent": (
+        lambda xp, a, in_place: (fused.gradient_descent(xp, a[0], 0.1, a[3], in_place=in_place),), 1)}
+
+
+@pytest.mark.parametrize("update", UPDATES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [165, fused.FLAT_PIECES_FROM + 7])  # one piece, one per core
+def test_an_update_in_place_writes_the_fresh_update_s_numbers_into_its_arrays(update, dtype, size):
+    run, written = UPDATES[update]
+    arrays = adam_inputs((size,), dtype)
+    fresh = run(xp_numpy, arrays, False)
+    got = run(xp_numpy, arrays, True)
+    assert all(out is array for out, array in zip(got, arrays[:written], strict=True))
+    for out, expected in zip(got, fresh, strict=True):
+        np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("update", UPDATES)
+def test_an_update_in_place_of_arrays_it_cannot_write_makes_new_ones(update):
+    run, written = UPDATES[update]
+    for unwritable in ("read-only", "a view", "fortran order"):
+        arrays = list(adam_inputs((12, 8), np.float32))
+        if unwritable == "read-only":
+            arrays[0].flags.writeable = False
+        elif unwritable == "a view":
+            arrays[0] = np.concatenate([arrays[0], arrays[0]])[:12]
+        else:
+            arrays[0] = np.asfortranarray(arrays[0])
+        before = [a.copy() for a in arrays]
+        got = run(xp_numpy, arrays, True)
+        for out, expected in zip(got, run(xp_numpy, before, False), strict=True):
+            np.testing.assert_array_equal(out, expected)
+        for a, b in zip(arrays, before):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_session_s_update_writes_its_variables_in_place_but_never_a_value_another_holds(monkeypatch):
+    """Two layers: the update of the second layer's weights is ready before the first layer's
+    gradient reads them; run last, it finds them free and writes in place. A variable assigned
+    from another (a target network's copy) shares its array, and keeps its value."""
+    from dflow.runtime.state import SessionState
+
+    held = []
+    real = SessionState.held_only_here
+    monkeypatch.setattr(SessionState, "held_only_here", lambda self, *names: held.append(real(self, *names))
+                        or held[-1])
+    x = RNG.standard_normal((8, 5)).astype(np.float32)
+    with tf.Graph().as_default():
+        w1 = tf.Variable(RNG.standard_normal((5, 6)).astype(np.float32), name="w1")
+        w2 = tf.Variable(RNG.standard_normal((6, 3)).astype(np.float32), name="w2")
+        target = tf.Variable(tf.zeros((6, 3)), name="target")
+        copy = target.assign(w2)
+        loss = tf.reduce_sum(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2)))
+        train = tf.train.AdamOptimizer(0.01).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(2):
+                sess.run(train)
+            held.clear()
+            sess.run(train)
+            assert held == [True, True], "an update found its variable still held by the step"
+            snapshot = sess.run(copy)
+            held.clear()
+            sess.run(train)
+            assert held.count(False) == 1  # w2's update: the target holds its array
+            np.testing.assert_array_equal(sess.run(target), snapshot)
+            assert not np.array_equal(sess.run(w2), snapshot)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("keep_prob", [0.25, 0.8, 1.0])
 def test_dropout_compiled_keeps_a_keep_prob_share_scaled_and_repeats_with_its_seed(dtype, keep_prob):

@@ -13,7 +13,9 @@ which ``import dflow`` should not pay). Where it cannot be imported, cannot comp
 disabled (``NUMBA_DISABLE_JIT=1`` would run the loops in Python), the callers' NumPy code runs
 (Adam's writing into preallocated outputs). Other namespaces (CuPy, ``array_api_strict``) keep
 the plain array-API code. Every kernel writes new arrays, never its inputs, which other ops may
-share.
+share; an optimizer's update writes its variable in place where its caller knows that nothing else
+holds it (``in_place``: no second set of the variable and its slots a step, no cache misses
+fetching lines that are overwritten whole).
 
 >>> import array_api_compat.numpy as xp
 >>> var, m, v, grad = (xp.ones(3, dtype=xp.float32) for _ in range(4))
@@ -68,6 +70,15 @@ def _compile(numba) -> dict:
     # (Python's model checks every divisor); nogil: the executor's threads run two at once
     jit = numba.njit(error_model="numpy", nogil=True, cache=True)
 
+    # an optimizer's update of one element (its math written once), and two loops over it: into
+    # fresh outputs, or into the variable and its slots (in place: a loop over the inputs as its
+    # outputs vectorizes no more, numba cannot tell that they alias only element by element)
+    @jit
+    def adam_step(var, m, v, g, lr_t, beta1, beta2, epsilon, keep1, keep2):
+        m = beta1 * m + keep1 * g
+        v = beta2 * v + keep2 * (g * g)
+        return var - lr_t * m / (numpy.sqrt(v) + epsilon), m, v
+
     @jit
     def adam_into(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
         # in the arrays' dtype: numba types a Python 1 - float32 as float64, and the float64 loop
@@ -75,29 +86,51 @@ def _compile(numba) -> dict:
         one = var.dtype.type(1)
         keep1, keep2 = one - beta1, one - beta2
         for i in range(var.size):
-            g = grad[i]
-            m_i = beta1 * m[i] + keep1 * g
-            v_i = beta2 * v[i] + keep2 * (g * g)
-            new_m[i], new_v[i] = m_i, v_i
-            new_var[i] = var[i] - lr_t * m_i / (numpy.sqrt(v_i) + epsilon)
+            new_var[i], new_m[i], new_v[i] = adam_step(var[i], m[i], v[i], grad[i], lr_t, beta1, beta2,
+                                                       epsilon, keep1, keep2)
+
+    @jit
+    def adam_in_place(var, m, v, grad, lr_t, beta1, beta2, epsilon):
+        one = var.dtype.type(1)
+        keep1, keep2 = one - beta1, one - beta2
+        for i in range(var.size):
+            var[i], m[i], v[i] = adam_step(var[i], m[i], v[i], grad[i], lr_t, beta1, beta2, epsilon, keep1,
+                                           keep2)
+
+    @jit
+    def rms_prop_step(var, ms, mom, g, lr, rho, momentum, epsilon, keep):
+        ms = rho * ms + keep * (g * g)
+        mom = momentum * mom + lr * g / numpy.sqrt(ms + epsilon)
+        return var - mom, ms, mom
 
     @jit
     def rms_prop_into(var, ms, mom, grad, new_var, new_ms, new_mom, lr, rho, momentum, epsilon):
         keep = var.dtype.type(1) - rho  # in the arrays' dtype (see adam_into)
         for i in range(var.size):
-            g = grad[i]
-            ms_i = rho * ms[i] + keep * (g * g)
-            mom_i = momentum * mom[i] + lr * g / numpy.sqrt(ms_i + epsilon)
-            new_ms[i], new_mom[i] = ms_i, mom_i
-            new_var[i] = var[i] - mom_i
+            new_var[i], new_ms[i], new_mom[i] = rms_prop_step(var[i], ms[i], mom[i], grad[i], lr, rho,
+                                                              momentum, epsilon, keep)
+
+    @jit
+    def rms_prop_in_place(var, ms, mom, grad, lr, rho, momentum, epsilon):
+        keep = var.dtype.type(1) - rho
+        for i in range(var.size):
+            var[i], ms[i], mom[i] = rms_prop_step(var[i], ms[i], mom[i], grad[i], lr, rho, momentum, epsilon,
+                                                  keep)
+
+    @jit
+    def momentum_step(var, accum, g, lr, momentum, nesterov):
+        accum = accum * momentum + g
+        return var - (lr * g + lr * momentum * accum if nesterov else lr * accum), accum
 
     @jit
     def momentum_into(var, accum, grad, new_var, new_accum, lr, momentum, nesterov):
         for i in range(var.size):
-            g = grad[i]
-            accum_i = accum[i] * momentum + g
-            new_accum[i] = accum_i
-            new_var[i] = var[i] - (lr * g + lr * momentum * accum_i if nesterov else lr * accum_i)
+            new_var[i], new_accum[i] = momentum_step(var[i], accum[i], grad[i], lr, momentum, nesterov)
+
+    @jit
+    def momentum_in_place(var, accum, grad, lr, momentum, nesterov):
+        for i in range(var.size):
+            var[i], accum[i] = momentum_step(var[i], accum[i], grad[i], lr, momentum, nesterov)
 
     @jit
     def dropout_into(x, bits, out, scale, threshold, kept, dropped):
@@ -110,6 +143,11 @@ def _compile(numba) -> dict:
     def gradient_descent_into(var, delta, new_var, alpha):
         for i in range(var.size):
             new_var[i] = var[i] - alpha * delta[i]
+
+    @jit
+    def gradient_descent_in_place(var, delta, alpha):
+        for i in range(var.size):
+            var[i] -= alpha * delta[i]
 
     @jit
     def decayed_gradient_descent_into(var, delta, decayed, new_var, alpha, decay):
@@ -197,7 +235,14 @@ def _compile(numba) -> dict:
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
         adam_into(*[one] * 7, *one.repeat(4))
+        adam_in_place(*(one.copy() for _ in range(4)), *one.repeat(4))
+        rms_prop_into(*[one] * 7, *one.repeat(4))
+        rms_prop_in_place(*(one.copy() for _ in range(4)), *one.repeat(4))
+        for nesterov in (False, True):
+            momentum_into(*[one] * 5, one[0], one[0], nesterov)
+            momentum_in_place(*(one.copy() for _ in range(3)), one[0], one[0], nesterov)
         gradient_descent_into(one, one, one.copy(), one[0])
+        gradient_descent_in_place(one.copy(), one, one[0])
         decayed_gradient_descent_into(one, one, one, one.copy(), one[0], one[0])
         outer_into(one, one, one.reshape(1, 1).copy())
         image = numpy.ones((1, 1, 1, 1), dtype)
@@ -208,7 +253,9 @@ def _compile(numba) -> dict:
         for labels_dtype in (numpy.int32, numpy.int64):
             row = one.reshape(1, 1)
             sparse_xent_into(row, numpy.zeros(1, labels_dtype), one.copy(), row.copy())
-    return {"adam_into": adam_into, "gradient_descent_into": gradient_descent_into,
+    return {"adam_into": adam_into, "adam_in_place": adam_in_place, "rms_prop_in_place": rms_prop_in_place,
+            "momentum_in_place": momentum_in_place, "gradient_descent_in_place": gradient_descent_in_place,
+            "gradient_descent_into": gradient_descent_into,
             "decayed_gradient_descent_into": decayed_gradient_descent_into, "outer_into": outer_into,
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_grad_into": relu_grad_into, "bias_add_relu_into": bias_add_relu_into,
@@ -270,6 +317,14 @@ def _decayed_gradient_descent_into_numpy(var, delta, decayed, new_var, alpha, de
     numpy.subtract(var, new_var, out=new_var)
 
 
+def _writable(kernels, *arrays) -> bool:
+    """Whether an update may write ``arrays`` in place: the compiled kernels loaded, each array
+    its own (no view of another), writable and C-ordered (its flat form a view). That nothing
+    else reads them is the caller's to know (``SessionState.held_only_here``)."""
+    return kernels is not None and all(a.base is None and a.flags.writeable and a.flags.c_contiguous
+                                       for a in arrays)
+
+
 def _numpy_floats(xp, arrays) -> bool:
     """Whether ``arrays`` are NumPy arrays of one float dtype (float32 or float64)."""
     dtype = getattr(arrays[0], "dtype", None)
@@ -283,48 +338,62 @@ def compiled_for(xp, *arrays) -> dict | None:
     return compiled_kernels() if _numpy_floats(xp, arrays) else None
 
 
-def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon):
-    """TF's ``ApplyAdam`` step with the bias-corrected rate ``lr_t``: the new (var, m, v)."""
+def adam(xp, var, m, v, grad, lr_t, beta1, beta2, epsilon, in_place=False):
+    """TF's ``ApplyAdam`` step with the bias-corrected rate ``lr_t``: the new (var, m, v); with
+    ``in_place``, where the compiled kernel runs, written into ``var``, ``m`` and ``v`` (see
+    :func:`_writable`)."""
     if not _numpy_floats(xp, [var, m, v, grad]) or not var.shape == m.shape == v.shape == grad.shape:
         m_t = beta1 * m + (1 - beta1) * grad
         v_t = beta2 * v + (1 - beta2) * (grad * grad)
         return var - lr_t * m_t / (xp.sqrt(v_t) + epsilon), m_t, v_t
     scalar = var.dtype.type  # float32 math for float32 arrays, as TF's kernel
-    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(3)]
     kernels = compiled_kernels()
+    if in_place and _writable(kernels, var, m, v):
+        _flat_pieces(kernels["adam_in_place"], [var, m, v, grad], [scalar(lr_t), scalar(beta1), scalar(beta2),
+                                                                     scalar(epsilon)])
+        return var, m, v
+    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(3)]
     _flat_pieces(kernels["adam_into"] if kernels else _adam_into_numpy, [var, m, v, grad, *outputs],
                  [scalar(lr_t), scalar(beta1), scalar(beta2), scalar(epsilon)])
     return tuple(outputs)
 
 
-def rms_prop(xp, var, ms, mom, grad, lr, rho, momentum, epsilon):
+def rms_prop(xp, var, ms, mom, grad, lr, rho, momentum, epsilon, in_place=False):
     """TF's ``ApplyRMSProp`` step: the new (var, ms, mom), one pass where NumPy made ten (a 2048 x
-    625 layer: 0.9 against 3.2 ms; TensorFlow's kernel 1.2-1.4)."""
+    625 layer: 0.9 against 3.2 ms; TensorFlow's kernel 1.2-1.4); ``in_place`` as :func:`adam`'s."""
     if not _numpy_floats(xp, [var, ms, mom, grad]) or not var.shape == ms.shape == mom.shape == grad.shape:
         new_ms = rho * ms + (1 - rho) * (grad * grad)
         new_mom = momentum * mom + lr * grad / xp.sqrt(new_ms + epsilon)
         return var - new_mom, new_ms, new_mom
     scalar = var.dtype.type  # float32 math for float32 arrays, as TF's kernel
-    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(3)]
     kernels = compiled_kernels()
+    scalars = [scalar(lr), scalar(rho), scalar(momentum), scalar(epsilon)]
+    if in_place and _writable(kernels, var, ms, mom):
+        _flat_pieces(kernels["rms_prop_in_place"], [var, ms, mom, grad], scalars)
+        return var, ms, mom
+    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(3)]
     _flat_pieces(kernels["rms_prop_into"] if kernels else _rms_prop_into_numpy,
-                 [var, ms, mom, grad, *outputs], [scalar(lr), scalar(rho), scalar(momentum), scalar(epsilon)])
+                 [var, ms, mom, grad, *outputs], scalars)
     return tuple(outputs)
 
 
-def momentum(xp, var, accum, grad, lr, momentum, nesterov=False):
+def momentum(xp, var, accum, grad, lr, momentum, nesterov=False, in_place=False):
     """TF's ``ApplyMomentum`` step: the new (var, accum); with ``nesterov``, ``var - (lr * grad +
-    lr * momentum * accum)``."""
+    lr * momentum * accum)``; ``in_place`` as :func:`adam`'s."""
     if not _numpy_floats(xp, [var, accum, grad]) or not var.shape == accum.shape == grad.shape:
         new_accum = accum * momentum + grad
         if nesterov:
             return var - (lr * grad + lr * momentum * new_accum), new_accum
         return var - lr * new_accum, new_accum
     scalar = var.dtype.type
-    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(2)]
     kernels = compiled_kernels()
+    scalars = [scalar(lr), scalar(momentum), bool(nesterov)]
+    if in_place and _writable(kernels, var, accum):
+        _flat_pieces(kernels["momentum_in_place"], [var, accum, grad], scalars)
+        return var, accum
+    outputs = [numpy.empty(var.shape, var.dtype) for _ in range(2)]
     _flat_pieces(kernels["momentum_into"] if kernels else _momentum_into_numpy, [var, accum, grad, *outputs],
-                 [scalar(lr), scalar(momentum), bool(nesterov)])
+                 scalars)
     return tuple(outputs)
 
 
@@ -344,18 +413,22 @@ def dropout(x, keep_prob, generator: numpy.random.Generator):
     return out, scale
 
 
-def gradient_descent(xp, var, alpha, delta, decayed=None, decay=None):
+def gradient_descent(xp, var, alpha, delta, decayed=None, decay=None, in_place=False):
     """TF's ``ApplyGradientDescent``: ``var - alpha * delta``, one pass and no temporary; with
     ``decayed`` and ``decay``, ``var - alpha * (delta + decayed * decay)`` (an L2 weight decay's
-    gradient summed in the same pass: :mod:`dflow.runtime.fusion`)."""
+    gradient summed in the same pass: :mod:`dflow.runtime.fusion`); ``in_place`` as :func:`adam`'s
+    (without decay: the decayed array is the variable's value, which its read still holds)."""
     if decayed is not None and getattr(decayed, "ndim", 0) == 0:
         decayed, decay = decay, decayed  # Mul(s, x): the scalar first
     arrays = [var, delta] if decayed is None else [var, delta, decayed]
     if (not _numpy_floats(xp, arrays) or any(a.shape != var.shape for a in arrays)
             or getattr(decay, "ndim", 0) != 0):
         return var - alpha * (delta if decayed is None else delta + decayed * decay)
-    new_var = numpy.empty(var.shape, var.dtype)
     kernels = compiled_kernels()
+    if in_place and decayed is None and _writable(kernels, var):
+        _flat_pieces(kernels["gradient_descent_in_place"], [var, delta], [var.dtype.type(alpha)])
+        return var
+    new_var = numpy.empty(var.shape, var.dtype)
     if decayed is None:
         _flat_pieces(kernels["gradient_descent_into"] if kernels else _gradient_descent_into_numpy,
                      [var, delta, new_var], [var.dtype.type(alpha)])

@@ -3,8 +3,11 @@
 ``ApplyFtrlV2``.
 
 Each takes variable *references* (shared names) for the variable and its slots, so the kernel
-reads and writes the session state in one step; kernels compute new arrays and never write into
-their inputs, which other ops may share. :mod:`dflow.train.optimizers` builds them.
+reads and writes the session state in one step. Kernels compute new arrays and never write into
+their inputs, which other ops may share, except an update's into its variable and slots where
+nothing but the session state holds them (``SessionState.held_only_here``; a compiled stage runs
+the updates after the step's other ready ops, so that the reads of a variable are done by then).
+:mod:`dflow.train.optimizers` builds them.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ def _store(state, xp, ref, old, new):
 # each update holds its variable's lock (state.updating) over its reads and writes
 def _gradient_descent(state, xp, var, alpha, delta):
     with state.updating(var):
+        in_place = state.held_only_here(var)
         old = state.read_variable(var)
-        return _store(state, xp, var, old, fused.gradient_descent(xp, old, alpha, delta))
+        return _store(state, xp, var, old, fused.gradient_descent(xp, old, alpha, delta, in_place=in_place))
 
 
 def _decayed_gradient_descent(state, xp, var, alpha, delta, decayed, decay):
@@ -61,8 +65,9 @@ def _decayed_gradient_descent(state, xp, var, alpha, delta, decayed, decay):
 
 def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
     with state.updating(var):
+        in_place = state.held_only_here(var, accum)
         old, old_accum = state.read_variable(var), state.read_variable(accum)
-        new, new_accum = fused.momentum(xp, old, old_accum, grad, lr, momentum, use_nesterov)
+        new, new_accum = fused.momentum(xp, old, old_accum, grad, lr, momentum, use_nesterov, in_place)
         _store(state, xp, accum, old_accum, new_accum)
         return _store(state, xp, var, old, new)
 
@@ -70,8 +75,9 @@ def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
 def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
     lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
     with state.updating(var):
+        in_place = state.held_only_here(var, m, v)
         old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)
-        new, m_t, v_t = fused.adam(xp, old, old_m, old_v, grad, lr_t, beta1, beta2, epsilon)
+        new, m_t, v_t = fused.adam(xp, old, old_m, old_v, grad, lr_t, beta1, beta2, epsilon, in_place)
         _store(state, xp, m, old_m, m_t)
         _store(state, xp, v, old_v, v_t)
         return _store(state, xp, var, old, new)
@@ -86,8 +92,10 @@ def _adagrad(state, xp, var, accum, lr, grad):
 
 def _rms_prop(state, xp, var, ms, mom, lr, rho, momentum, epsilon, grad):
     with state.updating(var):
+        in_place = state.held_only_here(var, ms, mom)
         old, old_ms, old_mom = (state.read_variable(r) for r in (var, ms, mom))
-        new, new_ms, new_mom = fused.rms_prop(xp, old, old_ms, old_mom, grad, lr, rho, momentum, epsilon)
+        new, new_ms, new_mom = fused.rms_prop(xp, old, old_ms, old_mom, grad, lr, rho, momentum, epsilon,
+                                              in_place)
         _store(state, xp, ms, old_ms, new_ms)
         _store(state, xp, mom, old_mom, new_mom)
         return _store(state, xp, var, old, new)
@@ -126,16 +134,16 @@ def _ftrl(state, xp, var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_powe
 
 
 # inputs in TF's order; the leading ones are references (shared names), the rest values
-defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True)
+defop("ApplyGradientDescent", _apply_infer(2), _gradient_descent, stateful=True, updates=True)
 # made from ApplyGradientDescent, AddN and Mul when a stage is lowered, never in users' graphs
-defop("_ApplyDecayedGradientDescent", _apply_infer(2), _decayed_gradient_descent, stateful=True)
-defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True)
-defop("ApplyAdam", _apply_infer(9), _adam, stateful=True)
-defop("ApplyAdagrad", _apply_infer(3), _adagrad, stateful=True)
-defop("ApplyRMSProp", _apply_infer(7), _rms_prop, stateful=True)
-defop("ApplyCenteredRMSProp", _apply_infer(8), _centered_rms_prop, stateful=True)
-defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True)
-defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True)
+defop("_ApplyDecayedGradientDescent", _apply_infer(2), _decayed_gradient_descent, stateful=True, updates=True)
+defop("ApplyMomentum", _apply_infer(3), _momentum, stateful=True, updates=True)
+defop("ApplyAdam", _apply_infer(9), _adam, stateful=True, updates=True)
+defop("ApplyAdagrad", _apply_infer(3), _adagrad, stateful=True, updates=True)
+defop("ApplyRMSProp", _apply_infer(7), _rms_prop, stateful=True, updates=True)
+defop("ApplyCenteredRMSProp", _apply_infer(8), _centered_rms_prop, stateful=True, updates=True)
+defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True, updates=True)
+defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True, updates=True)
 
 
 def apply_update(op_type: str, inputs: list, attrs: dict | None = None) -> Tensor:

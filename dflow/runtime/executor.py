@@ -244,19 +244,28 @@ _NOT_YET = object()
 
 
 def _sequential_order(plan: Schedule) -> tuple[list[str], int]:
-    """The order the counting loop runs ``plan`` in on one thread, and the most ops that were
-    ever ready at once (1: a chain, where threads have nothing to overlap)."""
+    """The order the counting loop runs ``plan`` in on one thread, an update of variables last
+    among the ops ready with it (the other reads of its variable are then done, and it may write
+    the variable in place: ``SessionState.held_only_here``), and the most ops that were ever
+    ready at once (1: a chain, where threads have nothing to overlap)."""
     waiting = dict(plan.waiting)
-    ready = [name for name, count in waiting.items() if count == 0]
-    order, widest = [], len(ready)
-    while ready:
-        name = ready.pop()
+    ready, updates = [], []  # stacks: the last made ready runs first, as a depth-first walk
+    order, widest = [], 0
+
+    def make_ready(name: str) -> None:
+        (updates if get_opdef(plan.nodes[name].type).updates else ready).append(name)
+
+    for name, count in waiting.items():
+        if count == 0:
+            make_ready(name)
+    while ready or updates:
+        widest = max(widest, len(ready) + len(updates))
+        name = ready.pop() if ready else updates.pop()
         order.append(name)
         for dependent in plan.dependents[name]:
             waiting[dependent] -= 1
             if waiting[dependent] == 0:
-                ready.append(dependent)
-        widest = max(widest, len(ready))
+                make_ready(dependent)
     return order, widest
 
 

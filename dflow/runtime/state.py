@@ -6,6 +6,7 @@ worker can hold one remotely (STYLE: remote state is an ordinary class).
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -73,6 +74,14 @@ class SessionState:
     def write_variable(self, name: str, value) -> None:
         self.variables[name] = value
 
+    def held_only_here(self, *names: str) -> bool:
+        """Whether each variable's value is referred to by nothing but this state: no read of it
+        waits for its consumers, no caller kept a fetched value, no transfer or view of it is
+        under way. An update (holding :meth:`updating`) may then write the array in place, as TF
+        1.x's kernels write theirs: a read that starts while it writes may see part of it."""
+        return all(sys.getrefcount(self.variables.get(name)) <= _REFERENCES_WHEN_STORED_ONLY
+                   for name in names)
+
     def updating(self, name: str) -> threading.Lock:
         """The lock an update of variable ``name`` holds while it reads and writes it (and its
         slots). Between-graph replicas apply updates concurrently: unlocked, Adam could read
@@ -120,3 +129,13 @@ def _shapes_agree(a, b) -> bool:
 
 def _shape_text(shape) -> str:
     return "unknown" if shape is None else "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def _references_of_a_stored_value() -> int:
+    """What ``sys.getrefcount`` says in :meth:`SessionState.held_only_here` of a value that a
+    dict alone holds (interpreters count differently)."""
+    variables = {"w": numpy.empty(1)}
+    return sys.getrefcount(variables.get("w"))
+
+
+_REFERENCES_WHEN_STORED_ONLY = _references_of_a_stored_value()
