@@ -145,6 +145,26 @@ def test_a_compiled_stage_gives_the_counting_executor_s_values_order_and_peak():
     assert compiled.peak_bytes == counted.peak_bytes > 0
 
 
+def test_an_update_runs_after_the_step_s_other_reads_of_its_variable_compiled_or_counted():
+    # w2's update and the input gradient that reads w2 are ready together: the update runs
+    # last in both executors, and finds w2 held by nothing else (it may write it in place)
+    with tf.Graph().as_default():
+        w1, w2 = tf.Variable(normal(5, 6), name="w1"), tf.Variable(normal(6, 3), name="w2")
+        loss = tf.reduce_sum(tf.matmul(tf.nn.relu(tf.matmul(tf.constant(normal(4, 5)), w1)), w2))
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train)
+            plan, state = sess.runner.plans.values()[-1].schedule, sess.runner.state
+    orders = []
+    for compiled in (True, False):
+        stats = RunStats()
+        execute(plan, {}, state, {"CPU": xp_numpy}, stats=stats, compiled=compiled)
+        orders.append([plan.nodes[name].type for name in stats.order])
+    assert orders[0] == orders[1]
+    assert orders[0][-3:-1] == ["ApplyGradientDescent"] * 2  # then the train op's NoOp
+
+
 def test_a_fed_tensor_can_be_fetched_from_a_compiled_stage():
     with tf.Graph().as_default():
         x = tf.placeholder(tf.float64, [2])

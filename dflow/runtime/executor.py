@@ -176,7 +176,7 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
     refcount = dict(plan.refcount)
     values = dict(feeds)
     live_bytes = [sum(getattr(v, "nbytes", 0) for v in values.values())]
-    ready = [name for name, count in waiting.items() if count == 0]
+    ready, updates = _ready_stacks(plan, [name for name, count in waiting.items() if count == 0])
 
     def finish(node: OpNode, outputs) -> None:
         for i, value in enumerate(outputs):
@@ -194,7 +194,7 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
         for dependent in plan.dependents[node.name]:
             waiting[dependent] -= 1
             if waiting[dependent] == 0:
-                ready.append(dependent)
+                _make_ready(plan, dependent, ready, updates)
 
     def arguments(node):
         if plan.mixed_devices:
@@ -208,9 +208,9 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
     in_flight = asynchronous_in_flight = 0
     pool = ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op") if num_threads > 1 else None
     try:
-        while ready or in_flight:
-            while ready:
-                node = plan.nodes[ready.pop()]
+        while ready or updates or in_flight:
+            while ready or updates:
+                node = plan.nodes[(ready or updates).pop()]
                 args, xp = arguments(node), namespaces[node.device_type]
                 if get_opdef(node.type).asynchronous:
                     _start_async(done, node, args, state, xp)
@@ -243,29 +243,35 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
 _NOT_YET = object()
 
 
+def _ready_stacks(plan: Schedule, names) -> tuple[list[str], list[str]]:
+    """Stacks of the ops ready to run (the last made ready runs first, as a depth-first walk):
+    the updates of variables apart, run when no other op is ready (the step's other reads of
+    their variables are then done, and they may write them in place:
+    ``SessionState.held_only_here``)."""
+    ready, updates = [], []
+    for name in names:
+        _make_ready(plan, name, ready, updates)
+    return ready, updates
+
+
+def _make_ready(plan: Schedule, name: str, ready: list, updates: list) -> None:
+    (updates if get_opdef(plan.nodes[name].type).updates else ready).append(name)
+
+
 def _sequential_order(plan: Schedule) -> tuple[list[str], int]:
-    """The order the counting loop runs ``plan`` in on one thread, an update of variables last
-    among the ops ready with it (the other reads of its variable are then done, and it may write
-    the variable in place: ``SessionState.held_only_here``), and the most ops that were ever
-    ready at once (1: a chain, where threads have nothing to overlap)."""
+    """The order the counting loop runs ``plan`` in on one thread, and the most ops that were
+    ever ready at once (1: a chain, where threads have nothing to overlap)."""
     waiting = dict(plan.waiting)
-    ready, updates = [], []  # stacks: the last made ready runs first, as a depth-first walk
+    ready, updates = _ready_stacks(plan, [name for name, count in waiting.items() if count == 0])
     order, widest = [], 0
-
-    def make_ready(name: str) -> None:
-        (updates if get_opdef(plan.nodes[name].type).updates else ready).append(name)
-
-    for name, count in waiting.items():
-        if count == 0:
-            make_ready(name)
     while ready or updates:
         widest = max(widest, len(ready) + len(updates))
-        name = ready.pop() if ready else updates.pop()
+        name = (ready or updates).pop()
         order.append(name)
         for dependent in plan.dependents[name]:
             waiting[dependent] -= 1
             if waiting[dependent] == 0:
-                make_ready(dependent)
+                _make_ready(plan, dependent, ready, updates)
     return order, widest
 
 
