@@ -512,9 +512,9 @@ def _image_pieces(kernel, inputs: list, out, *args) -> None:
 
 def _flat_pieces(kernel, arrays: list, scalars=()) -> None:
     """``kernel(*arrays, *scalars)`` over the arrays flattened in C order (an input that is not
-    C-contiguous is copied; the outputs are fresh, so their flat forms are views), a big one (from
-    :data:`FLAT_PIECES_FROM` elements) cut into one piece per core: the cores share a memory-bound
-    pass."""
+    C-contiguous is copied; the outputs are fresh or C-ordered, so their flat forms are views), a
+    big one (from :data:`FLAT_PIECES_FROM` elements) cut into one piece per core: the cores share
+    a memory-bound pass."""
     flat = [a.reshape(-1) for a in arrays]
     size = flat[0].size
     if size < FLAT_PIECES_FROM:

@@ -5,8 +5,8 @@
 Each takes variable *references* (shared names) for the variable and its slots, so the kernel
 reads and writes the session state in one step. Kernels compute new arrays and never write into
 their inputs, which other ops may share, except an update's into its variable and slots where
-nothing but the session state holds them (``SessionState.held_only_here``; a compiled stage runs
-the updates after the step's other ready ops, so that the reads of a variable are done by then).
+nothing but the session state holds them (``SessionState.held_only_here``; the executors run an
+update after the step's other ready ops, so that the reads of its variable are done by then).
 :mod:`dflow.train.optimizers` builds them.
 """
 
