@@ -157,6 +157,33 @@ def test_parameter_server_step_has_three_stages_and_variables_live_on_the_ps(clu
         assert names == by_task.get(address, []), (address, names)
 
 
+def _id_of_weights(dask_worker):
+    return id(dask_worker.plugins["dflow"].state.variables["weights"])
+
+
+def test_a_ps_writes_its_variable_in_place_once_the_step_s_read_of_it_has_left(cluster, target):
+    # the PS's read stage sent the weights to the worker; its apply stage then finds them held by
+    # nothing but the state (the read stage's values are let go) and writes the same array
+    x = tf.placeholder(tf.float32, [None, 300])
+    with tf.device(PS1):
+        w = tf.Variable(tf.ones([300, 200]), name="weights")
+    train = tf.train.AdamOptimizer(0.1).minimize(tf.reduce_sum(tf.matmul(x, w)))
+    ps = cluster.spec.task_address("ps", 1)
+
+    def array_id():
+        return cluster.client.run(_id_of_weights, workers=[ps])[ps]
+
+    with tf.Session(target) as sess:
+        sess.run(tf.global_variables_initializer())
+        ids, values = [], []
+        for _ in range(4):
+            sess.run(train, {x: np.ones((3, 300), np.float32)})
+            ids.append(array_id())
+            values.append(sess.run(w)[0, 0])
+    assert len(set(ids[1:])) == 1, "the PS made a new array for its variable at every step"
+    assert values[0] > values[1] > values[2] > values[3]  # the updates took effect
+
+
 def test_dask_runner_stages_show_in_the_task_stream_each_on_its_roles_worker(cluster, target):
     x = tf.placeholder(tf.float32, [None, 2])
     with tf.device(PS1):

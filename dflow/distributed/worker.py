@@ -427,6 +427,8 @@ class DflowWorker(WorkerPlugin):
                 outgoing.flush(values)
                 kept.update({n: values[n] for n in stage.keeps})
                 fetched.update({n: values[n] for n in stage.fetches})
+                # the next stage's updates may write in place the variables this one read and sent
+                values = outgoing = None
             for dest, delivery in deliveries:
                 try:
                     delivery.result(timeout)
