@@ -205,7 +205,8 @@ ONE_THREAD_BELOW = 1 << 24  # multiply-adds: below, waking a sleeping thread cos
 # A product with no thin side splits better than a convolution: two threads pay from 8 Mi (50 x 512
 # x 512: 208 against 272 us; 64 x 512 x 256 0.92x; 100 x 384 x 192, 7.4 Mi, 0.97x), where one of
 # 10 rows or columns does not (10 x 2304 x 384: 249 against 177 us). docs/kernels.md.
-MATMUL_ONE_THREAD_BELOW, THIN = 1 << 23, 16
+MATMUL_ONE_THREAD_BELOW = 1 << 23
+THIN = 16  # a product with a side shorter than this keeps the convolutions' threshold
 
 
 def _threads_for(lib: _Library, multiply_adds: int, one_thread_below: int = ONE_THREAD_BELOW) -> int:
