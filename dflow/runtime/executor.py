@@ -75,12 +75,14 @@ class Schedule:
     # of the nodes' device types (so a worker's copy, rebuilt from JSON, has them too):
     mixed_devices: bool = field(init=False, default=False)  # two: inputs may need a host/device copy
     on_gpu: bool = field(init=False, default=False)  # a GPU's: a run waits for its work before returning
+    updates: frozenset = field(init=False, default=frozenset())  # ops that write variables (run last)
     # compiled forms by (fed tensors, threads, namespaces), made by the first run that can use one
     compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         device_types = {node.device_type for node in self.nodes.values()}
         self.mixed_devices, self.on_gpu = len(device_types) > 1, "GPU" in device_types
+        self.updates = frozenset(name for name, node in self.nodes.items() if get_opdef(node.type).updates)
 
 
 @dataclass
@@ -255,7 +257,7 @@ def _ready_stacks(plan: Schedule, names) -> tuple[list[str], list[str]]:
 
 
 def _make_ready(plan: Schedule, name: str, ready: list, updates: list) -> None:
-    (updates if get_opdef(plan.nodes[name].type).updates else ready).append(name)
+    (updates if name in plan.updates else ready).append(name)
 
 
 def _sequential_order(plan: Schedule) -> tuple[list[str], int]:
