@@ -22,7 +22,7 @@ def _on_disk(*shared: dict) -> list[bool]:
     return [os.path.exists(os.path.join(shared_memory.DIRECTORY, s["segment"])) for s in shared]
 
 
-def test_arrays_arrive_as_copies_and_the_rest_in_the_message():
+def test_arrays_arrive_read_only_in_the_segment_and_the_rest_in_the_message():
     outbox, inbox = Outbox(), Inbox()
     values = {
         "w:0": np.arange(12, dtype=np.float32).reshape(3, 4),
@@ -36,22 +36,51 @@ def test_arrays_arrive_as_copies_and_the_rest_in_the_message():
     inline, shared, segment = outbox.pack(DEST, values)
     assert set(inline) == {"^apply", "names:0"} and inline["names:0"] is values["names:0"]
     assert set(shared["arrays"]) == {"w:0", "t:0", "n:0", "mask:0", "empty:0"}
-    assert all(place[0] % 64 == 0 for place in shared["arrays"].values())
+    assert all(place[0] % 64 == 0 and place[0] >= 64 for place in shared["arrays"].values())
     received = inbox.unpack(shared)
     for name, array in received.items():
         assert array.dtype == values[name].dtype and array.shape == values[name].shape
         np.testing.assert_array_equal(array, values[name])
-    # the sender writes the segment again for its next message: what was received stays
+        assert not array.flags.writeable  # the sender's bytes, not a copy
+    with pytest.raises(ValueError, match="read-only"):
+        received["w:0"] += 1
+    # answered, but the receiver still holds the arrays: the next message goes elsewhere
     outbox.release(DEST, segment)
     again = {"w:0": np.full((3, 4), -1.0, np.float32)}
     _, shared_again, segment_again = outbox.pack(DEST, again)
-    assert segment_again is segment  # reused once given back
+    assert segment_again is not segment
     np.testing.assert_array_equal(received["w:0"], values["w:0"])
     np.testing.assert_array_equal(inbox.unpack(shared_again)["w:0"], again["w:0"])
+    outbox.release(DEST, segment_again)
+    # once its last array (a view of one counts) is freed, the segment is written again
+    view = received["w:0"][1:]
+    del received, array
+    _, _, third = outbox.pack(DEST, again)
+    assert third is not segment
+    outbox.release(DEST, third)
+    del view
+    _, _, fourth = outbox.pack(DEST, again)
+    assert fourth is segment
     assert _on_disk(shared) == [True]
     outbox.close()
     assert _on_disk(shared) == [False]
     assert shared["segment"].startswith(f"dflow-{NAMESPACE}-{os.getpid()}-")
+
+
+def test_a_segment_whose_receiver_refused_it_or_found_nothing_in_it_is_reused():
+    outbox, inbox = Outbox(), Inbox()
+    values = {"a:0": np.ones(4, np.float32)}
+    _, _, refused = outbox.pack(DEST, values)  # the receiver cannot open it, and says so
+    outbox.release(DEST, refused)
+    outbox.refuse("elsewhere", refused)
+    assert outbox.pack(DEST, values)[2] is refused and "elsewhere" in outbox.refused
+    assert outbox.pack("elsewhere", values)[1] is None  # by TCP from now on
+    _, shared, bad = outbox.pack("b", values)
+    with pytest.raises(ValueError, match="lies beyond its segment"):
+        inbox.unpack({"segment": shared["segment"], "arrays": {"a:0": [64, "<f4", [1 << 30]]}})
+    outbox.release("b", bad)
+    assert outbox.pack("b", values)[2] is bad
+    outbox.close()
 
 
 def test_a_segment_in_use_is_not_reused_and_a_bigger_message_gets_its_own():
@@ -83,8 +112,9 @@ def test_a_receiver_refuses_what_is_not_a_segment(shared, message):
 @pytest.mark.parametrize("place, message", [
     ([0, "|O", [2]], "not an array of numbers"),
     ([-64, "<f4", [2]], "not an array of numbers"),
+    ([0, "<f4", [2]], "not an array of numbers"),  # over the flag that lends the segment
     ([0, "<f4", [-1]], "not an array of numbers"),
-    ([0, "<f4", [1 << 30]], "lies beyond its segment"),
+    ([64, "<f4", [1 << 30]], "lies beyond its segment"),
     ([0, "no such type", [2]], r"is not \[offset, dtype, shape\]"),
     ([0, "<f4"], r"is not \[offset, dtype, shape\]"),
 ])
@@ -254,3 +284,40 @@ def test_a_cluster_started_with_shared_memory_off_trains_by_tcp(monkeypatch):
             np.testing.assert_allclose(sess.run(w), np.full((3, 2), 1.0 - 0.5 * 4))
             assert sess.runner._outbox.budget == 0
         assert set(cluster.client.run(_outbox_budget_and_bytes).values()) == {(0, 0)}
+
+
+def test_a_cluster_s_steps_reuse_their_segments_and_a_value_kept_from_one_keeps_its_own():
+    """The receivers read the step's arrays in the senders' segments: training holds as many
+    segments at the 20th step as at the first, and a fed array that a variable keeps (an
+    assign) is not overwritten by the next feeds, which go to another segment meanwhile."""
+    with tf.cluster.local(ps=1, workers=1) as cluster, tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [64, 256])
+        with tf.device("/job:ps/task:0"):
+            w = tf.Variable(tf.fill([256, 256], 0.01), name="w")
+        with tf.device("/job:worker/task:0"):
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+            train = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+            kept = tf.Variable(tf.zeros([64, 256]), name="kept")
+            keep = kept.assign(x)
+        batches = np.random.default_rng(0).random((21, 64, 256), np.float32)
+        with tf.Session(cluster.target) as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {x: batches[0]})
+            def held() -> tuple:  # by the client, and by the PS and the worker (with their budgets)
+                return sess.runner._outbox.held_bytes, cluster.client.run(_outbox_budget_and_bytes)
+
+            held_at_first = held()
+            for batch in batches[1:]:
+                sess.run(train, {x: batch})
+            assert held() == held_at_first
+            sess.run(keep, {x: batches[0]})
+            for batch in batches[1:4]:
+                sess.run(train, {x: batch})
+            np.testing.assert_array_equal(sess.run(kept), batches[0])
+            # still training right: the reference, the same steps in one process
+            trained = sess.run(w)
+        with tf.Session(graph=w.graph, config=tf.ConfigProto(allow_soft_placement=True)) as local:
+            local.run(tf.global_variables_initializer())
+            for batch in [*batches, *batches[1:4]]:
+                local.run(train, {x: batch})
+            np.testing.assert_allclose(trained, local.run(w), rtol=1e-5)

@@ -258,7 +258,7 @@ class DirectRunner:
             self._outbox.release(address, segment)
         if "refused" in reply:  # it cannot read this host's shared memory: by TCP, from now on
             log.info("%s cannot read shared memory (%s): feeds go to it by TCP", task, reply["refused"])
-            self._outbox.refused.add(address)
+            self._outbox.refuse(address, segment)
             reply = await self._call(task, "dflow_run", feeds=serialized(feeds), **message)
         return reply
 

@@ -5,12 +5,15 @@ passed a step's variables and gradients through the loopback interface as Dask m
 Measured inside a CIFAR-10 training step on a 2-core machine, the 4.3 MB of gradients took
 2.9-3.6 ms from the worker's send to the PS's handler that way; through a segment, 0.5 ms to
 copy them in, 0.7 ms for the message saying where they are, 0.5 ms to copy them out
-(docs/measured.md).
+(docs/measured.md); the receiver now reads them where they are.
 
 The sender (:class:`Outbox`) copies the arrays of one message into a segment of its own, a
 file in ``/dev/shm`` readable by its user only, and sends their places in it instead
-(:func:`Outbox.pack`); the receiver (:class:`Inbox`) copies them out before it answers, so
-the sender reuses the segment once the answer is in. A receiver that cannot open the
+(:func:`Outbox.pack`). The receiver (:class:`Inbox`) takes them as read-only arrays in the
+segment, without a copy: the segment is *lent* to it (a flag in its first bytes) until the
+last of those arrays is freed, and its sender writes it again only after that (the next
+step's message, usually; a receiver that keeps a value longer, as a variable assigned from a
+fed array does, makes its sender use another segment meanwhile). A receiver that cannot open the
 segment (another user, another ``/dev/shm``: a container on the same address) answers so,
 and the values go by TCP from then on. Segments are unlinked when their process ends (and
 those of a process that was killed, by the next process of the same user and PID namespace
@@ -28,11 +31,13 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import mmap
 import os
 import re
 import secrets
 import threading
+import weakref
 from collections import OrderedDict
 
 import numpy
@@ -44,6 +49,7 @@ __all__ = ["Outbox", "Inbox", "SharedMemoryError"]
 
 DIRECTORY = "/dev/shm"
 ALIGN = 64  # each array starts on a cache line
+HEADER = ALIGN  # a segment's first cache line: its byte 0 is 1 while a receiver holds its arrays
 GRAIN = 1 << 20  # segments are made in whole MiB, so that a message a little bigger reuses one
 BUDGET_SHARE = 4  # by default a process's segments hold at most this fraction of /dev/shm
 MAPPED_SEGMENTS = 32  # segments a receiver keeps open (a few per sender it hears from)
@@ -75,6 +81,11 @@ class _Segment:
         finally:
             os.close(fd)
         _LIVE.add(self)
+
+    @property
+    def lent(self) -> bool:
+        """Whether a receiver may still read this segment's last message (its arrays are alive)."""
+        return self.buffer[0] != 0
 
     def unlink(self) -> None:
         _LIVE.discard(self)
@@ -109,20 +120,22 @@ class Outbox:
         """``values`` split into those that go in the message (tokens, strings) and, for the
         arrays of numbers, where they are in a segment (``None`` when there are none, or ``dest``
         cannot take them, or they do not fit in the budget); give the segment back with
-        :meth:`release` once ``dest`` has answered. (Small arrays go in the segment too: in the
-        message each is a frame of its own, which costs more to write and read than the copies.)"""
+        :meth:`release` once ``dest`` has answered; it is written again once the receiver has
+        also let go of the arrays (:meth:`Inbox.unpack`). (Small arrays go in the segment too: in
+        the message each is a frame of its own, which costs more to write and read than the copy.)"""
         arrays = {} if dest in self.refused or not self.budget else {
             name: value for name, value in values.items()
             if isinstance(value, numpy.ndarray) and value.dtype.kind in _KINDS}
         if not arrays:
             return values, None, None
-        places, offset = {}, 0
+        places, offset = {}, HEADER
         for name, value in arrays.items():
             places[name] = [offset, value.dtype.str, list(value.shape)]
             offset += -(-value.nbytes // ALIGN) * ALIGN
         segment = self._take(dest, offset)
         if segment is None:  # over the budget, or /dev/shm full or missing: this message goes by TCP
             return values, None, None
+        segment.buffer[0] = 1  # lent from now: the receiver gives it back when it frees the arrays
         for name, value in arrays.items():
             start = places[name][0]
             numpy.copyto(numpy.ndarray(value.shape, value.dtype, segment.buffer, start), value,
@@ -135,6 +148,13 @@ class Outbox:
             with self._lock:
                 self._free.append((dest, segment))
 
+    def refuse(self, dest: str, segment: _Segment | None) -> None:
+        """``dest`` answered that it cannot open the segments (another user, another /dev/shm):
+        its messages go by TCP from now on, and ``segment``'s arrays were not lent to it."""
+        self.refused.add(dest)
+        if segment is not None:
+            segment.buffer[0] = 0
+
     @property
     def held_bytes(self) -> int:
         """The bytes of /dev/shm this process's segments hold."""
@@ -144,7 +164,8 @@ class Outbox:
     def _take(self, dest: str, size: int) -> _Segment | None:
         size = -(-size // GRAIN) * GRAIN
         with self._lock:
-            fitting = [entry for entry in self._free if entry[0] == dest and entry[1].size >= size]
+            fitting = [entry for entry in self._free
+                       if entry[0] == dest and entry[1].size >= size and not entry[1].lent]
             if fitting:
                 entry = min(fitting, key=lambda entry: entry[1].size)
                 self._free.remove(entry)
@@ -152,7 +173,9 @@ class Outbox:
             held = sum(segment.size for segment in self._all)
             if held - sum(unused.size for _, unused in self._free) + size > self.budget:
                 return None  # not even without the segments no message is using
-            while held + size > self.budget:  # make room: the longest unused first
+            # make room: the longest unused first (a receiver still reading one keeps its pages
+            # until it frees the arrays: its mapping outlives the name)
+            while held + size > self.budget:
                 _, unused = self._free.pop(0)
                 self._all.remove(unused)
                 unused.unlink()
@@ -196,38 +219,26 @@ def budget_from_environment() -> int:
 
 
 class Inbox:
-    """The receiving side: the segments senders named, mapped once, read-only."""
+    """The receiving side: the segments senders named, mapped once."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._mapped: OrderedDict[str, mmap.mmap] = OrderedDict()
 
     def unpack(self, shared: dict) -> dict:
-        """Copies of the arrays ``shared`` (:meth:`Outbox.pack`'s description) places in a
-        segment; :class:`SharedMemoryError` when this process cannot read it, ValueError for
-        a description that is not one."""
+        """The arrays ``shared`` (:meth:`Outbox.pack`'s description) places in a segment, read-only
+        and where they are: the segment is given back to its sender when the last of them (and
+        of the views of them) is freed. :class:`SharedMemoryError` when this process cannot
+        read it, ValueError for a description that is not one."""
         if not isinstance(shared, dict) or not isinstance(shared.get("arrays"), dict):
             raise ValueError("a shared-memory delivery names a segment and its arrays")
-        with self._lock:  # (a segment is unmapped only when no copy out of it is under way)
-            return self._copy_out(self._map(shared.get("segment")), shared["arrays"])
-
-    @staticmethod
-    def _copy_out(buffer: mmap.mmap, arrays: dict) -> dict:
-        values = {}
-        for name, place in arrays.items():
-            try:
-                offset, dtype, shape = int(place[0]), numpy.dtype(place[1]), tuple(int(n) for n in place[2])
-            except (TypeError, ValueError, IndexError):
-                raise ValueError(f"a shared-memory delivery's place of {name!r} is not [offset, dtype, "
-                                 f"shape]: {place!r}") from None
-            if dtype.kind not in _KINDS or offset < 0 or min(shape, default=1) < 0:
-                raise ValueError(f"a shared-memory delivery's {name!r} is not an array of numbers: {place!r}")
-            nbytes = int(numpy.prod(shape)) * dtype.itemsize
-            if offset + nbytes > len(buffer):
-                raise ValueError(f"a shared-memory delivery's {name!r} ({nbytes} bytes at {offset}) lies "
-                                 f"beyond its segment ({len(buffer)} bytes)")
-            values[name] = numpy.ndarray(shape, dtype, buffer, offset).copy()
-        return values
+        with self._lock:
+            buffer = self._map(shared.get("segment"))
+        try:
+            return _borrow(buffer, shared["arrays"])
+        except ValueError:
+            buffer[0] = 0  # nothing of it is read: the sender may write it again
+            raise
 
     def _map(self, name) -> mmap.mmap:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -236,21 +247,54 @@ class Inbox:
         if buffer is not None:
             self._mapped.move_to_end(name)
             return buffer
-        try:
-            fd = os.open(os.path.join(DIRECTORY, name), os.O_RDONLY)
+        try:  # (read and write: the receiver gives the segment back in its first byte)
+            fd = os.open(os.path.join(DIRECTORY, name), os.O_RDWR)
         except OSError as error:
             raise SharedMemoryError(f"cannot open segment {name}: {error}") from None
         try:
-            buffer = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            buffer = mmap.mmap(fd, 0)
         finally:
             os.close(fd)
-        # a segment its sender unlinked (to stay in its budget) lives on while it is mapped here
+        # a segment its sender unlinked (to stay in its budget) lives on while it is mapped here;
+        # forgotten ones are unmapped when the last array in them is freed (not closed here)
         for gone in [other for other in self._mapped if not os.path.exists(os.path.join(DIRECTORY, other))]:
-            self._mapped.pop(gone).close()
+            del self._mapped[gone]
         self._mapped[name] = buffer
         while len(self._mapped) > MAPPED_SEGMENTS:
-            self._mapped.popitem(last=False)[1].close()
+            self._mapped.popitem(last=False)
         return buffer
+
+
+def _borrow(buffer: mmap.mmap, arrays: dict) -> dict:
+    """The arrays at ``arrays``' places in ``buffer``, as read-only views of it."""
+    values = {}
+    for name, place in arrays.items():
+        try:
+            offset, dtype, shape = int(place[0]), numpy.dtype(place[1]), tuple(int(n) for n in place[2])
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"a shared-memory delivery's place of {name!r} is not [offset, dtype, "
+                             f"shape]: {place!r}") from None
+        if dtype.kind not in _KINDS or offset < HEADER or min(shape, default=1) < 0:
+            raise ValueError(f"a shared-memory delivery's {name!r} is not an array of numbers: {place!r}")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if offset + nbytes > len(buffer):
+            raise ValueError(f"a shared-memory delivery's {name!r} ({nbytes} bytes at {offset}) lies "
+                             f"beyond its segment ({len(buffer)} bytes)")
+        values[name] = (offset, nbytes, dtype, shape)
+    if not values:
+        buffer[0] = 0
+        return {}
+    # one array over the segment, whose views the values are: when it is freed, so are they
+    segment = numpy.frombuffer(buffer, numpy.uint8)
+    segment.flags.writeable = False  # the sender's bytes: no kernel writes into them
+    weakref.finalize(segment, _give_back, buffer).atexit = False
+    return {name: segment[offset:offset + nbytes].view(dtype).reshape(shape)
+            for name, (offset, nbytes, dtype, shape) in values.items()}
+
+
+def _give_back(buffer: mmap.mmap) -> None:
+    """The receiver freed the arrays of the last message in ``buffer``: its sender may reuse it."""
+    buffer[0] = 0
 
 
 def _remove_segments_of_dead_processes() -> None:

@@ -200,7 +200,7 @@ class DflowWorker(WorkerPlugin):
                 self.outbox.release(address, segment)
             if reply != "OK" and shared is not None:  # it cannot read this host's segments
                 log.info("%s cannot read shared memory (%s): values go to it by TCP", address, reply)
-                self.outbox.refused.add(address)
+                self.outbox.refuse(address, segment)
                 reply = await self._send_deliver(address, run_id, values, None)
             return reply
 
