@@ -145,9 +145,10 @@ def test_a_compiled_stage_gives_the_counting_executor_s_values_order_and_peak():
     assert compiled.peak_bytes == counted.peak_bytes > 0
 
 
-def test_an_update_runs_after_the_step_s_other_reads_of_its_variable_compiled_or_counted():
-    # w2's update and the input gradient that reads w2 are ready together: the update runs
-    # last in both executors, and finds w2 held by nothing else (it may write it in place)
+def test_an_update_runs_once_the_step_s_reads_of_its_variable_are_consumed_compiled_or_counted():
+    # w2's update waits for the ops that read w2 (the forward product, the input gradient), so
+    # it finds w2 held by nothing else (it may write it in place), and runs right after them,
+    # which frees its gradient before the backward pass goes on to w1
     with tf.Graph().as_default():
         w1, w2 = tf.Variable(normal(5, 6), name="w1"), tf.Variable(normal(6, 3), name="w2")
         loss = tf.reduce_sum(tf.matmul(tf.nn.relu(tf.matmul(tf.constant(normal(4, 5)), w1)), w2))
@@ -160,9 +161,38 @@ def test_an_update_runs_after_the_step_s_other_reads_of_its_variable_compiled_or
     for compiled in (True, False):
         stats = RunStats()
         execute(plan, {}, state, {"CPU": xp_numpy}, stats=stats, compiled=compiled)
-        orders.append([plan.nodes[name].type for name in stats.order])
+        orders.append(stats.order)
     assert orders[0] == orders[1]
-    assert orders[0][-3:-1] == ["ApplyGradientDescent"] * 2  # then the train op's NoOp
+    order = orders[0]
+
+    def position(variable, op_type: str) -> int:
+        return next(i for i, name in enumerate(order) if plan.nodes[name].type == op_type
+                    and plan.nodes[name].inputs[0] == variable.op.name + ":0")
+
+    read_w2 = position(w2, "ReadVariable")
+    readers_of_w2 = [i for i, name in enumerate(order) if f"{order[read_w2]}:0" in plan.nodes[name].inputs]
+    assert len(readers_of_w2) == 2  # the forward product and the gradient of its input
+    assert position(w2, "ApplyGradientDescent") == max(readers_of_w2) + 1
+    assert position(w2, "ApplyGradientDescent") < position(w1, "ApplyGradientDescent") == len(order) - 2
+
+
+def test_a_read_that_comes_after_an_update_is_not_waited_for():
+    # each read below follows the other variable's update: waiting for it would never end
+    with tf.Graph().as_default():
+        a, b = tf.Variable(1.0, name="a"), tf.Variable(10.0, name="b")
+        step = tf.train.GradientDescentOptimizer(0.5)
+        update_a = step.minimize(a * a, var_list=[a])
+        with tf.control_dependencies([update_a]):
+            b_after = b.read_value() + 0.0
+        update_b = step.minimize(b * b, var_list=[b])
+        with tf.control_dependencies([update_b]):
+            a_after = a.read_value() + 0.0
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            _, _, a_read, b_read = sess.run([update_a, update_b, a_after, b_after])
+            assert sess.run([a, b]) == [0.0, 0.0]  # 1 - 0.5 * 2, 10 - 0.5 * 20
+    # each read is unordered with its own variable's update (TF leaves it open): either value
+    assert a_read in (1.0, 0.0) and b_read in (10.0, 0.0)
 
 
 def test_a_fed_tensor_can_be_fetched_from_a_compiled_stage():

@@ -6,7 +6,7 @@ Each takes variable *references* (shared names) for the variable and its slots, 
 reads and writes the session state in one step. Kernels compute new arrays and never write into
 their inputs, which other ops may share, except an update's into its variable and slots where
 nothing but the session state holds them (``SessionState.held_only_here``; the executors run an
-update after the step's other ready ops, so that the reads of its variable are done by then).
+update after the ops of the step that read its variable: ``executor.schedule``).
 :mod:`dflow.train.optimizers` builds them.
 """
 

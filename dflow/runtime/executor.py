@@ -75,14 +75,12 @@ class Schedule:
     # of the nodes' device types (so a worker's copy, rebuilt from JSON, has them too):
     mixed_devices: bool = field(init=False, default=False)  # two: inputs may need a host/device copy
     on_gpu: bool = field(init=False, default=False)  # a GPU's: a run waits for its work before returning
-    updates: frozenset = field(init=False, default=frozenset())  # ops that write variables (run last)
     # compiled forms by (fed tensors, threads, namespaces), made by the first run that can use one
     compiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         device_types = {node.device_type for node in self.nodes.values()}
         self.mixed_devices, self.on_gpu = len(device_types) > 1, "GPU" in device_types
-        self.updates = frozenset(name for name, node in self.nodes.items() if get_opdef(node.type).updates)
 
 
 @dataclass
@@ -119,7 +117,45 @@ def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule
             refcount[t] = refcount.get(t, 0) + 1
     for t in fetches:
         refcount[t] = refcount.get(t, 0) + 1
+    _updates_after_reads(by_name, waiting, dependents)
     return Schedule(by_name, waiting, dependents, refcount, tuple(fetches))
+
+
+def _updates_after_reads(nodes: dict[str, OpNode], waiting: dict, dependents: dict) -> None:
+    """Make each update of a variable (an optimizer's) wait for the step's ops that read the
+    variable's value (the consumers of its ReadVariable ops), as ordering edges: once they have
+    run nothing else holds the old array, and the update may write it in place
+    (``SessionState.held_only_here``); and it runs as soon as they have, which frees its gradient
+    (TF leaves the order open; a read then sees the step's old value either way). A reader that
+    comes after the update anyway (through its own dependencies) is not waited for."""
+    consumers: dict[str, list[str]] = {}
+    for node in nodes.values():
+        for tensor in node.inputs:
+            consumers.setdefault(tensor, []).append(node.name)
+    readers: dict[str, list[str]] = {}  # variable reference -> the ops that read its value
+    for node in nodes.values():
+        if node.type == "ReadVariable":
+            readers.setdefault(node.inputs[0], []).extend(consumers.get(f"{node.name}:0", ()))
+    for node in nodes.values():
+        if not get_opdef(node.type).updates:
+            continue
+        for reader in dict.fromkeys(r for ref in node.inputs for r in readers.get(ref, ())):
+            if reader != node.name and not _reaches(dependents, node.name, reader):
+                waiting[node.name] += 1
+                dependents[reader].append(node.name)
+
+
+def _reaches(dependents: dict, start: str, target: str) -> bool:
+    """Whether ``target`` comes after ``start`` (so that ``start`` waiting for it would never run)."""
+    seen, stack = {start}, [start]
+    while stack:
+        for dependent in dependents[stack.pop()]:
+            if dependent == target:
+                return True
+            if dependent not in seen:
+                seen.add(dependent)
+                stack.append(dependent)
+    return False
 
 
 class _Late:
@@ -178,7 +214,7 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
     refcount = dict(plan.refcount)
     values = dict(feeds)
     live_bytes = [sum(getattr(v, "nbytes", 0) for v in values.values())]
-    ready, updates = _ready_stacks(plan, [name for name, count in waiting.items() if count == 0])
+    ready = [name for name, count in waiting.items() if count == 0]
 
     def finish(node: OpNode, outputs) -> None:
         for i, value in enumerate(outputs):
@@ -196,7 +232,7 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
         for dependent in plan.dependents[node.name]:
             waiting[dependent] -= 1
             if waiting[dependent] == 0:
-                _make_ready(plan, dependent, ready, updates)
+                ready.append(dependent)
 
     def arguments(node):
         if plan.mixed_devices:
@@ -210,9 +246,9 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
     in_flight = asynchronous_in_flight = 0
     pool = ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op") if num_threads > 1 else None
     try:
-        while ready or updates or in_flight:
-            while ready or updates:
-                node = plan.nodes[(ready or updates).pop()]
+        while ready or in_flight:
+            while ready:
+                node = plan.nodes[ready.pop()]
                 args, xp = arguments(node), namespaces[node.device_type]
                 if get_opdef(node.type).asynchronous:
                     _start_async(done, node, args, state, xp)
@@ -245,35 +281,20 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
 _NOT_YET = object()
 
 
-def _ready_stacks(plan: Schedule, names) -> tuple[list[str], list[str]]:
-    """Stacks of the ops ready to run (the last made ready runs first, as a depth-first walk):
-    the updates of variables apart, run when no other op is ready (the step's other reads of
-    their variables are then done, and they may write them in place:
-    ``SessionState.held_only_here``)."""
-    ready, updates = [], []
-    for name in names:
-        _make_ready(plan, name, ready, updates)
-    return ready, updates
-
-
-def _make_ready(plan: Schedule, name: str, ready: list, updates: list) -> None:
-    (updates if name in plan.updates else ready).append(name)
-
-
 def _sequential_order(plan: Schedule) -> tuple[list[str], int]:
     """The order the counting loop runs ``plan`` in on one thread, and the most ops that were
     ever ready at once (1: a chain, where threads have nothing to overlap)."""
     waiting = dict(plan.waiting)
-    ready, updates = _ready_stacks(plan, [name for name, count in waiting.items() if count == 0])
-    order, widest = [], 0
-    while ready or updates:
-        widest = max(widest, len(ready) + len(updates))
-        name = (ready or updates).pop()
+    ready = [name for name, count in waiting.items() if count == 0]  # a stack: a depth-first walk
+    order, widest = [], len(ready)
+    while ready:
+        name = ready.pop()
         order.append(name)
         for dependent in plan.dependents[name]:
             waiting[dependent] -= 1
             if waiting[dependent] == 0:
-                _make_ready(plan, dependent, ready, updates)
+                ready.append(dependent)
+        widest = max(widest, len(ready))
     return order, widest
 
 
