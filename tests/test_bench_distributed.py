@@ -43,6 +43,11 @@ def test_cifar10_comparison_moves_exactly_the_parameters_each_way(input_mode):
         assert result[side]["images_per_sec"] == pytest.approx(batch / result[side]["median_step_seconds"])
     assert result["ratio"] == pytest.approx(
         result["local"]["median_step_seconds"] / result["distributed"]["median_step_seconds"])
+    # each turn's ratio: 2 steps, then 1 (the median of one step is that step)
+    local, direct = result["local"]["step_seconds"], result["distributed"]["step_seconds"]
+    assert result["ratio_by_turn"] == pytest.approx(
+        [(local[0] + local[1]) / (direct[0] + direct[1]), local[2] / direct[2]])
+    assert len(result["dask_ratio_by_turn"]) == 2
     assert result["dask_vs_direct"] == pytest.approx(
         result["distributed"]["median_step_seconds"] / result["dask"]["median_step_seconds"])
     assert result["pipelined_vs_direct"] == pytest.approx(
@@ -72,6 +77,7 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
     row = {"from": PS0, "to": W0, "bytes": 16, "carries": "variable reads", "x_params": 1.0}
     back = {**row, "from": W0, "to": PS0, "carries": "gradients", "bytes": 20, "x_params": 1.25}
     result = {"input": "feed", "batch_size": 100, "steps": 10, "ratio": 0.9, "dask_ratio": 0.8,
+              "ratio_by_turn": [0.87, 0.93], "dask_ratio_by_turn": [0.8],
               "dask_vs_direct": 0.89, "dask": {"median_step_seconds": 0.125, "images_per_sec": 800.0},
               "pipelined_ratio": 0.88, "pipelined_vs_direct": 0.97,
               "dask_pipelined": {"median_step_seconds": 0.114, "images_per_sec": 877.0},
@@ -84,6 +90,7 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
     bench._print_cifar10(result, warmup=5, block=10, echo=lines.append)
     text = "\n".join(lines)
     assert "local Session" in text and "1 PS + 1 worker, direct" in text and "0.90" in text
+    assert "0.90  [0.87-0.93 over 2 turns]" in text and "0.80  [0.80-0.80 over 1 turns]" in text
     assert "1 PS + 1 worker, Dask" in text and "0.89 x the images/sec" in text
     assert "2 steps in flight" in text and "0.97 x with 2 steps in flight" in text
     assert "4 bytes of waste" in text and "worker/0 2" in text
