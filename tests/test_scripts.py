@@ -142,6 +142,32 @@ def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
                                                       "dflow-2.log"]
 
 
+def test_bench_script_times_steps_run_through_make_callable_once_each(tmp_path):
+    counter = tmp_path / "steps"
+    script = write(tmp_path, "callable.py", f"""\
+        import tensorflow as tf
+        x = tf.placeholder(tf.float32, [8, 4])
+        w = tf.Variable(tf.ones([4, 2]))
+        train = tf.train.GradientDescentOptimizer(0.01).minimize(tf.reduce_sum(tf.matmul(x, w)))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            step = sess.make_callable(train, [x])
+            steps = 0
+            while True:
+                steps += 1
+                open({str(counter)!r}, "w").write(str(steps))
+                step([[1.0] * 4] * 8)
+        """)
+    output = tmp_path / "runs.json"
+    args = ["--frameworks", "dflow", "--calls", "20", "--warmup", "3", "--rounds", "1", "--timeout", "120",
+            "--output", str(output), "--log_dir", str(tmp_path / "logs"), script]
+    assert bench_script.main(_parsed(args), echo=lambda line: None) == 0
+    (record,) = json.loads(output.read_text())
+    assert record["ended"] == "stopped" and record["step"]["calls"] == 20
+    assert record["step"]["fetches"] == "GradientDescent"
+    assert counter.read_text() == "23"  # dflow's callable calls Session.run: each step counted once
+
+
 def test_bench_script_reports_failures_hangs_and_scripts_too_short(tmp_path):
     fails = write(tmp_path, "fails.py", """\
         import tensorflow as tf

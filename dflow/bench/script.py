@@ -9,8 +9,9 @@ The script runs unchanged, in a fresh process per framework and round (interleav
 as ``dflow bench --local --peers``): on dflow with ``import tensorflow`` importing dflow
 (:mod:`dflow.scripts`), on TensorFlow through TF 2's ``tf.compat.v1`` with v2 behaviour off
 (TF 1.x's ``tensorflow.examples.tutorials.mnist`` served by dflow's reader on both, which TF 2
-no longer ships). Every ``Session.run`` is timed; the most frequent fetch list is the training
-step, and once it has run ``warmup + calls`` times the script is stopped. Printed: each run's
+no longer ships). Every ``Session.run`` is timed, and every call of a ``make_callable``
+callable; the most frequent fetch list is the training step, and once it has run
+``warmup + calls`` times the script is stopped. Printed: each run's
 median ms a step, then per framework the median over rounds with its spread, and per round
 the ratio to dflow (its ms over dflow's: above 1, dflow is faster). A script that fails on a
 framework is reported with its last error line and log, and the others still run.
@@ -52,16 +53,23 @@ def _signature(fetches) -> str:
 
 
 def _time_session_runs(session_class, calls: int, warmup: int, timings: dict) -> None:
-    """Wrap ``session_class.run`` to record each call's seconds under its fetches' signature:
-    the calls of the script's own thread (its queue runners' enqueues are not its steps)."""
-    original = session_class.run
+    """Wrap ``session_class.run``, and the callables its ``make_callable`` returns (TF's skip
+    ``run``), to record each call's seconds under its fetches' signature: the calls of the
+    script's own thread (its queue runners' enqueues are not its steps), each once (dflow's
+    callables call ``run``)."""
+    original_run, original_make_callable = session_class.run, session_class.make_callable
     script_thread = threading.current_thread()
+    timing = threading.local()
 
-    def run(self, fetches, *args, **kwargs):
-        if threading.current_thread() is not script_thread:
-            return original(self, fetches, *args, **kwargs)
+    def timed(fetches, call, *args, **kwargs):
+        if threading.current_thread() is not script_thread or getattr(timing, "busy", False):
+            return call(*args, **kwargs)
+        timing.busy = True
         start = time.perf_counter()
-        result = original(self, fetches, *args, **kwargs)
+        try:
+            result = call(*args, **kwargs)
+        finally:
+            timing.busy = False
         seconds = time.perf_counter() - start
         times = timings[_signature(fetches)]
         times.append(seconds)
@@ -69,7 +77,14 @@ def _time_session_runs(session_class, calls: int, warmup: int, timings: dict) ->
             raise _Enough()
         return result
 
-    session_class.run = run
+    def run(self, fetches, *args, **kwargs):
+        return timed(fetches, original_run, self, fetches, *args, **kwargs)
+
+    def make_callable(self, fetches, *args, **kwargs):
+        step = original_make_callable(self, fetches, *args, **kwargs)
+        return lambda *values, **options: timed(fetches, step, *values, **options)
+
+    session_class.run, session_class.make_callable = run, make_callable
 
 
 def _prepare(framework: str, checkout: str | None):
