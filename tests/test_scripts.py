@@ -89,6 +89,8 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
         assert tf is dflow and v1 is dflow and layers is dflow.contrib.layers
         assert dflow.__spec__.name == "dflow" and layers.__spec__.name == "dflow.contrib.layers"
         from tensorflow.python.framework import dtypes, ops, tensor_shape
+        from tensorflow.python.client import timeline  # profiling scripts write its Chrome trace
+        assert timeline.Timeline(tf.RunMetadata().step_stats).generate_chrome_trace_format()
         graph = tf.get_default_graph()
         ops.reset_default_graph()  # as scripts (course notebooks) start
         assert tf.get_default_graph() is not graph and dtypes.float32 is tf.float32

@@ -282,6 +282,40 @@ def test_run_options_and_run_metadata_trace_a_step():
     assert "total" in names and metadata.step_stats.dev_stats[0].device.endswith("CPU:0")
 
 
+def test_a_traced_step_times_each_op_and_the_timeline_writes_a_chrome_trace():
+    import json
+
+    from dflow.python.client import timeline
+
+    x = tf.placeholder(tf.float32, [64, 128])
+    w = tf.Variable(tf.ones([128, 128]), name="w")
+    train = tf.train.GradientDescentOptimizer(0.01).minimize(tf.reduce_sum(tf.matmul(x, w)))
+    batch = np.ones((64, 128), np.float32)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, {x: batch})
+        assert sess.last_run_stats.op_spans is None  # untraced: a compiled stage, no clock read per op
+        metadata = tf.RunMetadata()
+        before = time.time()
+        sess.run(train, {x: batch}, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                 run_metadata=metadata)
+        after = time.time()
+    (device,) = metadata.step_stats.dev_stats
+    nodes = device.node_stats
+    assert [n.node_name for n in nodes] == sess.last_run_stats.order
+    starts = [n.all_start_micros for n in nodes]
+    assert starts == sorted(starts) and before * 1e6 <= starts[0] and starts[-1] <= after * 1e6
+    assert all(n.all_end_rel_micros >= 0 for n in nodes)
+    products = [n for n in nodes if n.timeline_label.endswith("= MatMul()")]
+    assert len(products) == 2 and all(n.all_end_rel_micros > 0 for n in products)
+    trace = json.loads(timeline.Timeline(metadata.step_stats).generate_chrome_trace_format())
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert [e["args"]["name"] for e in ops] == [n.node_name for n in nodes]
+    assert [e["dur"] for e in ops] == [n.all_end_rel_micros for n in nodes]
+    assert {e["name"] for e in ops} >= {"MatMul", "ApplyGradientDescent"}
+    assert trace["traceEvents"][0]["args"]["name"] == device.device
+
+
 def test_device_function_reads_node_def_as_tf_scripts_do():
     ps_ops = ["Variable", "VariableV2", "VarHandleOp"]
 

@@ -100,6 +100,9 @@ class RunStats:
     async_wait_s: float = 0.0  # this run, in this process: the same wait, for asynchronous ops
     # per task: (task, what, start, end) in time.time() seconds: waits, computes, collectives
     timeline: list[tuple[str, str, float, float]] = field(default_factory=list)
+    # a traced run's ops in this process, (name, type, start, end) in time.time() seconds, or None:
+    # not traced (a list here asks for them; the run then goes op by op, in the counting loop)
+    op_spans: list[tuple[str, str, float, float]] | None = None
 
 
 def schedule(nodes: list[OpNode], fed: set[str], fetches: list[str]) -> Schedule:
@@ -190,7 +193,7 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
             arriving = functools.partial(_on_device, arriving, namespaces["GPU"])
     stats = stats if stats is not None else RunStats()
     key = (frozenset(feeds), num_threads, tuple(namespaces.items()))  # namespaces: modules
-    compiled = compiled and plan.compiled.get(key, _NOT_YET)
+    compiled = compiled and stats.op_spans is None and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
     if compiled:
@@ -215,8 +218,11 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
     values = dict(feeds)
     live_bytes = [sum(getattr(v, "nbytes", 0) for v in values.values())]
     ready = [name for name, count in waiting.items() if count == 0]
+    started: dict[str, float] | None = None if stats.op_spans is None else {}  # traced: op -> start
 
     def finish(node: OpNode, outputs) -> None:
+        if started is not None:
+            stats.op_spans.append((node.name, node.type, started.pop(node.name), time.time()))
         for i, value in enumerate(outputs):
             tensor = f"{node.name}:{i}"
             if tensor in refcount and tensor not in feeds:
@@ -250,6 +256,8 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
             while ready:
                 node = plan.nodes[ready.pop()]
                 args, xp = arguments(node), namespaces[node.device_type]
+                if started is not None:
+                    started[node.name] = time.time()
                 if get_opdef(node.type).asynchronous:
                     _start_async(done, node, args, state, xp)
                     in_flight += 1

@@ -3,7 +3,10 @@ run_metadata=)`` to trace a step.
 
 dflow fills ``run_metadata.step_stats`` with the ops each device ran (and, on a cluster,
 each task's timed compute and wait spans), in TF's shape
-(``step_stats.dev_stats[i].device``, ``.node_stats[j].node_name``):
+(``step_stats.dev_stats[i].device``, ``.node_stats[j].node_name``). A traced run (any
+``trace_level`` but ``NO_TRACE``) times each op of this process: it runs op by op, in the
+counting loop rather than a compiled stage, so its ops add up to a little more than an
+untraced step; ``tensorflow.python.client.timeline`` turns the stats into a Chrome trace.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -83,7 +86,11 @@ def fill_run_metadata(metadata: RunMetadata, stats: RunStats) -> None:
     for task, what, start, end in stats.timeline:  # a cluster's timed spans, per task
         device = devices.setdefault(task, DeviceStepStats(task))
         device.node_stats.append(NodeExecStats(what, int(start * 1e6), int((end - start) * 1e6), what))
-    if stats.order:  # the ops this process ran
+    if stats.op_spans:  # a traced run's ops in this process, timed
+        devices.setdefault(LOCAL_DEVICE, DeviceStepStats(LOCAL_DEVICE)).node_stats.extend(
+            NodeExecStats(name, int(start * 1e6), int((end - start) * 1e6), f"{name} = {op_type}()")
+            for name, op_type, start, end in stats.op_spans)
+    elif stats.order:  # the ops this process ran
         devices.setdefault(LOCAL_DEVICE, DeviceStepStats(LOCAL_DEVICE)).node_stats.extend(
             NodeExecStats(name, timeline_label=name) for name in stats.order)
     metadata.step_stats = StepStats(list(devices.values()))

@@ -231,7 +231,8 @@ class Session:
         flat, rebuild = _flatten_fetches(fetches, self.graph)
         feeds = self._convert_feeds(feed_dict or {})
         plan = self.runner.plan(flat, feeds)
-        stats = RunStats()
+        traced = options is not None and getattr(options, "trace_level", 0) > 0
+        stats = RunStats(op_spans=[] if traced else None)
         values = self.runner.run(plan, feeds, stats)
         values.update({f.name: feeds[f.name] for f in flat if f.name in feeds})
         self._stats.last = stats

@@ -1,1 +1,1 @@
-"""``tensorflow.python.client``: ``device_lib``."""
+"""``tensorflow.python.client``: ``device_lib`` and ``timeline``."""
