@@ -35,7 +35,7 @@ from . import (
 )
 from . import tf_io as io
 from . import tf_logging as logging
-from .autodiff import gradients
+from .autodiff import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from .compat import disable_eager_execution, disable_v2_behavior, executing_eagerly
 from .dtypes import (
     DType,

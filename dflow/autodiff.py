@@ -9,11 +9,78 @@ the gradients of tensors that fan out to several consumers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .graph import Tensor, convert_to_tensor
 from .ops.array_ops import ones_like
 from .ops.math_ops import add_n
+from .ops.registry import OP_DEFS
 
-__all__ = ["gradients"]
+__all__ = ["gradients", "RegisterGradient", "NotDifferentiable", "no_gradient"]
+
+#: gradient functions registered by name (``tf.RegisterGradient``); None: not differentiable
+_REGISTERED: dict[str, Callable | None] = {}
+
+
+class RegisterGradient:
+    """``@tf.RegisterGradient("Name")``: the decorated ``f(op, *output_grads)``, which returns the
+    gradients of ``op``'s inputs (graph, as dflow's own rules do), is the gradient of the ops that
+    ``graph.gradient_override_map`` maps to ``Name``, or of ops of type ``Name`` that have none.
+
+    >>> @tf.RegisterGradient("Reversed")  # doctest: +SKIP
+    ... def _reversed(op, grad):
+    ...     return [-grad]
+    """
+
+    def __init__(self, op_type: str):
+        if not isinstance(op_type, str):
+            raise TypeError(f"RegisterGradient takes the gradient's name (a string), got {op_type!r}")
+        self._op_type = op_type
+
+    def __call__(self, f: Callable) -> Callable:
+        _register(self._op_type, f)
+        return f
+
+
+def NotDifferentiable(op_type: str) -> None:  # noqa: N802 - TF's name
+    """Ops of type ``op_type`` pass no gradient to their inputs (``tf.NotDifferentiable``)."""
+    if not isinstance(op_type, str):
+        raise TypeError(f"NotDifferentiable takes an op type (a string), got {op_type!r}")
+    _register(op_type, None)
+
+
+no_gradient = NotDifferentiable
+
+
+def _register(name: str, f: Callable | None) -> None:
+    if name in _REGISTERED or (name in OP_DEFS and OP_DEFS[name].grad is not None):
+        raise KeyError(f"Registering two gradients with name {name!r}: it has one already "
+                       "(pick another name, and map the op to it with graph.gradient_override_map)")
+    _REGISTERED[name] = f
+
+
+def _gradient_function(op) -> Callable | None:
+    """``op``'s gradient rule: the one registered under its override or its type, else its own."""
+    name = op.gradient_override or op.type
+    if name in _REGISTERED:
+        registered = _REGISTERED[name]
+        return None if registered is None else _checked(registered, op, name)
+    if op.gradient_override is not None:
+        raise LookupError(f"gradient_override_map maps {op.type} op {op.name!r} to {name!r}, but no "
+                          f"tf.RegisterGradient({name!r}) was registered")
+    return op.opdef.grad
+
+
+def _checked(f: Callable, op, name: str) -> Callable:
+    def gradient(op, *output_grads):
+        grads = f(op, *output_grads)
+        grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+        if len(grads) != len(op.inputs):
+            raise ValueError(f"the gradient {name!r} returned {len(grads)} gradients for {op.type} op "
+                             f"{op.name!r}, which has {len(op.inputs)} inputs")
+        return [None if g is None else convert_to_tensor(g) for g in grads]
+
+    return gradient
 
 
 def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None) -> list[Tensor | None]:
@@ -38,12 +105,11 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None) -> li
             pending.setdefault(y, []).append(ones_like(y) if gy is None else convert_to_tensor(gy))
         for op in sorted(between, key=lambda op: op._id, reverse=True):
             out_grads = [_total(pending.pop(t, None)) for t in op.outputs]
-            if all(g is None for g in out_grads) or op.opdef.grad is None:
-                continue
-            if any(t in stops for t in op.outputs):
+            gradient = _gradient_function(op) if any(g is not None for g in out_grads) else None
+            if gradient is None or any(t in stops for t in op.outputs):
                 continue
             with graph.name_scope(op.name + "_grad"):
-                in_grads = op.opdef.grad(op, *out_grads)
+                in_grads = gradient(op, *out_grads)
             for t, g in zip(op.inputs, in_grads):
                 if g is not None and t.dtype.is_floating:
                     pending.setdefault(t, []).append(g)

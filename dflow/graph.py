@@ -573,6 +573,7 @@ class Operation:
         self.control_inputs = list(control_inputs)
         self.device = ""
         self.outputs = [Tensor(self, i, spec) for i, spec in enumerate(output_specs)]
+        self.gradient_override: str | None = None  # a registered gradient's name (gradient_override_map)
 
     @property
     def opdef(self):
@@ -609,6 +610,7 @@ class Graph:
         self._names_in_use: dict[str, int] = {}
         self._name_stack = ""
         self._control_stack: list[list[Operation]] = []
+        self._gradient_overrides: dict[str, str] = {}  # op type -> gradient name (gradient_override_map)
         self._device_stack: list[str | Callable | None] = []
         self._collections: dict[str, list] = {}
         self._variable_scope_stack: list = []  # dflow.variables.VariableScope
@@ -637,6 +639,7 @@ class Graph:
                 raise ValueError(f"{op_type} op '{op_name}': {e}") from None
             control = [c for frame in self._control_stack for c in frame]
             op = Operation(self, op_type, op_name, inputs, attrs, control, specs)
+            op.gradient_override = self._gradient_overrides.get(op_type)
             self._apply_device_functions(op)
             self._add(op)
         return op
@@ -733,6 +736,28 @@ class Graph:
             yield
         finally:
             self._device_stack.pop()
+
+    @contextlib.contextmanager
+    def gradient_override_map(self, op_type_map: dict[str, str]) -> Iterator[None]:
+        """Ops of the types ``op_type_map`` names, created inside, take their gradient from the
+        function ``tf.RegisterGradient`` registered under the name it maps them to.
+
+        >>> @tf.RegisterGradient("Reversed")  # doctest: +SKIP
+        ... def _reversed(op, grad):
+        ...     return [-grad]
+        >>> with tf.get_default_graph().gradient_override_map({"Identity": "Reversed"}):  # doctest: +SKIP
+        ...     y = tf.identity(x)  # its gradient is minus y's
+        """
+        if not isinstance(op_type_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in op_type_map.items()):
+            raise TypeError("gradient_override_map takes a dict from op types to registered gradient "
+                            f"names (both strings), got {op_type_map!r}")
+        saved = self._gradient_overrides
+        self._gradient_overrides = {**saved, **op_type_map}
+        try:
+            yield
+        finally:
+            self._gradient_overrides = saved
 
     @contextlib.contextmanager
     def colocate_with(self, op) -> Iterator[None]:

@@ -185,3 +185,75 @@ def test_kernels_run_on_other_namespaces(row, xp):
     for want, tensor in zip(expected, (y, gx)):
         assert_of_namespace(out[tensor.name], xp)
         np.testing.assert_allclose(to_host(out[tensor.name]), want, rtol=1e-12, atol=1e-15)  # 0 vs 1e-17
+
+
+# ---- gradients registered by name: tf.RegisterGradient, gradient_override_map, NotDifferentiable ----
+def test_a_registered_gradient_reverses_an_identity_as_domain_adaptation_scripts_do():
+    from dflow.python.framework import ops  # where scripts import RegisterGradient from
+
+    def flip(x, scale, name):
+        @ops.RegisterGradient(name)
+        def _flipped(op, grad):
+            return [tf.negative(grad) * scale]
+
+        with tf.get_default_graph().gradient_override_map({"Identity": name}):
+            return tf.identity(x)
+
+    with tf.Graph().as_default():
+        x = tf.constant([1.0, 2.0, 3.0])
+        y = flip(x, 0.5, "test_flip_half")
+        z = flip(y * y, 2.0, "test_flip_double")
+        plain = tf.identity(x)  # made outside the map: its own gradient
+        (dx,) = tf.gradients(tf.reduce_sum(z), [x])
+        (dplain,) = tf.gradients(tf.reduce_sum(plain * 3.0), [x])
+        with tf.Session() as sess:
+            got, got_plain = sess.run([dx, dplain])
+    # d(sum z)/d(y*y) = -2, d(y*y)/dy = 2y, dy/dx = -0.5
+    np.testing.assert_allclose(got, 2.0 * np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(got_plain, [3.0, 3.0, 3.0])
+
+
+def test_a_registered_gradient_sees_the_op_and_inner_maps_win_until_they_close():
+    @tf.RegisterGradient("test_guided_relu")
+    def _guided(op, grad):  # guided backpropagation: only positive gradients, where the ReLU passed
+        return tf.where(grad > 0.0, grad * tf.cast(op.outputs[0] > 0.0, grad.dtype), tf.zeros_like(grad))
+
+    tf.NotDifferentiable("test_blocked")
+    with tf.Graph().as_default() as graph:
+        x = tf.constant([-1.0, 2.0, 3.0])
+        with graph.gradient_override_map({"Relu": "test_guided_relu", "Square": "test_blocked"}):
+            guided = tf.nn.relu(x)
+            with graph.gradient_override_map({"Relu": "test_blocked"}):
+                blocked = tf.nn.relu(x)
+            guided_again = tf.nn.relu(x)
+            squared = tf.square(x)
+        plain = tf.nn.relu(x)
+        upstream = tf.constant([1.0, -1.0, 1.0])
+        grads = [tf.gradients(y * upstream, [x])[0] for y in (guided, blocked, guided_again, plain)]
+        assert tf.gradients(squared, [x]) == [None]
+        with tf.Session() as sess:
+            got = sess.run([g for g in grads if g is not None])
+    assert grads[1] is None
+    np.testing.assert_allclose(got[0], [0.0, 0.0, 1.0])  # x < 0 there, then a negative gradient
+    np.testing.assert_allclose(got[1], got[0])
+    np.testing.assert_allclose(got[2], [0.0, -1.0, 1.0])  # the ReLU's own gradient
+
+
+def test_registered_gradients_refuse_what_is_wrong_by_name():
+    with pytest.raises(KeyError, match="'Relu': it has one already"):
+        tf.RegisterGradient("Relu")(lambda op, grad: [grad])
+    tf.RegisterGradient("test_twice")(lambda op, grad: [grad])
+    with pytest.raises(KeyError, match="'test_twice'"):
+        tf.RegisterGradient("test_twice")(lambda op, grad: [grad])
+    tf.RegisterGradient("test_too_many")(lambda op, grad: [grad, grad])
+    with tf.Graph().as_default() as graph:
+        x = tf.constant([1.0, 2.0])
+        with pytest.raises(TypeError, match="from op types to registered gradient names"):
+            with graph.gradient_override_map({"Identity": 3}):
+                pass
+        with graph.gradient_override_map({"Identity": "test_never_registered", "Neg": "test_too_many"}):
+            unknown, many = tf.identity(x, name="unknown"), tf.negative(x)
+        with pytest.raises(LookupError, match="Identity op 'unknown' to 'test_never_registered'"):
+            tf.gradients(unknown, [x])
+        with pytest.raises(ValueError, match="returned 2 gradients for Neg op 'Neg', which has 1 inputs"):
+            tf.gradients(many, [x])

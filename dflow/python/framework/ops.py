@@ -1,5 +1,6 @@
 """``tensorflow.python.framework.ops``: the graph's public names, as scripts reach for them
-(``from tensorflow.python.framework import ops; ops.reset_default_graph()``).
+(``from tensorflow.python.framework import ops; ops.reset_default_graph()``,
+``@ops.RegisterGradient("Name")``).
 
 >>> from dflow.python.framework import ops
 >>> import dflow as tf
@@ -7,6 +8,7 @@
 (True, True)
 """
 
+from ...autodiff import NotDifferentiable, RegisterGradient, no_gradient
 from ...graph import (
     Graph,
     GraphKeys,
@@ -23,6 +25,6 @@ from ...graph import (
     reset_default_graph,
 )
 
-__all__ = ["Graph", "GraphKeys", "Operation", "Tensor", "add_to_collection", "colocate_with",
-           "control_dependencies", "convert_to_tensor", "device", "get_collection", "get_default_graph",
-           "name_scope", "reset_default_graph"]
+__all__ = ["Graph", "GraphKeys", "NotDifferentiable", "Operation", "RegisterGradient", "Tensor",
+           "add_to_collection", "colocate_with", "control_dependencies", "convert_to_tensor", "device",
+           "get_collection", "get_default_graph", "name_scope", "no_gradient", "reset_default_graph"]
