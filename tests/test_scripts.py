@@ -90,6 +90,16 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
         assert dflow.__spec__.name == "dflow" and layers.__spec__.name == "dflow.contrib.layers"
         from tensorflow.python.framework import dtypes, ops, tensor_shape
         from tensorflow.python.client import timeline  # profiling scripts write its Chrome trace
+        from tensorflow.python.ops import gen_nn_ops, init_ops, math_ops, nn_ops
+        from tensorflow.python.ops.rnn_cell_impl import LSTMCell, RNNCell
+        assert math_ops.reduce_sum is tf.reduce_sum and nn_ops.relu is tf.nn.relu
+        assert issubclass(LSTMCell, RNNCell) and init_ops.Zeros is tf.zeros_initializer
+        relu_grad = gen_nn_ops.relu_grad(tf.ones([2]), tf.constant([-1.0, 2.0]))  # guided backprop's
+        assert tf.Session().run(relu_grad).tolist() == [0.0, 1.0]
+        try:
+            math_ops.no_such_op
+        except AttributeError as error:
+            print(error)
         assert timeline.Timeline(tf.RunMetadata().step_stats).generate_chrome_trace_format()
         graph = tf.get_default_graph()
         ops.reset_default_graph()  # as scripts (course notebooks) start
@@ -103,6 +113,8 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
     done = dflow_command("run", script)
     assert done.returncode == 0, done.stderr
     assert "No module named 'tensorflow.keras' (dflow has no 'dflow.keras'" in done.stdout
+    assert ("'tensorflow.python.ops.math_ops' has no attribute 'no_such_op' in dflow (looked in dflow, "
+            "dflow.math)") in done.stdout
 
 
 def test_bench_script_times_the_step_and_stops_the_script(tmp_path):

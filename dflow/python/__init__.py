@@ -1,2 +1,3 @@
 """``tensorflow.python``'s few modules that TF 1.x scripts import directly (``client.device_lib``,
-``framework.ops``, ``framework.dtypes``, ``framework.tensor_shape``)."""
+``client.timeline``, ``framework.ops``, ``framework.dtypes``, ``framework.tensor_shape``, and the op
+modules of ``ops``: ``math_ops``, ``nn_ops``, ``rnn_cell_impl``, ...)."""
