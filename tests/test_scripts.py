@@ -92,6 +92,9 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
         from tensorflow.python.client import timeline  # profiling scripts write its Chrome trace
         from tensorflow.python.ops import gen_nn_ops, init_ops, math_ops, nn_ops
         from tensorflow.python.ops.rnn_cell_impl import LSTMCell, RNNCell
+        from tensorflow.python.platform import tf_logging
+        from tensorflow.python.util import nest
+        assert tf_logging is tf.logging and nest.flatten(((1, 2), [3])) == [1, 2, 3]
         assert math_ops.reduce_sum is tf.reduce_sum and nn_ops.relu is tf.nn.relu
         assert issubclass(LSTMCell, RNNCell) and init_ops.Zeros is tf.zeros_initializer
         relu_grad = gen_nn_ops.relu_grad(tf.ones([2]), tf.constant([-1.0, 2.0]))  # guided backprop's

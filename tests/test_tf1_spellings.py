@@ -563,3 +563,22 @@ def test_lists_of_tensors_are_packed_as_tf_does():
     with tf.Session() as sess:
         got = sess.run([mean_of_list, nested, tf.reduce_mean((x[:, 0],))], {x: [[1.0, 2.0], [3.0, 4.0]]})
     assert got[0] == 6.0 and got[1].tolist() == [[1.0, 2.0], [3.5, 4.0]] and got[2] == 2.0
+
+
+def test_nest_flattens_and_rebuilds_states_as_tf_s_rnn_code_does():
+    from dflow.python.util import nest
+    from dflow.rnn_cell import LSTMStateTuple
+
+    state = (LSTMStateTuple("c0", "h0"), {"b": ["x", "y"], "a": "z"})
+    assert nest.flatten(state) == ["c0", "h0", "z", "x", "y"]  # dicts in sorted key order
+    rebuilt = nest.pack_sequence_as(state, [1, 2, 3, 4, 5])
+    assert rebuilt == (LSTMStateTuple(1, 2), {"a": 3, "b": [4, 5]}) and type(rebuilt[0]) is LSTMStateTuple
+    assert nest.map_structure(lambda a, b: a + b, (1, [2]), (10, [20])) == (11, [22])
+    assert nest.is_sequence([]) and not nest.is_sequence("ab") and nest.flatten(7) == [7]
+    with pytest.raises(TypeError, match="nest tuple against list"):
+        nest.map_structure(lambda a, b: a, (1, 2), [1, 2])
+    assert nest.map_structure(lambda a, b: a, (1, 2), [1, 2], check_types=False) == (1, 2)
+    with pytest.raises(ValueError, match="3 leaves but flat_sequence has 2 items"):
+        nest.pack_sequence_as((1, (2, 3)), [1, 2])
+    with pytest.raises(ValueError, match="different keys"):
+        nest.assert_same_structure({"a": 1}, {"b": 1})
