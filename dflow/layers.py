@@ -35,7 +35,7 @@ from .variables import (
 )
 
 __all__ = [
-    "Layer", "Dense", "Conv1D", "Conv2D", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
+    "Layer", "InputSpec", "Dense", "Conv1D", "Conv2D", "Conv2DTranspose", "MaxPooling1D", "AveragePooling1D",
     "MaxPooling2D", "AveragePooling2D", "Dropout", "Flatten", "BatchNormalization", "dense", "conv1d",
     "conv2d", "conv2d_transpose", "max_pooling1d", "average_pooling1d", "max_pooling2d",
     "average_pooling2d", "dropout", "flatten", "batch_normalization",
@@ -90,6 +90,52 @@ def _no_constraint(**constraints) -> None:
     if given:
         raise ValueError(f"{', '.join(given)} is not supported by dflow's tf.layers; clip or project "
                          "the variable with tf.assign after the train op instead")
+
+
+class InputSpec:
+    """What a layer or cell takes (TF's ``InputSpec``), checked when it is called: the rank
+    (``ndim``, ``min_ndim``, ``max_ndim``), the dtype, and sizes of given axes (``axes={-1: 64}``).
+    A layer sets it as ``self.input_spec`` (an InputSpec or a list: one per input)."""
+
+    def __init__(self, dtype=None, shape=None, ndim=None, max_ndim=None, min_ndim=None, axes=None):
+        self.dtype = dtypes.as_dtype(dtype) if dtype is not None else None
+        self.shape = tuple(shape) if shape is not None else None
+        self.ndim = len(self.shape) if self.shape is not None else ndim
+        self.max_ndim, self.min_ndim, self.axes = max_ndim, min_ndim, dict(axes or {})
+
+    def check(self, inputs: Tensor, layer: str) -> None:
+        """ValueError naming ``layer``, the rule and the shape, where ``inputs`` breaks a rule."""
+        shape, rank = inputs.shape, inputs.shape.ndims
+
+        def refuse(expected: str, found: str) -> None:
+            raise ValueError(f"Input 0 of layer {layer} is incompatible with the layer: expected {expected}, "
+                             f"found {found}. Full shape received: {shape}")
+
+        if self.dtype is not None and inputs.dtype != self.dtype:
+            refuse(f"dtype={self.dtype.name}", f"dtype={inputs.dtype.name}")
+        if rank is None:
+            return
+        for rule, broken in (("ndim", self.ndim is not None and rank != self.ndim),
+                             ("min_ndim", self.min_ndim is not None and rank < self.min_ndim),
+                             ("max_ndim", self.max_ndim is not None and rank > self.max_ndim)):
+            if broken:
+                refuse(f"{rule}={getattr(self, rule)}", f"ndim={rank}")
+        sizes = shape.as_list()
+        for axis, size in self.axes.items():
+            if -rank <= axis < rank and sizes[axis] is not None and sizes[axis] != size:
+                refuse(f"axis {axis} of size {size}", f"size {sizes[axis]}")
+        for axis, size in enumerate(self.shape or ()):
+            if size is not None and sizes[axis] is not None and sizes[axis] != size:
+                refuse(f"shape {list(self.shape)}", f"size {sizes[axis]} at axis {axis}")
+
+
+def check_input_spec(layer, inputs: Tensor, name: str) -> None:
+    """``layer.input_spec``'s check of its (first) input, where it has one."""
+    spec = getattr(layer, "input_spec", None)
+    if isinstance(spec, (list, tuple)):
+        spec = spec[0] if spec else None
+    if spec is not None:
+        spec.check(inputs, name)
 
 
 class Layer:
@@ -164,6 +210,7 @@ class Layer:
 
     def __call__(self, inputs, *args, **kwargs):
         inputs = convert_to_tensor(inputs)
+        check_input_spec(self, inputs, self.name)
         if self.dtype is None:
             self.dtype = inputs.dtype if inputs.dtype.is_floating else dtypes.float32
         with self._enter_scope():

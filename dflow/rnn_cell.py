@@ -20,14 +20,16 @@ forget gate, output gate), so a TF checkpoint's numbers mean the same here.
 from __future__ import annotations
 
 import collections
+import re
 
 from . import dtypes
 from .graph import Tensor, convert_to_tensor, get_default_graph
+from .layers import check_input_spec
 from .ops import array_ops, math_ops, nn_ops
 from .ops.embedding_ops import static_dim
 from .variables import constant_initializer, get_variable, variable_scope, zeros_initializer
 
-__all__ = ["RNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "GRUCell", "MultiRNNCell",
+__all__ = ["RNNCell", "LayerRNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "GRUCell", "MultiRNNCell",
            "DropoutWrapper", "ResidualWrapper", "OutputProjectionWrapper", "LSTMStateTuple"]
 
 
@@ -68,7 +70,12 @@ class RNNCell:
     and ``call(inputs, state)``, as TF 1.x's; an old-style subclass overriding ``__call__``
     works too."""
 
-    _base_name = "rnn_cell"
+    @property
+    def _base_name(self) -> str:
+        """The scope of a cell not given a name: its class's name in snake case, as TF names a
+        layer (``STLSTMCell``: ``stlstm_cell``); dflow's cells give TF's names as class attributes."""
+        words = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", type(self).__name__)
+        return re.sub(r"([a-z])([A-Z])", r"\1_\2", words).lower()
 
     def __init__(self, trainable=True, name=None, dtype=None, _reuse=None, **_layer_kwargs):
         self._reuse = _reuse
@@ -102,6 +109,7 @@ class RNNCell:
 
     def __call__(self, inputs, state, scope=None):
         inputs = convert_to_tensor(inputs)
+        check_input_spec(self, inputs, self._name or type(self).__name__)
         if self._scope_name is None:
             with variable_scope(scope if scope is not None else self._name or self._base_name,
                                 reuse=self._reuse) as vs:
@@ -152,6 +160,11 @@ def _linear(inputs: list, kernel, bias=None):
     joined = inputs[0] if len(inputs) == 1 else array_ops.concat(inputs, 1)
     out = math_ops.matmul(joined, kernel)
     return out if bias is None else nn_ops.bias_add(out, bias)
+
+
+#: TF 1.5+'s base of cells that make their variables in ``build`` with ``add_variable``, as
+#: every dflow cell does: custom cells written against it subclass this
+LayerRNNCell = RNNCell
 
 
 def _activation(fn):

@@ -481,3 +481,24 @@ def test_core_variance_scaling_initializers(make, shape, std):
     (values,) = _run_all(tf.get_variable("kernel", shape, initializer=make()))
     np.testing.assert_allclose(values.std(), std, rtol=0.06)
     assert abs(values.mean()) < std / 10
+
+
+def test_a_layer_s_input_spec_refuses_inputs_that_break_it_by_name():
+    class Scale(tf.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.input_spec = tf.layers.InputSpec(min_ndim=2, axes={-1: 3}, dtype=tf.float32)
+
+        def call(self, inputs):
+            return inputs * 2.0
+
+    with tf.Graph().as_default():
+        layer = Scale(name="scale")
+        assert layer(tf.zeros([4, 3])).shape.as_list() == [4, 3]
+        assert layer(tf.zeros([2, 5, 3])).shape.as_list() == [2, 5, 3]
+        for bad, message in [(tf.zeros([3]), "expected min_ndim=2, found ndim=1"),
+                             (tf.zeros([4, 2]), "expected axis -1 of size 3, found size 2"),
+                             (tf.zeros([4, 3], tf.float64), "expected dtype=float32, found dtype=float64")]:
+            with pytest.raises(ValueError, match=f"Input 0 of layer scale is incompatible.*{message}"):
+                layer(bad)
+        assert layer(tf.placeholder(tf.float32)).shape.ndims is None  # an unknown rank is not refused

@@ -120,7 +120,8 @@ def test_user_defined_cells_new_and_old_style():
     outputs, state = tf.nn.dynamic_rnn(LeakyCell(5), x, dtype=tf.float32)
     with tf.variable_scope("second"):
         tf.nn.static_rnn(OldStyleCell(), tf.unstack(x, 3, 1), dtype=tf.float32)
-    assert _names() == ["rnn/rnn_cell/kernel:0", "second/rnn/old_style/w:0"]
+    # a cell without a name of its own is scoped by its class, in snake case, as TF's layers are
+    assert _names() == ["rnn/leaky_cell/kernel:0", "second/rnn/old_style/w:0"]
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         kernel = sess.run(tf.trainable_variables()[0])
@@ -457,3 +458,62 @@ def test_ptb_style_language_model_learns_feeding_its_state():
             cost, state, _ = sess.run([loss, final_state, train], feed)
             losses.append(cost)
     assert losses[0] > 2.5 and np.mean(losses[-10:]) < 0.5, (losses[0], losses[-10:])
+
+
+def test_a_cell_written_as_tf_s_own_cells_are_builds_trains_and_checks_its_input():
+    """A cell in the style of TF 1.x's BasicLSTMCell source, as custom cells copy it: it subclasses
+    rnn_cell_impl.LayerRNNCell, declares an InputSpec, builds with add_variable and TensorShape's
+    Dimension.value, and splits along a constant tensor."""
+    from dflow.python.framework import constant_op, dtypes, tensor_shape, tensor_util
+    from dflow.python.layers import base as base_layer
+    from dflow.python.ops import array_ops, init_ops, math_ops, nn_ops, rnn_cell_impl
+
+    class GatedCell(rnn_cell_impl.LayerRNNCell):
+        def __init__(self, num_units, reuse=None, name=None):
+            super().__init__(_reuse=reuse, name=name)
+            self.input_spec = base_layer.InputSpec(ndim=2)
+            self._num_units = num_units
+
+        @property
+        def state_size(self):
+            return self._num_units
+
+        @property
+        def output_size(self):
+            return self._num_units
+
+        def build(self, inputs_shape):
+            depth = tensor_shape.TensorShape(inputs_shape)[1].value
+            self._kernel = self.add_variable("kernel", shape=[depth + self._num_units, 2 * self._num_units])
+            self._bias = self.add_variable("bias", shape=[2 * self._num_units],
+                                           initializer=init_ops.zeros_initializer(dtype=dtypes.float32))
+            self.built = True
+
+        def call(self, inputs, state):
+            one = constant_op.constant(1, dtype=dtypes.int32)
+            gates = nn_ops.bias_add(math_ops.matmul(array_ops.concat([inputs, state], 1), self._kernel),
+                                    self._bias)
+            update, candidate = array_ops.split(value=gates, num_or_size_splits=2, axis=one)
+            keep = math_ops.sigmoid(update)
+            new = keep * state + (1.0 - keep) * math_ops.tanh(candidate)
+            return new, new
+
+    data = np.random.default_rng(0).standard_normal((4, 5, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [4, 5, 3])
+        cell = GatedCell(6)
+        outputs, _ = tf.nn.dynamic_rnn(cell, x, dtype=tf.float32)
+        loss = tf.reduce_mean(tf.square(outputs - 0.5))
+        train = tf.train.AdamOptimizer(0.05).minimize(loss)
+        assert [v.op.name for v in tf.trainable_variables()] == ["rnn/gated_cell/kernel",
+                                                                 "rnn/gated_cell/bias"]
+        assert tensor_util.constant_value(tf.shape(x)).tolist() == [4, 5, 3]
+        assert tensor_util.constant_value(x) is None
+        with pytest.raises(ValueError, match="expected ndim=2, found ndim=3. Full shape received"):
+            GatedCell(6, name="checked")(x, tf.zeros([4, 6]))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            first = sess.run(loss, {x: data})
+            for _ in range(40):
+                last, _ = sess.run([loss, train], {x: data})
+    assert last < 0.5 * first

@@ -42,6 +42,21 @@ def is_symbolic(value) -> bool:
     return isinstance(value, Tensor) or hasattr(value, "_as_graph_element")
 
 
+def static_axis(axis, what="axis"):
+    """An axis argument (an int, a list of ints, a constant tensor, or None) as None or a list."""
+    if axis is None:
+        return None
+    if isinstance(axis, Tensor) or hasattr(axis, "_as_graph_element"):
+        value = convert_to_tensor(axis).spec.value
+        if value is None or (isinstance(value, tuple) and None in value):
+            raise ValueError(f"dflow needs the {what} when the graph is built (an int, a list of ints or "
+                             f"a constant), got {axis!r}, whose value is known only at run time")
+        axis = list(value) if isinstance(value, tuple) else value.tolist()
+    if hasattr(axis, "tolist"):
+        axis = axis.tolist()
+    return [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
+
+
 def static_shape(shape, what="shape") -> list | None:
     """A shape argument given as TF 1.x takes it (a list or tuple of ints/None/Dimensions, a
     TensorShape, an int for a vector of that length, a NumPy array) as a list of ints and None;
@@ -405,7 +420,7 @@ def split(value, num_or_size_splits, axis=0, name="split") -> list[Tensor]:
     With a count, the dim may be unknown (``(?, 28)``) as in TF: it must divide when the op runs.
     """
     value = convert_to_tensor(value)
-    axis = int(axis)
+    (axis,) = static_axis(axis)  # an int, or a constant tensor (TF's own cells pass one)
     if isinstance(num_or_size_splits, (int, np.integer)):
         if value.shape.ndims is not None:
             (axis,) = normalize_axis(axis, value.shape.ndims)

@@ -12,7 +12,7 @@ from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_builders
 from . import fused, onednn, parallel
-from .array_ops import cast, is_symbolic, shape, shape_value, sum_to_shape
+from .array_ops import cast, is_symbolic, shape, shape_value, static_axis, sum_to_shape
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
 
@@ -324,21 +324,6 @@ def _bool_reduce_infer(inputs, axis, keepdims):
     if inputs[0].dtype != dtypes.bool:
         raise ShapeError(f"needs a bool input, got {inputs[0].dtype.name}; compare first (tf.greater...)")
     return _reduce_infer(inputs, axis, keepdims)
-
-
-def static_axis(axis, what="axis"):
-    """An axis argument (an int, a list of ints, a constant tensor, or None) as None or a list."""
-    if axis is None:
-        return None
-    if isinstance(axis, Tensor) or hasattr(axis, "_as_graph_element"):
-        value = convert_to_tensor(axis).spec.value
-        if value is None or (isinstance(value, tuple) and None in value):
-            raise ValueError(f"dflow needs the {what} when the graph is built (an int, a list of ints or "
-                             f"a constant), got {axis!r}, whose value is known only at run time")
-        axis = list(value) if isinstance(value, tuple) else value.tolist()
-    if hasattr(axis, "tolist"):
-        axis = axis.tolist()
-    return [int(a) for a in ((axis,) if isinstance(axis, int) else axis)]
 
 
 def _reduce_args(axis, keepdims, reduction_indices, keep_dims):
