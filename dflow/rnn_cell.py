@@ -109,7 +109,7 @@ class RNNCell:
 
     def __call__(self, inputs, state, scope=None):
         inputs = convert_to_tensor(inputs)
-        check_input_spec(self, inputs, self._name or type(self).__name__)
+        check_input_spec(self, inputs, self._name or self._base_name)
         if self._scope_name is None:
             with variable_scope(scope if scope is not None else self._name or self._base_name,
                                 reuse=self._reuse) as vs:
