@@ -437,6 +437,10 @@ class DflowWorker(WorkerPlugin):
                                            f"at {addresses[dest]}: it left or died ({error})") from None
         finally:
             self.mailbox.finish(run_id)
+            # the fed arrays may lie in the client's shared memory, lent to this step: let go of
+            # them before the reply, so its next feed finds the segment free (the thread pool's
+            # work item holds this dict until after the reply is sent)
+            feeds.clear()
         for peer, count in communicator.bytes_sent.items():  # this step's collectives' messages
             if count > collective_bytes.get(peer, 0):
                 sent[peer] += count - collective_bytes.get(peer, 0)
