@@ -41,11 +41,14 @@ def _relu_grad(gradients, features, name=None):
 
 # names a module has under TF's spelling only: init_ops' initializer classes, the generated ReLU gradient
 _OWN = {
-    "init_ops": {"Zeros": "zeros_initializer", "Ones": "ones_initializer", "Constant": "constant_initializer",
-                 "RandomNormal": "random_normal_initializer", "RandomUniform": "random_uniform_initializer",
-                 "TruncatedNormal": "truncated_normal_initializer",
-                 "GlorotUniform": "glorot_uniform_initializer", "GlorotNormal": "glorot_normal_initializer",
-                 "VarianceScaling": "variance_scaling_initializer"},
+    "init_ops": {"Zeros": dflow.zeros_initializer, "Ones": dflow.ones_initializer,
+                 "Constant": dflow.constant_initializer, "RandomNormal": dflow.random_normal_initializer,
+                 "RandomUniform": dflow.random_uniform_initializer,
+                 "TruncatedNormal": dflow.truncated_normal_initializer,
+                 "GlorotUniform": dflow.glorot_uniform_initializer,
+                 "GlorotNormal": dflow.glorot_normal_initializer,
+                 "VarianceScaling": dflow.variance_scaling_initializer},
+    "gen_nn_ops": {"relu_grad": _relu_grad, "_relu_grad": _relu_grad},
 }
 
 
@@ -59,15 +62,15 @@ class _OpsModule(types.ModuleType):
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        if self._short == "gen_nn_ops" and attr in ("relu_grad", "_relu_grad"):
-            return _relu_grad
-        attr_in_dflow = _OWN.get(self._short, {}).get(attr, attr)
+        own = _OWN.get(self._short, {})
+        if attr in own:
+            return own[attr]
         for path in self._namespaces:
             namespace = dflow
             for part in filter(None, path.split(".")):
                 namespace = getattr(namespace, part)
-            if hasattr(namespace, attr_in_dflow):
-                return getattr(namespace, attr_in_dflow)
+            if hasattr(namespace, attr):
+                return getattr(namespace, attr)
         raise AttributeError(f"module 'tensorflow.python.ops.{self._short}' has no attribute {attr!r} in "
                              f"dflow (looked in {self._looked})")
 
