@@ -35,7 +35,7 @@ from . import (
 )
 from . import tf_io as io
 from . import tf_logging as logging
-from .autodiff import NotDifferentiable, RegisterGradient, gradients, no_gradient
+from .autodiff import NotDifferentiable, RegisterGradient, custom_gradient, gradients, no_gradient
 from .compat import disable_eager_execution, disable_v2_behavior, executing_eagerly
 from .dtypes import (
     DType,
@@ -89,6 +89,7 @@ from .ops.array_ops import (
     expand_dims,
     fill,
     identity,
+    identity_n,
     linspace,
     no_op,
     one_hot,

@@ -9,17 +9,21 @@ the gradients of tensors that fan out to several consumers.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 from collections.abc import Callable
 
-from .graph import Tensor, convert_to_tensor
-from .ops.array_ops import ones_like
+from .graph import Tensor, convert_to_tensor, get_default_graph
+from .ops.array_ops import identity_n, ones_like, zeros_like
 from .ops.math_ops import add_n
 from .ops.registry import OP_DEFS
 
-__all__ = ["gradients", "RegisterGradient", "NotDifferentiable", "no_gradient"]
+__all__ = ["gradients", "RegisterGradient", "NotDifferentiable", "no_gradient", "custom_gradient"]
 
 #: gradient functions registered by name (``tf.RegisterGradient``); None: not differentiable
 _REGISTERED: dict[str, Callable | None] = {}
+_CUSTOM_GRADIENTS = itertools.count()  # numbers tf.custom_gradient's registered names
 
 
 class RegisterGradient:
@@ -57,6 +61,75 @@ def _register(name: str, f: Callable | None) -> None:
         raise KeyError(f"Registering two gradients with name {name!r}: it has one already "
                        "(pick another name, and map the op to it with graph.gradient_override_map)")
     _REGISTERED[name] = f
+
+
+def custom_gradient(f: Callable) -> Callable:
+    """``@tf.custom_gradient``: ``f(*x)`` returns ``(y, grad_fn)``, and the gradient that reaches
+    each ``x`` through ``y`` is ``grad_fn(dy)`` (graph: one gradient per ``x``, or one tensor for
+    one ``x``) instead of the gradient of the ops ``f`` made. Variables that ``f`` reads reach
+    ``grad_fn`` as ``variables=``; ``grad_fn`` then returns ``(x_grads, variable_grads)``.
+
+    >>> import dflow as tf
+    >>> @tf.custom_gradient
+    ... def clip_gradient(x):
+    ...     return tf.identity(x), lambda dy: tf.clip_by_value(dy, -1.0, 1.0)
+    >>> with tf.Graph().as_default():
+    ...     x = tf.constant(2.0)
+    ...     (dx,) = tf.gradients(5.0 * clip_gradient(x), [x])
+    ...     float(tf.Session().run(dx))
+    1.0
+    """
+
+    @functools.wraps(f)
+    def decorated(*args, **kwargs):
+        xs = [convert_to_tensor(x) for x in args]
+        result, grad_fn = f(*xs, **kwargs)
+        single = not isinstance(result, (list, tuple))
+        ys = [convert_to_tensor(y) for y in ([result] if single else result)]
+        variables = _variables_read(ys, xs)
+        parameters = inspect.signature(grad_fn).parameters
+        if variables and "variables" not in parameters and \
+                not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            raise TypeError(f"@custom_gradient function {f.__name__!r} reads variables "
+                            f"({', '.join(v.op.name for v in variables)}), so its grad_fn must take them: "
+                            "def grad_fn(*dys, variables=None) returning (input_grads, variable_grads)")
+
+        def gradient(op, *output_grads):
+            dys = [zeros_like(y) if g is None else g for y, g in zip(ys, output_grads)]
+            grads = grad_fn(*dys, variables=variables) if variables else grad_fn(*dys)
+            x_grads, variable_grads = grads if variables else (grads, [])
+            x_grads = list(x_grads) if isinstance(x_grads, (list, tuple)) else [x_grads]
+            if len(x_grads) != len(xs) or len(variable_grads) != len(variables):
+                raise ValueError(f"the grad_fn of @custom_gradient function {f.__name__!r} returned "
+                                 f"{len(x_grads)} input gradients for {len(xs)} inputs"
+                                 + (f" and {len(variable_grads)} for {len(variables)} variables"
+                                    if variables else ""))
+            return [None] * len(ys) + x_grads + list(variable_grads)
+
+        name = f"CustomGradient-{next(_CUSTOM_GRADIENTS)}"
+        _register(name, gradient)
+        with get_default_graph().gradient_override_map({"IdentityN": name}):
+            outputs = identity_n([*ys, *xs, *(convert_to_tensor(v) for v in variables)])[:len(ys)]
+        return outputs[0] if single else type(result)(outputs)
+
+    return decorated
+
+
+def _variables_read(ys: list[Tensor], xs: list[Tensor]) -> list:
+    """The variables whose value the ops between ``xs`` and ``ys`` read (a walk back from ``ys``
+    that stops at ``xs``), as ``tf.Variable`` objects, in the order met."""
+    graph = ys[0].graph
+    owner = {v.op: v for key in ("variables", "local_variables") for v in graph.get_collection(key)}
+    found, seen, stack = [], set(xs), list(ys)
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        if tensor.op in owner and owner[tensor.op] not in found:
+            found.append(owner[tensor.op])
+        stack.extend(tensor.op.inputs)
+    return found
 
 
 def _gradient_function(op) -> Callable | None:

@@ -257,3 +257,51 @@ def test_registered_gradients_refuse_what_is_wrong_by_name():
             tf.gradients(unknown, [x])
         with pytest.raises(ValueError, match="returned 2 gradients for Neg op 'Neg', which has 1 inputs"):
             tf.gradients(many, [x])
+
+
+def test_custom_gradient_replaces_the_gradient_of_what_the_function_made():
+    """TF's own example: log(1 + e^x) whose made-up gradient stays finite where the graph's
+    (e^x / (1 + e^x), from an overflowed e^x) is NaN; two outputs, two inputs."""
+
+    @tf.custom_gradient
+    def log1pexp(x):
+        e = tf.exp(x)
+        return tf.log(1 + e), lambda dy: dy * (1 - 1 / (1 + e))
+
+    @tf.custom_gradient
+    def product_and_sum(a, b):
+        return (a * b, a + b), lambda d_product, d_sum: (10.0 * d_product, 100.0 * d_sum)
+
+    with tf.Graph().as_default():
+        x = tf.constant(100.0)
+        a, b = tf.constant(1.0), tf.constant(2.0)
+        product, total = product_and_sum(a, b)
+        with np.errstate(over="ignore"):
+            dx, (da, db), (only_product,) = tf.Session().run(
+                [tf.gradients(log1pexp(x), [x]), tf.gradients(product + total, [a, b]),
+                 tf.gradients(product, [b])])
+    assert dx == [1.0] and (da, db) == (10.0, 100.0)
+    assert only_product == 0.0  # the unused output's gradient is zeros
+
+
+def test_custom_gradient_hands_the_variables_it_read_to_grad_fn():
+    with tf.Graph().as_default():
+        w = tf.get_variable("w", [], initializer=tf.constant_initializer(3.0))
+
+        @tf.custom_gradient
+        def scaled(x):
+            return x * w, lambda dy, variables=None: (2.0 * dy, [7.0 * dy for _ in variables])
+
+        @tf.custom_gradient
+        def forgets_the_variables(x):
+            return x * w, lambda dy: dy
+
+        x = tf.constant(4.0)
+        step = tf.train.GradientDescentOptimizer(0.1).minimize(scaled(x))
+        (dx,) = tf.gradients(scaled(x), [x])
+        with pytest.raises(TypeError, match=r"'forgets_the_variables' reads variables \(w\), so its grad_fn"):
+            forgets_the_variables(x)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(step)
+            assert sess.run([w, dx]) == pytest.approx([3.0 - 0.1 * 7.0, 2.0])

@@ -11,7 +11,7 @@ from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis, num_elements, same_as_input
 
 __all__ = [
-    "constant", "placeholder", "placeholder_with_default", "identity", "stop_gradient", "no_op",
+    "constant", "placeholder", "placeholder_with_default", "identity", "identity_n", "stop_gradient", "no_op",
     "shape", "rank", "cast", "sum_to_shape",
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
@@ -168,6 +168,8 @@ def placeholder_with_default(input, shape, name=None) -> Tensor:
 
 # ---- identity, no_op, stop_gradient ------------------------------------------
 defop("Identity", same_as_input, lambda xp, x: x, lambda op, g: [g])
+defop("IdentityN", lambda inputs: list(inputs), lambda xp, *xs: xs, lambda op, *gs: list(gs),
+      num_outputs=None)
 defop("StopGradient", same_as_input, lambda xp, x: x, lambda op, g: [None])
 defop("NoOp", lambda inputs: [], lambda xp: (), num_outputs=0)
 
@@ -175,6 +177,11 @@ defop("NoOp", lambda inputs: [], lambda xp: (), num_outputs=0)
 def identity(input, name=None) -> Tensor:
     """``input`` unchanged (a new name, a place to hang control dependencies)."""
     return _out("Identity", [input], name=name)
+
+
+def identity_n(input, name=None) -> list[Tensor]:
+    """Each of the tensors ``input`` unchanged, from one op (where a gradient override maps one op)."""
+    return list(_op("IdentityN", [convert_to_tensor(t) for t in input], name=name).outputs)
 
 
 def stop_gradient(input, name=None) -> Tensor:
