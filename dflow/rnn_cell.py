@@ -23,7 +23,7 @@ import collections
 import re
 
 from . import dtypes
-from .graph import Tensor, convert_to_tensor, get_default_graph
+from .graph import Tensor, as_shape, convert_to_tensor, get_default_graph
 from .layers import check_input_spec
 from .ops import array_ops, math_ops, nn_ops
 from .ops.embedding_ops import static_dim
@@ -103,9 +103,8 @@ class RNNCell:
     def zero_state(self, batch_size, dtype):
         """Zeros shaped like the state, ``[batch_size, size]`` per leaf (``batch_size`` may be a
         tensor, e.g. ``tf.shape(x)[0]``)."""
-        dtype = dtypes.as_dtype(dtype)
         with get_default_graph().name_scope(type(self).__name__ + "ZeroState"):
-            return map_structure(lambda size: _zeros(batch_size, size, dtype), self.state_size)
+            return _zero_state_tensors(self.state_size, batch_size, dtype)
 
     def __call__(self, inputs, state, scope=None):
         inputs = convert_to_tensor(inputs)
@@ -138,12 +137,20 @@ class RNNCell:
     add_weight = add_variable
 
 
+def _zero_state_tensors(state_size, batch_size, dtype):
+    """Zeros of ``[batch_size, *size]`` for each leaf ``size`` (an int or a shape) of
+    ``state_size``: TF's ``rnn_cell_impl._zero_state_tensors``, which attention wrappers call."""
+    dtype = dtypes.as_dtype(dtype)
+    return map_structure(lambda size: _zeros(batch_size, size, dtype), state_size)
+
+
 def _zeros(batch_size, size, dtype):
+    dims = [int(size)] if isinstance(size, int) else as_shape(size).as_list()
     if isinstance(batch_size, Tensor):
-        zeros = array_ops.zeros(array_ops.stack([batch_size, size]), dtype)
-        zeros.set_shape([None, size])  # the rank and units are known, only the batch is not
+        zeros = array_ops.zeros(array_ops.stack([batch_size, *dims]), dtype)
+        zeros.set_shape([None, *dims])  # the rank and units are known, only the batch is not
         return zeros
-    return array_ops.zeros([int(batch_size), int(size)], dtype)
+    return array_ops.zeros([int(batch_size), *dims], dtype)
 
 
 def _input_depth(inputs_shape, cell) -> int:

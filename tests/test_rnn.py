@@ -517,3 +517,18 @@ def test_a_cell_written_as_tf_s_own_cells_are_builds_trains_and_checks_its_input
             for _ in range(40):
                 last, _ = sess.run([loss, train], {x: data})
     assert last < 0.5 * first
+
+
+def test_zero_state_tensors_as_attention_wrappers_call_them():
+    """``rnn_cell_impl._zero_state_tensors(state_size, batch_size, dtype)``: nested sizes (ints and
+    shapes), a batch known only at run time."""
+    from dflow.python.ops import rnn_cell_impl
+
+    with tf.Graph().as_default():
+        batch = tf.placeholder(tf.int32, [])
+        sizes = (3, (tf.TensorShape([2, 4]), 5))
+        zeros = rnn_cell_impl._zero_state_tensors(sizes, batch, tf.float64)
+        assert zeros[0].shape.as_list() == [None, 3] and zeros[1][0].shape.as_list() == [None, 2, 4]
+        values = tf.Session().run(zeros, {batch: 6})
+    assert [v.shape for v in (values[0], *values[1])] == [(6, 3), (6, 2, 4), (6, 5)]
+    assert values[1][1].dtype == np.float64 and not values[1][1].any()
