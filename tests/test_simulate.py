@@ -23,19 +23,37 @@ NODE = dataclasses.replace(LOOPBACK, nic_bytes_per_sec=1e8, ps_apply_bytes_per_s
 
 def test_one_ps_on_its_own_link_takes_the_closed_form():
     """N workers, one PS on a node of its own, one variable of B bytes, dflow's stages (no
-    overlap): the PS link sends N reads back to back, the workers compute as their reads
-    arrive, and the last gradient comes in one read-time after the last worker's compute."""
+    overlap), a PS whose CPU costs nothing: the PS link carries the N reads together, each at
+    1/N of its rate (TCP's fair share), so all arrive after N read-times; the workers compute
+    together and their N gradients come in together, N read-times later."""
     size, compute, n = 4_000_000, 0.1, 4
+    node = dataclasses.replace(NODE, ps_apply_bytes_per_sec=1e18)
     plan = ModelPlan.uniform("one", [size], [1.0])
-    result = simulate(plan, NODE, compute, 32, n, 1, colocate_ps=False, overlap=False)
+    result = simulate(plan, node, compute, 32, n, 1, colocate_ps=False, overlap=False)
     link = size / NODE.nic_bytes_per_sec
-    apply = size / NODE.ps_apply_bytes_per_sec
-    # serialize, N reads, compute, the last gradient, its apply; a latency per message and the barrier
-    expected = apply + n * link + compute + link + apply + 3 * NODE.latency_s
+    # N reads, compute, N gradients; a latency per message and the barrier
+    expected = n * link + compute + n * link + 3 * NODE.latency_s
     assert result.step_s == pytest.approx(expected, rel=1e-9)
     assert result.images_per_sec == pytest.approx(n * 32 / expected)
     assert result.busiest_nic_bytes_per_step == pytest.approx(n * size)
     assert result.bottleneck.startswith("node 4 NIC")  # the PS's node, after the 4 workers'
+
+
+def test_messages_share_a_nic_as_tcp_flows_do():
+    """A message entering a busy link slows the one already there to half its rate; the
+    shorter leaves first and the other then has the link to itself."""
+    from dflow.bench.simulate import _Events, _Network
+
+    events = _Events()
+    net = _Network(3, dataclasses.replace(NODE, latency_s=0.0), events)
+    link = 1_000_000 / NODE.nic_bytes_per_sec
+    arrivals = {}
+    net.send(0.0, 0, 1, 2_000_000, lambda t: arrivals.setdefault("long", t))
+    net.send(link, 0, 2, 500_000, lambda t: arrivals.setdefault("short", t))  # same NIC out, another node
+    events.run()
+    # alone for one read-time (half of "long" through), then half each: "short" needs one more
+    # read-time, "long" has half a read-time left, alone again
+    assert arrivals == pytest.approx({"long": 2.5 * link, "short": 2 * link})
 
 
 def test_allreduce_is_the_ring_formula_after_the_backward_pass():
@@ -181,17 +199,23 @@ def test_an_incast_burst_ends_one_tcp_timeout_late_and_one_flow_never_times_out(
     ``incast_senders`` senders (itself included) arrives TCP's least timeout late; the port's
     time is unchanged. No buffer at all still lets one flow through untouched."""
     from dflow.bench.hardware import TCP_MIN_RTO_S
-    from dflow.bench.simulate import _Network
+    from dflow.bench.simulate import _Events, _Network
 
     ethernet = dataclasses.replace(NODE, port_buffer_bytes=0.0, latency_s=0.0)
     assert ethernet.incast_senders == 2 and NODE.incast_senders is None
     link = 1_000_000 / ethernet.nic_bytes_per_sec
-    net = _Network(5, ethernet)
-    arrivals = [net.send(0.0, src, 4, 1_000_000) for src in range(4)]
-    assert arrivals == pytest.approx([link, 2 * link + TCP_MIN_RTO_S, 3 * link + TCP_MIN_RTO_S,
-                                      4 * link + TCP_MIN_RTO_S])
-    alone = _Network(2, ethernet)
-    assert [alone.send(0.0, 0, 1, 1_000_000) for _ in range(3)] == pytest.approx([link, 2 * link, 3 * link])
+
+    def arrivals(senders: list[int], receiver: int) -> list[float]:
+        events, times = _Events(), []
+        net = _Network(receiver + 1, ethernet, events)
+        for src in senders:
+            net.send(0.0, src, receiver, 1_000_000, times.append)
+        events.run()
+        return times
+
+    # four senders share the port: all through after four read-times, the first on time
+    assert arrivals([0, 1, 2, 3], 4) == pytest.approx([4 * link] + [4 * link + TCP_MIN_RTO_S] * 3)
+    assert arrivals([0, 0, 0], 1) == pytest.approx([3 * link] * 3)  # one sender: no incast
     plan = ModelPlan.uniform("one", [4_000_000], [1.0])
     one_flow = [simulate(plan, node, 0.1, 32, 1, 1, colocate_ps=False, overlap=False).step_s
                 for node in (NODE, dataclasses.replace(NODE, port_buffer_bytes=0.0))]

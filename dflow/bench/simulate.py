@@ -8,9 +8,10 @@ training uses (``replica_device_setter`` with round-robin or
 ``GreedyLoadBalancingStrategy(byte_size_load_fn)``). :func:`simulate` then plays every
 replica's steps against shared resources:
 
-- each node's NIC, full duplex (an ``out`` and an ``in`` channel, each FIFO at the
-  preset's bytes/sec), with a per-message latency; a message holds its sender's ``out``
-  and its receiver's ``in`` at once. PS tasks live on the worker nodes (PS ``j`` on node
+- each node's NIC, full duplex (an ``out`` and an ``in`` link at the preset's bytes/sec,
+  each shared equally by the messages in it, as TCP shares a NIC between connections),
+  with a per-message latency; a message goes through its sender's ``out`` and its
+  receiver's ``in`` at once. PS tasks live on the worker nodes (PS ``j`` on node
   ``j % nodes``), as seed 001 ran them: a PS's traffic shares its node's NIC with the
   worker there, and a read from a PS on one's own node crosses no NIC. On a drop-tail
   (Ethernet) fabric, a message that joins a burst into one port from at least
@@ -48,9 +49,10 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
-from collections import Counter, defaultdict, deque
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from .hardware import TCP_MIN_RTO_S, Hardware
@@ -218,63 +220,139 @@ class _Channel:
         self.name, self.free, self.busy, self.bytes = name, 0.0, 0.0, 0.0
 
 
-class _Network:
-    """The nodes' NICs (full duplex) and buses."""
+class _Events:
+    """The simulation's clock: actions waiting for their time, played in time order (ties by
+    ``priority``, then in the order queued). An action is called with its time."""
 
-    def __init__(self, nodes: int, hardware: Hardware):
-        self.hw = hardware
-        self.out = [_Channel(f"node {n} NIC out") for n in range(nodes)]
-        self.into = [_Channel(f"node {n} NIC in") for n in range(nodes)]
+    def __init__(self):
+        self.queue: list[tuple] = []
+        self.order = itertools.count()
+
+    def at(self, t: float, action: Callable[[float], None], priority: int = 0) -> None:
+        heapq.heappush(self.queue, (t, priority, next(self.order), action))
+
+    def run(self) -> None:
+        while self.queue:
+            t, _, _, action = heapq.heappop(self.queue)
+            action(t)
+
+
+class _SharedLink:
+    """A link whose messages share it equally, as TCP connections share a NIC (and HTTP/2
+    streams their connection): ``n`` messages in it each move at ``1/n`` of its rate. Kept in
+    virtual time, which runs at ``1/n`` of real time: a message of ``work`` seconds (alone on
+    the link) that enters at virtual time ``V`` leaves when the link's virtual time reaches
+    ``V + work``, whatever enters or leaves meanwhile."""
+
+    __slots__ = ("name", "busy", "bytes", "virtual", "updated", "leaving", "version", "woken_at")
+
+    def __init__(self, name: str):
+        self.name, self.busy, self.bytes = name, 0.0, 0.0
+        self.virtual = self.updated = 0.0
+        self.leaving: list[tuple[float, int, list]] = []  # (virtual time it leaves, order, message)
+        self.version = 0  # bumped at each wake-up scheduled: an older one is stale
+        self.woken_at: float | None = None  # when the link next looks at its first departure
+
+    def _advance(self, t: float) -> None:
+        if self.leaving:
+            self.virtual += (t - self.updated) / len(self.leaving)
+        self.updated = t
+
+    def enter(self, t: float, work: float, nbytes: float, order: int, message: list) -> None:
+        self._advance(t)
+        heapq.heappush(self.leaving, (self.virtual + work, order, message))
+        self.busy += work
+        self.bytes += nbytes
+
+    def leave(self, t: float) -> list:
+        self._advance(t)
+        return heapq.heappop(self.leaving)[2]
+
+    def next_departure(self) -> float:
+        return self.updated + max(0.0, self.leaving[0][0] - self.virtual) * len(self.leaving)
+
+
+class _Network:
+    """The nodes' NICs (full duplex, shared by their messages) and buses (FIFO)."""
+
+    def __init__(self, nodes: int, hardware: Hardware, events: _Events):
+        self.hw, self.events = hardware, events
+        self.out = [_SharedLink(f"node {n} NIC out") for n in range(nodes)]
+        self.into = [_SharedLink(f"node {n} NIC in") for n in range(nodes)]
         self.bus = [_Channel(f"node {n} bus") for n in range(nodes)]
-        self.streams: dict[tuple[int, int], _Channel] = {}
-        # per receiving node: its queued messages (when its port is done with each, and from
-        # whom, in the order queued) and how many of them each sender has there
-        self.queued: list[deque[tuple[float, int]]] = [deque() for _ in range(nodes)]
+        self.streams: dict[tuple[int, int], _SharedLink] = {}
+        # per receiving node: how many of the messages in its port each sender has
         self.senders: list[Counter] = [Counter() for _ in range(nodes)]
+        self.messages = itertools.count()
         self.timeouts = 0  # messages delayed by incast, over the whole run
 
-    def send(self, ready: float, src: int, dst: int, nbytes: float) -> float:
-        """When ``nbytes`` sent at ``ready`` from node ``src`` arrive at ``dst``."""
+    def send(self, ready: float, src: int, dst: int, nbytes: float, arrived: Callable[[float], None]) -> None:
+        """Send ``nbytes`` from node ``src`` to ``dst`` at ``ready``; ``arrived(t)`` when they are in."""
         if src == dst:  # host memory to the device: pipelined, no NIC
-            return ready + nbytes / self.hw.bus_bytes_per_sec
-        # each direction serves its messages in turn, without waiting for the other end: a
-        # message is in when its sender's out, its receiver's in and (TF's gRPC) the pair's
-        # connection have all carried it. TCP flows share a NIC; reserving every resource at
-        # once would leave idle gaps no NIC has.
-        done = ready
+            self.events.at(ready + nbytes / self.hw.bus_bytes_per_sec, arrived)
+        else:
+            self.events.at(ready, lambda t: self._enter(t, src, dst, nbytes, arrived))
+
+    def _enter(self, t: float, src: int, dst: int, nbytes: float, arrived: Callable[[float], None]) -> None:
+        # a message is in when its sender's out, its receiver's in and (TF's gRPC) the pair's
+        # connection have each carried it, each shared with the other messages it holds: TCP
+        # gives concurrent flows equal shares of a NIC, so a PS's reads to N workers all
+        # progress together rather than one worker's first
         duration = nbytes / self.hw.nic_bytes_per_sec
-        channels = [(self.out[src], duration), (self.into[dst], duration)]
-        if self.hw.stream_bytes_per_sec:
+        links = [(self.out[src], duration), (self.into[dst], duration)]
+        # a connection at least as fast as the NIC never holds a message back: its messages are
+        # all in the sender's NIC too, sharing it with the sender's other messages
+        if self.hw.stream_bytes_per_sec and self.hw.stream_bytes_per_sec < self.hw.nic_bytes_per_sec:
             pair = self.streams.get((src, dst))
             if pair is None:
-                pair = self.streams[(src, dst)] = _Channel(f"connection node {src} -> node {dst}")
-            channels.append((pair, nbytes / self.hw.stream_bytes_per_sec))
-        incast = self._incast(ready, src, dst)
-        for channel, busy in channels:
-            channel.free = max(ready, channel.free) + busy
-            channel.busy += busy
-            channel.bytes += nbytes
-            done = max(done, channel.free)
-        self.queued[dst].append((self.into[dst].free, src))
-        self.senders[dst][src] += 1
+                pair = self.streams[(src, dst)] = _SharedLink(f"connection node {src} -> node {dst}")
+            links.append((pair, nbytes / self.hw.stream_bytes_per_sec))
+        incast = self._incast(src, dst)
         self.timeouts += incast
-        return done + self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)
+        message = [len(links), src, dst, arrived, self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)]
+        order = next(self.messages)
+        for link, work in links:
+            link.enter(t, work, nbytes, order, message)
+            departure = link.next_departure()
+            if link.woken_at is None or departure < link.woken_at:  # else it wakes early and looks again
+                self._wake(link, departure)
+        self.senders[dst][src] += 1
 
-    def _incast(self, ready: float, src: int, dst: int) -> bool:
-        """Whether a message from ``src`` queued at ``ready`` joins a burst into ``dst`` from so
-        many senders that their first windows overflow ``dst``'s switch port: then it loses its
-        window and is resent after TCP's least timeout. The port meanwhile serves the others, so
-        the burst ends one timeout late, not slower (the timeout is added to the delivery, not to
-        the port's busy time). One sender never times out: the term vanishes for one flow."""
+    def _wake(self, link: _SharedLink, t: float) -> None:
+        link.version += 1
+        link.woken_at, version = t, link.version
+        self.events.at(t, lambda now: self._depart(now, link, version))
+
+    def _depart(self, t: float, link: _SharedLink, version: int) -> None:
+        if version != link.version:  # an earlier wake-up was scheduled since
+            return
+        link.woken_at = None
+        departure = link.next_departure()
+        if departure > t + 1e-12:  # messages entered since it was scheduled: each moves slower
+            self._wake(link, departure)
+            return
+        message = link.leave(t)
+        if link.leaving:
+            self._wake(link, link.next_departure())
+        if link is self.into[message[2]]:
+            senders = self.senders[message[2]]
+            senders[message[1]] -= 1
+            if not senders[message[1]]:
+                del senders[message[1]]
+        message[0] -= 1
+        if not message[0]:
+            self.events.at(t + message[4], message[3])
+
+    def _incast(self, src: int, dst: int) -> bool:
+        """Whether a message from ``src`` joins a burst into ``dst`` from so many senders that
+        their first windows overflow ``dst``'s switch port: then it loses its window and is
+        resent after TCP's least timeout. The port meanwhile serves the others, so the burst
+        ends one timeout late, not slower (the timeout is added to the delivery, not to the
+        port's busy time). One sender never times out: the term vanishes for one flow."""
         limit = self.hw.incast_senders
         if limit is None:
             return False
-        queued, senders = self.queued[dst], self.senders[dst]
-        while queued and queued[0][0] <= ready:  # the port is done with it: no longer in the burst
-            _, sender = queued.popleft()
-            senders[sender] -= 1
-            if not senders[sender]:
-                del senders[sender]
+        senders = self.senders[dst]
         return len(senders) + (src not in senders) >= limit
 
     def on_bus(self, ready: float, node: int, duration: float) -> float:
@@ -327,7 +405,8 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
                  sync, colocate_ps, overlap, steps) -> SimResult:
     placement = place_variables(plan, num_ps, ps_strategy)
     ps_node = [j % nodes if colocate_ps else nodes + j for j in range(num_ps)]
-    net = _Network(nodes if colocate_ps else nodes + num_ps, hardware)
+    events = _Events()
+    net = _Network(nodes if colocate_ps else nodes + num_ps, hardware, events)
     cpu = [_Channel(f"ps {j} CPU (on node {ps_node[j]})") for j in range(num_ps)]
     forward, backward = _layer_times(plan, step_time_s)
     layers = [[(v, plan.sizes[v], placement[v]) for v in layer.variables] for layer in plan.layers]
@@ -345,8 +424,6 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
     broadcast = plan.trainable_bytes / hardware.bus_bytes_per_sec if aggregated and per_node > 1 else 0.0
     images = batch_size * (per_node if aggregated else 1)
 
-    events: list[tuple] = []
-    sequence = 0
     pending_reads = [0] * replicas
     arrivals: list[dict[int, float]] = [{} for _ in range(replicas)]
     pending_applies = [0] * replicas
@@ -355,38 +432,34 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
     last_apply = [0.0] * replicas
     step_ends: list[list[float]] = [[] for _ in range(replicas)]
     ps_bytes = [0.0] * num_ps
+    barrier = [0]  # replicas done with the current synchronous step
 
-    def serialize(t: float, ps: int, size: float) -> float:
-        """The PS task's CPU copies a variable into its reply (TF's gRPC: a protobuf) first."""
+    def on_cpu(t: float, ps: int, size: float) -> float:
+        """The PS task's CPU copies a variable into its reply (TF's gRPC: a protobuf), or applies
+        a gradient, one at a time."""
         channel = cpu[ps]
         channel.free = max(t, channel.free) + size / hardware.ps_apply_bytes_per_sec
         channel.busy += size / hardware.ps_apply_bytes_per_sec
         return channel.free
 
     def start_step(r: int, t: float) -> None:
-        nonlocal sequence
         step_start[r] = t
         pending_reads[r] = len(trainable)
         arrivals[r] = {}
         for i, (v, size, ps) in enumerate(trainable):  # interleaved over replicas: fair at message grain
-            heapq.heappush(events, (t, i * replicas + r, sequence, "read", r, v, size, ps))
-            sequence += 1
+            events.at(t, functools.partial(read, r, v, size, ps), priority=i * replicas + r)
 
-    def start_all(t: float) -> None:
-        """A synchronous step's start: nothing else is in flight, so every read is sent now, in
-        the order the heap would pop them (variable by variable, replica by replica)."""
-        for r in range(replicas):
-            step_start[r] = t
-            arrivals[r] = {}
-        for v, size, ps in trainable:
-            for r in range(replicas):
-                arrivals[r][v] = net.send(serialize(t, ps, size), ps_node[ps], node_of[r], size)
-        for r in range(replicas):
+    def read(r: int, v: int, size: float, ps: int, t: float) -> None:
+        net.send(on_cpu(t, ps, size), ps_node[ps], node_of[r], size, functools.partial(read_in, r, v))
+
+    def read_in(r: int, v: int, t: float) -> None:
+        arrivals[r][v] = t
+        pending_reads[r] -= 1
+        if not pending_reads[r]:
             compute(r)
 
     def compute(r: int) -> None:
-        """All reads of ``r`` are in: play its forward and backward passes, queue its gradients."""
-        nonlocal sequence
+        """All reads of ``r`` are in: play its forward and backward passes, send its gradients."""
         node, arrived = node_of[r], arrivals[r]
         t = step_start[r]
         if aggregated:  # the leader refreshes its node's copies before the forward pass
@@ -399,49 +472,35 @@ def _simulate_ps(plan, hardware, step_time_s, batch_size, nodes, per_node, num_p
             ready_at.append((i, t))
         pending_applies[r] = len(trainable)
         for i, t_ready in ready_at:
-            for v, size, ps in layers[i]:
+            for _, size, ps in layers[i]:
                 if ring:  # the node's devices sum this gradient first
                     t_ready = net.on_bus(t_ready, node, ring * size)
-                heapq.heappush(events, (t_ready, 0, sequence, "grad", r, v, size, ps))
-                sequence += 1
+                net.send(t_ready, node, ps_node[ps], size, functools.partial(apply, r, size, ps))
 
-    if sync:
-        start_all(0.0)
-    else:
-        for r in range(replicas):
-            start_step(r, 0.0)
-    done_replicas = 0
-    while events:
-        t, _, _, kind, r, v, size, ps = heapq.heappop(events)
-        if kind == "read":
-            arrivals[r][v] = net.send(serialize(t, ps, size), ps_node[ps], node_of[r], size)
-            pending_reads[r] -= 1
-            if pending_reads[r] == 0:
-                compute(r)
-        else:  # a gradient: to its PS, whose CPU applies it (in the order sent: close enough)
-            arrival = net.send(t, node_of[r], ps_node[ps], size)
-            channel = cpu[ps]
-            start = max(arrival, channel.free)
-            channel.free = start + size / hardware.ps_apply_bytes_per_sec
-            channel.busy += channel.free - start
-            if step_of[r] == steps - 1:
-                ps_bytes[ps] += size
-            last_apply[r] = max(last_apply[r], channel.free)
-            pending_applies[r] -= 1
-            if pending_applies[r]:
-                continue
-            step_ends[r].append(last_apply[r])
-            step_of[r] += 1
-            if not sync:
-                if step_of[r] < steps:
-                    start_step(r, last_apply[r] + hardware.latency_s)
-                continue
-            done_replicas += 1
-            if done_replicas == replicas:  # the barrier: every replica's applies of this step are done
-                done_replicas = 0
-                end = max(last_apply) + hardware.latency_s
-                if step_of[0] < steps:
-                    start_all(end)
+    def apply(r: int, size: float, ps: int, t: float) -> None:
+        """A gradient is in at its PS, whose CPU applies it in the order they come."""
+        if step_of[r] == steps - 1:
+            ps_bytes[ps] += size
+        last_apply[r] = max(last_apply[r], on_cpu(t, ps, size))
+        pending_applies[r] -= 1
+        if pending_applies[r]:
+            return
+        step_ends[r].append(last_apply[r])
+        step_of[r] += 1
+        if not sync:
+            if step_of[r] < steps:
+                start_step(r, last_apply[r] + hardware.latency_s)
+            return
+        barrier[0] += 1
+        if barrier[0] == replicas:  # every replica's applies of this step are done: all start again
+            barrier[0] = 0
+            if step_of[0] < steps:
+                for other in range(replicas):
+                    start_step(other, max(last_apply) + hardware.latency_s)
+
+    for r in range(replicas):
+        start_step(r, 0.0)
+    events.run()
     if sync:
         ends = [max(step_ends[r][k] for r in range(replicas)) for k in range(steps)]
         step = (ends[-1] - ends[0]) / (steps - 1)
