@@ -204,6 +204,7 @@ from .ops.math_ops import (
     reduce_sum,
     round,
     rsqrt,
+    scalar_mul,
     sigmoid,
     sign,
     sin,

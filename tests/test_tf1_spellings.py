@@ -277,7 +277,10 @@ def test_small_ops_against_numpy():
         "leaky": tf.nn.leaky_relu(tf.constant([-1.0, 2.0]), alpha=0.1),
         "elu": tf.nn.elu(tf.constant([-1.0, 2.0])), "softplus": tf.nn.softplus(tf.constant([0.0, 100.0])),
         "xent_v2": tf.nn.softmax_cross_entropy_with_logits_v2(labels=[[0.0, 1.0]], logits=[[0.0, 0.0]]),
+        "scalar_mul": tf.scalar_mul(0.5, tf.constant([2.0, -4.0])),
     }
+    with pytest.raises(ValueError, match="scalar_mul takes a scalar as its first argument, got shape"):
+        tf.scalar_mul([1.0, 2.0], x)
     with tf.Session() as sess:
         got = sess.run(fetches)
     np.testing.assert_array_equal(got["is_nan"], np.isnan(a))
@@ -296,6 +299,7 @@ def test_small_ops_against_numpy():
     np.testing.assert_allclose(got["elu"], [np.expm1(-1.0), 2.0], rtol=1e-6)
     np.testing.assert_allclose(got["softplus"], [np.log(2.0), 100.0], rtol=1e-6)
     np.testing.assert_allclose(got["xent_v2"], [np.log(2.0)], rtol=1e-6)
+    assert got["scalar_mul"].tolist() == [1.0, -2.0]
 
 
 def test_clip_by_global_norm_matches_the_formula():

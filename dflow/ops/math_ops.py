@@ -18,7 +18,7 @@ from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
 
 __all__ = [
     "size",
-    "add", "subtract", "multiply", "divide", "truediv", "pow", "maximum", "minimum", "negative",
+    "add", "subtract", "multiply", "scalar_mul", "divide", "truediv", "pow", "maximum", "minimum", "negative",
     "square", "sqrt", "rsqrt", "exp", "log", "abs", "sign", "sigmoid", "tanh", "matmul",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
     "cast", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "add_n",
@@ -88,6 +88,16 @@ add = _binary("Add", lambda xp, a, b: a + b, lambda op, g: _both(op, g, g))
 subtract = _binary("Sub", lambda xp, a, b: a - b, lambda op, g: _both(op, g, -g))
 multiply = _binary("Mul", lambda xp, a, b: a * b,
                    lambda op, g: _both(op, g * op.inputs[1], g * op.inputs[0]))
+
+
+def scalar_mul(scalar, x, name=None) -> Tensor:
+    """``scalar * x`` for a scalar (a number or a 0-d tensor): TF's ``tf.scalar_mul``."""
+    scalar = convert_to_tensor(scalar, dtype=convert_to_tensor(x).dtype)
+    if scalar.shape.ndims != 0:
+        raise ValueError(f"scalar_mul takes a scalar as its first argument, got shape {scalar.shape}")
+    return multiply(scalar, x, name=name)
+
+
 divide = _binary("RealDiv", lambda xp, a, b: a / b,
                  lambda op, g: _both(op, g / op.inputs[1],
                                      -g * op.inputs[0] / square(op.inputs[1])))
