@@ -104,7 +104,7 @@ class RNNCell:
         """Zeros shaped like the state, ``[batch_size, size]`` per leaf (``batch_size`` may be a
         tensor, e.g. ``tf.shape(x)[0]``)."""
         with get_default_graph().name_scope(type(self).__name__ + "ZeroState"):
-            return _zero_state_tensors(self.state_size, batch_size, dtype)
+            return zero_state_tensors(self.state_size, batch_size, dtype)
 
     def __call__(self, inputs, state, scope=None):
         inputs = convert_to_tensor(inputs)
@@ -137,7 +137,7 @@ class RNNCell:
     add_weight = add_variable
 
 
-def _zero_state_tensors(state_size, batch_size, dtype):
+def zero_state_tensors(state_size, batch_size, dtype):
     """Zeros of ``[batch_size, *size]`` for each leaf ``size`` (an int or a shape) of
     ``state_size``: TF's ``rnn_cell_impl._zero_state_tensors``, which attention wrappers call."""
     dtype = dtypes.as_dtype(dtype)

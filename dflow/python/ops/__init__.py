@@ -6,7 +6,6 @@ AttributeError that says where dflow looked.
 
 >>> from dflow.python.ops import array_ops, nn_ops
 >>> import dflow
-from dflow.rnn_cell import _zero_state_tensors
 >>> array_ops.reshape is dflow.reshape, nn_ops.relu is dflow.nn.relu
 (True, True)
 """
@@ -18,7 +17,7 @@ import sys
 import types
 
 import dflow
-from dflow.rnn_cell import _zero_state_tensors
+from dflow.rnn_cell import zero_state_tensors
 
 __all__ = ["MODULES"]
 
@@ -51,7 +50,7 @@ _OWN = {
                  "GlorotNormal": dflow.glorot_normal_initializer,
                  "VarianceScaling": dflow.variance_scaling_initializer},
     "gen_nn_ops": {"relu_grad": _relu_grad, "_relu_grad": _relu_grad},
-    "rnn_cell_impl": {"_zero_state_tensors": _zero_state_tensors},
+    "rnn_cell_impl": {"_zero_state_tensors": zero_state_tensors},
 }
 
 
