@@ -28,6 +28,7 @@ from . import (
     math,
     metrics,
     nn,
+    profiler,
     random,
     summary,
     test,
