@@ -8,12 +8,15 @@ count one example) and only for the op types it has a rule for: convolutions and
 products (2 x multiply-adds), pooling, elementwise arithmetic and comparisons (one per output
 element; ``Rsqrt`` and ``SquaredDifference`` two, ``Softmax`` five), reductions (one per input
 element folded away), ``AddN``, ``L2Loss``. Activations (``Relu``, ``Sigmoid``, ``Tanh``, ``Exp``)
-count nothing, as in TensorFlow. Variables' initializers are not counted: TF counts the
-arithmetic of a ``random_uniform`` initializer, which dflow draws in one op.
+count nothing, as in TensorFlow. A random initializer counts what TensorFlow's graph does to
+scale its draws (``x * stddev + mean``: two per element; ``x * (max - min) + min``: one more),
+which dflow does inside the one op (listed under the random op's type, where ``cmd="op"``
+lists TF's under ``Mul`` and ``AddV2``). ``tf.nn.dropout`` counts nothing: TensorFlow's
+count of its mask arithmetic changed between versions.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default() as graph:
-...     w = tf.get_variable("w", [64, 10])
+...     w = tf.get_variable("w", [64, 10], initializer=tf.zeros_initializer())
 ...     logits = tf.matmul(tf.placeholder(tf.float32, [1, 64]), w)
 ...     flops = tf.profiler.profile(graph, options=tf.profiler.ProfileOptionBuilder(
 ...         tf.profiler.ProfileOptionBuilder.float_operation()).with_empty_output().build())
@@ -214,6 +217,11 @@ def _l2_loss(op: Operation) -> int | None:
     return None if elements is None else 3 * elements - 1
 
 
+def _uniform(op: Operation) -> int | None:
+    elements = _num_elements(op.outputs[0].shape)
+    return None if elements is None else 0 if op.outputs[0].dtype.is_integer else 2 * elements + 1
+
+
 _ONE = _per_output_element(1)
 FLOPS: dict[str, Callable[[Operation], int | None]] = {
     **dict.fromkeys(["Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow", "Neg", "Square",
@@ -232,6 +240,9 @@ FLOPS: dict[str, Callable[[Operation], int | None]] = {
     "AvgPoolGrad": _avg_pool_grad,
     "AddN": _add_n,
     "L2Loss": _l2_loss,
+    **dict.fromkeys(["RandomStandardNormal", "TruncatedNormal", "RandomStandardNormalShaped",
+                     "TruncatedNormalShaped"], _per_output_element(2)),
+    **dict.fromkeys(["RandomUniform", "RandomUniformShaped"], _uniform),
 }
 
 

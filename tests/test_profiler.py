@@ -66,3 +66,14 @@ def test_ops_whose_shapes_are_not_known_count_nothing_and_the_report_prints(caps
     assert "node name | # float_ops" in capsys.readouterr().out
     with pytest.raises(ValueError, match="cmd must be one of scope, graph, op, code"):
         tf.profiler.profile(graph, cmd="ops")
+
+
+def test_random_initializers_count_the_scaling_tensorflows_graph_does():
+    """TF 2.21 counts get_variable's glorot_uniform on [3, 3, 3, 4] as Sub 1 + Mul 108 + AddV2 108,
+    and truncated_normal(stddev=0.1) on [5, 5, 1, 32] as Mul 800 + AddV2 800."""
+    with tf.Graph().as_default() as graph:
+        tf.get_variable("w", [3, 3, 3, 4])
+        tf.Variable(tf.truncated_normal([5, 5, 1, 32], stddev=0.1))
+        tf.Variable(tf.random_uniform([4], maxval=10, dtype=tf.int32))  # integer draws: nothing
+        total = tf.profiler.profile(graph, options=_quiet(tf.profiler.ProfileOptionBuilder.float_operation()))
+    assert total.total_float_ops == 217 + 1600
