@@ -237,6 +237,15 @@ class _Events:
             action(t)
 
 
+class _Message:
+    """A message on its way: the links still to carry it, and what to call when it is in."""
+
+    __slots__ = ("links_left", "src", "dst", "arrived", "delay")
+
+    def __init__(self, links_left: int, src: int, dst: int, arrived: Callable[[float], None], delay: float):
+        self.links_left, self.src, self.dst, self.arrived, self.delay = links_left, src, dst, arrived, delay
+
+
 class _SharedLink:
     """A link whose messages share it equally, as TCP connections share a NIC (and HTTP/2
     streams their connection): ``n`` messages in it each move at ``1/n`` of its rate. Kept in
@@ -249,7 +258,7 @@ class _SharedLink:
     def __init__(self, name: str):
         self.name, self.busy, self.bytes = name, 0.0, 0.0
         self.virtual = self.updated = 0.0
-        self.leaving: list[tuple[float, int, list]] = []  # (virtual time it leaves, order, message)
+        self.leaving: list[tuple[float, int, _Message]] = []  # (virtual time it leaves, order, message)
         self.version = 0  # bumped at each wake-up scheduled: an older one is stale
         self.woken_at: float | None = None  # when the link next looks at its first departure
 
@@ -258,13 +267,13 @@ class _SharedLink:
             self.virtual += (t - self.updated) / len(self.leaving)
         self.updated = t
 
-    def enter(self, t: float, work: float, nbytes: float, order: int, message: list) -> None:
+    def enter(self, t: float, work: float, nbytes: float, order: int, message: _Message) -> None:
         self._advance(t)
         heapq.heappush(self.leaving, (self.virtual + work, order, message))
         self.busy += work
         self.bytes += nbytes
 
-    def leave(self, t: float) -> list:
+    def leave(self, t: float) -> _Message:
         self._advance(t)
         return heapq.heappop(self.leaving)[2]
 
@@ -309,7 +318,8 @@ class _Network:
             links.append((pair, nbytes / self.hw.stream_bytes_per_sec))
         incast = self._incast(src, dst)
         self.timeouts += incast
-        message = [len(links), src, dst, arrived, self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)]
+        delay = self.hw.latency_s + (TCP_MIN_RTO_S if incast else 0.0)
+        message = _Message(len(links), src, dst, arrived, delay)
         order = next(self.messages)
         for link, work in links:
             link.enter(t, work, nbytes, order, message)
@@ -334,14 +344,14 @@ class _Network:
         message = link.leave(t)
         if link.leaving:
             self._wake(link, link.next_departure())
-        if link is self.into[message[2]]:
-            senders = self.senders[message[2]]
-            senders[message[1]] -= 1
-            if not senders[message[1]]:
-                del senders[message[1]]
-        message[0] -= 1
-        if not message[0]:
-            self.events.at(t + message[4], message[3])
+        if link is self.into[message.dst]:
+            senders = self.senders[message.dst]
+            senders[message.src] -= 1
+            if not senders[message.src]:
+                del senders[message.src]
+        message.links_left -= 1
+        if not message.links_left:
+            self.events.at(t + message.delay, message.arrived)
 
     def _incast(self, src: int, dst: int) -> bool:
         """Whether a message from ``src`` joins a burst into ``dst`` from so many senders that
