@@ -130,6 +130,16 @@ def test_a_committed_sweep_point_is_predicted_within_15_percent():
     assert report.markdown_table(rows, ["predicted"])
 
 
+def test_the_reproduction_reports_each_row_on_stderr_as_it_goes(capsys):
+    from dflow.cli import main
+
+    assert main(["bench", "simulate", "--reproduce", "bugliarello2017", "--systems", "p2.8xlarge",
+                 "--max_gpus", "2", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert [row["gpus"] for row in json.loads(out)] == [1, 2]  # stdout stays the JSON alone
+    assert err.splitlines()[1].startswith("[2/2, ") and "p2.8xlarge 2 GPUs: paper 58.4, simulated" in err
+
+
 def test_simulate_command_prints_json_rows_with_the_setup(capsys):
     from dflow.cli import main
 

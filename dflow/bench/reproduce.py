@@ -16,6 +16,7 @@ would have made of the same GPUs (what the paper did not measure).
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 
 from . import report
@@ -40,10 +41,10 @@ def reproduce(systems: Sequence[str] | None = None, max_gpus: int | None = None,
     """One dict per table row: the paper's setup and images/sec beside the simulator's best."""
     model, batch = BUGLIARELLO2017_SETUP["model"], BUGLIARELLO2017_SETUP["batch_size"]
     plan = model_plan(model)
-    rows, step_times = [], {}
-    for row in BUGLIARELLO2017:
-        if (systems and row.system not in systems) or (max_gpus and row.gpus > max_gpus):
-            continue
+    rows, step_times, start = [], {}, time.monotonic()
+    wanted = [row for row in BUGLIARELLO2017
+              if not (systems and row.system not in systems) and not (max_gpus and row.gpus > max_gpus)]
+    for row in wanted:
         hardware = get_hardware(row.system)
         if row.system not in step_times:  # the table's first row: one GPU, one PS
             step_times[row.system] = calibrate_step_time(plan, hardware, row.images_per_sec, batch)
@@ -66,8 +67,8 @@ def reproduce(systems: Sequence[str] | None = None, max_gpus: int | None = None,
                      "busiest_nic_bytes_per_step": best.busiest_nic_bytes_per_step,
                      "allreduce_images_per_sec": ring.images_per_sec, "step_time_s": step})
         if echo:
-            echo(f"{row.system} {row.gpus} GPUs: paper {row.images_per_sec:.1f}, "
-                 f"simulated {best.images_per_sec:.1f} images/sec")
+            echo(f"[{len(rows)}/{len(wanted)}, {time.monotonic() - start:.0f} s] {row.system} {row.gpus} "
+                 f"GPUs: paper {row.images_per_sec:.1f}, simulated {best.images_per_sec:.1f} images/sec")
     return rows
 
 

@@ -4,6 +4,8 @@ simulated setups) and :mod:`dflow.bench.reproduce` (a paper's tables beside the 
 
 from __future__ import annotations
 
+import sys
+
 from .simulate import SIM_UPDATES, simulate_counts
 
 __all__ = ["add_arguments", "main"]
@@ -62,7 +64,9 @@ def main(args, echo=print) -> int:
 
     try:
         if args.reproduce:
-            rows = reproduce(args.systems, args.max_gpus)
+            # minutes of work (rows of 128 GPUs over many PS counts): a line per row on stderr
+            rows = reproduce(args.systems, args.max_gpus,
+                             echo=lambda line: print(line, file=sys.stderr, flush=True))
             extra = {} if args.systems or args.max_gpus else {"efficiencies": efficiencies(),
                                                              "saturation": saturation()}
         else:
