@@ -78,6 +78,30 @@ def test_in_graph_towers_train_on_both_workers_like_one_process(target, runner):
         >= {"/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:0"}
 
 
+def test_a_traced_step_on_the_cluster_times_each_tasks_ops_within_its_compute(target):
+    x, y = tf.placeholder(tf.float32, [16, 4]), tf.placeholder(tf.float32, [16, 1])
+    with tf.device(tf.train.replica_device_setter(ps_tasks=1, worker_device="/job:worker/task:0")):
+        loss, _ = linear_model(x, y)
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    feed = dict(zip((x, y), batch(0)))
+    with tf.Session(target) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, feed)
+        untraced = sess.last_run_stats.timeline
+        metadata = tf.RunMetadata()
+        sess.run(train, feed, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                 run_metadata=metadata)
+        traced = sess.last_run_stats.timeline
+    assert untraced and not any(" = " in what for _, what, _, _ in untraced)  # spans only: no clock per op
+    by_task = {d.device: d.node_stats for d in metadata.step_stats.dev_stats}
+    for task, op_type in (("/job:worker/task:0", "MatMul"), ("/job:ps/task:0", "ApplyGradientDescent")):
+        ops = [n for n in by_task[task] if n.timeline_label.endswith(f"= {op_type}()")]
+        assert ops and ops[0].timeline_label == f"{ops[0].node_name} = {op_type}()"
+        computes = [(start, end) for t, what, start, end in traced if t == task and what == "compute"]
+        start = ops[0].all_start_micros / 1e6
+        assert any(begin - 1e-6 <= start <= end for begin, end in computes)  # inside a stage's compute
+
+
 # ---- between-graph: tf.replicate runs one client per worker ---------------------------------
 def _replica(task_index, target, spec, sync: bool, steps: int, learning_rate: float, runner: str = "direct"):
     """The program every worker runs (the seed's Listing 2): its half of each step's batch."""

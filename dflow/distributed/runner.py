@@ -207,15 +207,16 @@ class DirectRunner:
         calls = {}
         traffic = stats.bytes_sent
         fed_by_task = plan.feeds
+        traced = stats.op_spans is not None
         for task in plan.tasks:
             task_feeds = {name: feeds[name] for name in fed_by_task[task]}
             if task == here:
                 loop = asyncio.get_running_loop()
                 plugin = self.worker.plugins[PLUGIN_NAME]
                 call = loop.run_in_executor(plugin.pool, plugin.run_stages, plan.plan_id, run_id,
-                                            task_feeds, self.timeout, loop)
+                                            task_feeds, self.timeout, loop, traced)
             else:
-                call = self._run_on(task, plan.plan_id, run_id, task_feeds)
+                call = self._run_on(task, plan.plan_id, run_id, task_feeds, traced)
                 if task_feeds:
                     count_sent(traffic, here or "client", task, sum(nbytes(v) for v in task_feeds.values()))
             calls[asyncio.ensure_future(call)] = task
@@ -245,13 +246,13 @@ class DirectRunner:
                                sum(nbytes(v) for v in reply["fetches"].values()))
         return values
 
-    async def _run_on(self, task: str, plan_id: str, run_id: str, feeds: dict) -> dict:
+    async def _run_on(self, task: str, plan_id: str, run_id: str, feeds: dict, traced: bool = False) -> dict:
         """Run ``task``'s stages of a step; to a task on this host, the fed arrays go through
         shared memory."""
         address = self.tasks[task]["address"]
         inline, shared, segment = (self._outbox.pack(address, feeds) if self._is_on_this_host(address)
                                    else (feeds, None, None))
-        message = {"plan_id": plan_id, "run_id": run_id, "timeout": self.timeout}
+        message = {"plan_id": plan_id, "run_id": run_id, "timeout": self.timeout, "traced": traced}
         try:
             reply = await self._call(task, "dflow_run", feeds=serialized(inline), shared=shared, **message)
         finally:

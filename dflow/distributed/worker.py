@@ -243,15 +243,18 @@ class DflowWorker(WorkerPlugin):
         """Forget ``plan_ids``; how many this worker held."""
         return sum(self.plans.pop(plan_id, None) is not None for plan_id in plan_ids)
 
-    async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float, shared=None) -> dict:
+    async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float, shared=None,
+                  traced: bool = False) -> dict:
         _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
                        timeout=(timeout, (int, float)))
+        if not isinstance(traced, bool):
+            raise TypeError(f"dflow_run: traced must be bool, got {type(traced).__name__}")
         try:
             feeds = {**deserialized(feeds), **(self.inbox.unpack(shared) if shared is not None else {})}
         except SharedMemoryError as error:  # the client sends them again, by TCP
             return {"refused": str(error)}
         loop = asyncio.get_running_loop()
-        step = loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds, timeout, loop)
+        step = loop.run_in_executor(self.pool, self.run_stages, plan_id, run_id, feeds, timeout, loop, traced)
         # a client that gave the step up (it is recovering from a lost task) leaves no one to await
         # it: its error, which the client has already had from the liveness check, is not logged
         # again as "Future exception was never retrieved" with a traceback
@@ -371,8 +374,10 @@ class DflowWorker(WorkerPlugin):
         return remote
 
     # ---- one step of one plan (on a stage thread) -------------------------------------
-    def run_stages(self, plan_id: str, run_id: str, feeds: dict, timeout: float, loop) -> dict:
-        """Run this task's stages of ``plan_id``: the fetched values and the bytes sent per task."""
+    def run_stages(self, plan_id: str, run_id: str, feeds: dict, timeout: float, loop,
+                   traced: bool = False) -> dict:
+        """Run this task's stages of ``plan_id``: the fetched values and the bytes sent per task.
+        ``traced`` (a ``RunOptions`` trace): each op's span joins the timeline, as ``name = Type()``."""
         stages, addresses = self._plan(plan_id)
         kept, received, fetched, sent = {}, {}, {}, defaultdict(int)
         deliveries, timeline = [], []
@@ -417,12 +422,14 @@ class DflowWorker(WorkerPlugin):
                         self.updates_applied += 1
                 outgoing = _Outgoing(stage.sends, deliver, early)
                 start, waited_before = time.time(), waited_s
-                stage_stats = RunStats()
+                stage_stats = RunStats(op_spans=[] if traced else None)
                 values = execute(stage.schedule, inputs, self.state, self.namespaces, stats=stage_stats,
                                  arriving=lambda name, stage=stage: take(stage, [name])[name],
                                  produced=outgoing.add)
                 timeline.append(("compute", start, time.time()))
                 compute_s += timeline[-1][2] - start - (waited_s - waited_before)  # less its waits
+                timeline += [(f"{name} = {op_type}()", began, ended)
+                             for name, op_type, began, ended in stage_stats.op_spans or ()]
                 collective_s += stage_stats.async_wait_s
                 outgoing.flush(values)
                 kept.update({n: values[n] for n in stage.keeps})

@@ -4,9 +4,10 @@ run_metadata=)`` to trace a step.
 dflow fills ``run_metadata.step_stats`` with the ops each device ran (and, on a cluster,
 each task's timed compute and wait spans), in TF's shape
 (``step_stats.dev_stats[i].device``, ``.node_stats[j].node_name``). A traced run (any
-``trace_level`` but ``NO_TRACE``) times each op of this process: it runs op by op, in the
-counting loop rather than a compiled stage, so its ops add up to a little more than an
-untraced step; ``tensorflow.python.client.timeline`` turns the stats into a Chrome trace.
+``trace_level`` but ``NO_TRACE``) times each op: it runs op by op, in the counting loop
+rather than a compiled stage, so its ops add up to a little more than an untraced step; on a
+cluster (the direct runner) each task times its own ops. ``tensorflow.python.client.timeline``
+turns the stats into a Chrome trace.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -83,9 +84,10 @@ class RunMetadata:
 def fill_run_metadata(metadata: RunMetadata, stats: RunStats) -> None:
     """Put one run's :class:`RunStats` into ``metadata`` in TF's StepStats shape."""
     devices: dict[str, DeviceStepStats] = {}
-    for task, what, start, end in stats.timeline:  # a cluster's timed spans, per task
+    for task, what, start, end in stats.timeline:  # a cluster's timed spans (a traced op's too), per task
         device = devices.setdefault(task, DeviceStepStats(task))
-        device.node_stats.append(NodeExecStats(what, int(start * 1e6), int((end - start) * 1e6), what))
+        name = what.split(" = ")[0]  # "compute", "wait", or a traced op's "name = Type()"
+        device.node_stats.append(NodeExecStats(name, int(start * 1e6), int((end - start) * 1e6), what))
     if stats.op_spans:  # a traced run's ops in this process, timed
         devices.setdefault(LOCAL_DEVICE, DeviceStepStats(LOCAL_DEVICE)).node_stats.extend(
             NodeExecStats(name, int(start * 1e6), int((end - start) * 1e6), f"{name} = {op_type}()")
