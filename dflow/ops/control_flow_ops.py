@@ -1,0 +1,229 @@
+"""``tf.cond``: one of two branches, chosen when the step runs.
+
+Each branch function is called once, when the graph is built, in the default graph (so it
+reads the tensors and variables around it as any TF 1.x code does); the ops it makes, and
+only those its results need, become a traced function (``{"nodes", "args", "outputs"}``, plain
+data, as a dataset's ``map`` function). One ``Cond`` op takes the predicate and every tensor
+the branches read from outside; when it runs, it runs the chosen branch's function alone, so
+an update inside a branch (batch norm's moving averages under ``is_training``) happens only
+when that branch is taken.
+
+A ``Cond`` also outputs every tensor its branches make (``None`` for the branch not taken):
+its gradient is another ``Cond`` whose branches differentiate the forward ones, reading the
+forward values from those outputs rather than computing them again (a dropout mask in a
+branch is the one the forward pass drew).
+
+>>> import dflow as tf
+>>> with tf.Graph().as_default():
+...     x = tf.constant(3.0)
+...     training = tf.placeholder(tf.bool, [])
+...     y = tf.cond(training, lambda: x * x, lambda: x + 1.0)
+...     (dy,) = tf.gradients(y, [x])
+...     with tf.Session() as sess:
+...         [[float(v) for v in sess.run([y, dy], {training: t})] for t in (True, False)]
+[[9.0, 6.0], [4.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import dtypes
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from .array_ops import identity, zeros_like
+from .registry import Spec, defop
+
+__all__ = ["cond"]
+
+
+def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None, strict: bool = False,
+         name: str | None = None, fn1: Callable | None = None, fn2: Callable | None = None):
+    """``true_fn()`` where the boolean scalar ``pred`` is true when the step runs, else
+    ``false_fn()``; both return the same structure (a tensor, or nested lists and tuples of
+    them) of the same dtypes. A one-element list comes back as its element unless ``strict``.
+    (``fn1``/``fn2``: TF 1.x's older names.)"""
+    true_fn, false_fn = true_fn or fn1, false_fn or fn2
+    if not callable(true_fn) or not callable(false_fn):
+        raise TypeError("cond needs two callables, true_fn and false_fn (e.g. lambda: x * 2)")
+    if isinstance(pred, bool):
+        raise TypeError("cond's pred must be a tensor, not a Python bool: choose the branch in Python "
+                        "instead")
+    return _cond(convert_to_tensor(pred), true_fn, false_fn, strict, name)
+
+
+def _cond(pred: Tensor, true_fn: Callable, false_fn: Callable, strict: bool, name: str | None,
+          forward_values: dict[str, Tensor] | None = None):
+    """``cond``; ``forward_values`` maps tensors made inside another ``Cond``'s branches to that
+    ``Cond``'s outputs of them (a gradient ``Cond`` reads the forward values through them)."""
+    if pred.dtype != dtypes.bool or pred.shape.ndims not in (None, 0):
+        raise ValueError(f"cond's pred must be a boolean scalar, got {pred.dtype.name} of shape {pred.shape}")
+    graph = get_default_graph()
+    with graph.name_scope(name or "cond") as scope:
+        branches = [_trace(graph, true_fn, f"{scope}true/"), _trace(graph, false_fn, f"{scope}false/")]
+        (structure, then_results), (other, else_results) = [(b.structure, b.results) for b in branches]
+        if structure != other:
+            raise ValueError(f"cond's branches return different structures: true_fn {_describe(structure)}, "
+                             f"false_fn {_describe(other)}")
+        for i, (a, b) in enumerate(zip(then_results, else_results)):
+            if a.dtype != b.dtype:
+                raise TypeError(f"cond's branches return different dtypes at output {i}: "
+                                f"true_fn {a.dtype.name}, false_fn {b.dtype.name}")
+        captured = list(dict.fromkeys(name for b in branches for name in b.function["args"]))
+        forward_values = forward_values or {}
+        outer = [forward_values[name] if name in forward_values else graph.get_tensor_by_name(name)
+                 for name in captured]
+        specs = [_merged_spec(a, b) for a, b in zip(then_results, else_results)]
+        specs += [_spec(t) for b in branches for t in b.internal]
+        attrs = {"branches": [b.function for b in branches], "captured": captured,
+                 "num_results": len(then_results), "output_specs": specs}
+        with graph.control_dependencies([c for b in branches for c in b.control_captures]):
+            op = graph.create_op("Cond", [pred, *outer], attrs, name="Cond")
+    results = op.outputs[:len(then_results)]
+    packed = _pack(structure, iter(results))
+    if not strict and isinstance(packed, list) and len(packed) == 1:
+        return packed[0]
+    return packed
+
+
+class _Branch:
+    """One branch, traced: its function (plain data), results, the tensors it makes (the ``Cond``
+    outputs them after its results), the outside ops it must wait for, and its results' nesting."""
+
+    def __init__(self, function: dict, results: list, internal: list, control_captures: list, structure):
+        self.function, self.results, self.internal = function, results, internal
+        self.control_captures, self.structure = control_captures, structure
+
+
+def _trace(graph, fn: Callable, scope: str) -> _Branch:
+    first = len(graph.get_operations())
+    with graph.name_scope(scope):
+        returned = fn()
+        structure, leaves = _flatten(returned)
+        if not leaves:
+            raise ValueError("cond's branches must return at least one tensor (a branch of only ops: "
+                             "return tf.no_op()'s control through tf.identity of a value instead)")
+        # an identity made here per result: each result is the branch's own op's, even one that
+        # returns a tensor from outside
+        results = [identity(convert_to_tensor(leaf)) for leaf in leaves]
+    made = {op for op in graph.get_operations()[first:]}
+    needed, stack, args, control_captures = set(), [t.op for t in results], {}, {}
+    while stack:  # the ops made here that the results need; what they read from outside
+        op = stack.pop()
+        if op in needed:
+            continue
+        needed.add(op)
+        for tensor in op.inputs:
+            if tensor.op in made:
+                stack.append(tensor.op)
+            else:
+                args[tensor.name] = None
+        for control in op.control_inputs:
+            if control in made:
+                stack.append(control)
+            else:
+                control_captures[control] = None
+    ops = sorted(needed, key=lambda op: op._id)  # creation order is topological
+    result_names = [t.name for t in results]
+    internal = [t for op in ops for t in op.outputs if t.name not in result_names]
+    nodes = [{"name": op.name, "type": op.type, "attrs": op.attrs, "inputs": [t.name for t in op.inputs],
+              "control_inputs": [c.name for c in op.control_inputs if c in made],
+              "num_outputs": len(op.outputs)} for op in ops]
+    function = {"nodes": nodes, "args": list(args), "outputs": result_names + [t.name for t in internal]}
+    return _Branch(function, results, internal, list(control_captures), structure)
+
+
+def _flatten(value) -> tuple:
+    if isinstance(value, (list, tuple)):
+        parts = [_flatten(v) for v in value]
+        return (type(value), [s for s, _ in parts]), [leaf for _, leaves in parts for leaf in leaves]
+    return None, [value]
+
+
+def _pack(structure, leaves):
+    if structure is None:
+        return next(leaves)
+    kind, parts = structure
+    items = [_pack(part, leaves) for part in parts]
+    return tuple(items) if kind is tuple else list(items) if kind is list else kind(*items)
+
+
+def _describe(structure) -> str:
+    if structure is None:
+        return "a tensor"
+    kind, parts = structure
+    return f"a {kind.__name__} of {len(parts)}"
+
+
+def _spec(tensor: Tensor) -> list:
+    return [tensor.shape.as_list() if tensor.shape.ndims is not None else None, tensor.dtype.name]
+
+
+def _merged_spec(a: Tensor, b: Tensor) -> list:
+    """The shape both branches' results have (a dim they disagree on unknown), and their dtype."""
+    first, second = _spec(a)[0], _spec(b)[0]
+    if first is None or second is None or len(first) != len(second):
+        return [None, a.dtype.name]
+    return [[x if x == y else None for x, y in zip(first, second)], a.dtype.name]
+
+
+def _cond_infer(inputs, branches, captured, num_results, output_specs):
+    return [Spec(None if shape is None else tuple(shape), dtypes.as_dtype(dtype))
+            for shape, dtype in output_specs]
+
+
+_SCHEDULES: dict[int, tuple] = {}  # id(function) -> (function, its schedule): built once a process
+
+
+def _cond_kernel(state, xp, pred, *outer, branches, captured, num_results, output_specs):
+    from ..runtime.executor import OpNode, execute, schedule
+
+    taken = 0 if bool(pred) else 1
+    function = branches[taken]
+    cached = _SCHEDULES.get(id(function))
+    if cached is None or cached[0] is not function:
+        nodes = [OpNode(n["name"], n["type"], n["attrs"], tuple(n["inputs"]), tuple(n["control_inputs"]),
+                        n["num_outputs"]) for n in function["nodes"]]
+        plan = schedule(nodes, set(function["args"]), function["outputs"])
+        cached = _SCHEDULES[id(function)] = (function, plan)
+    values = dict(zip(captured, outer))
+    feeds = {name: values[name] for name in function["args"]}
+    fetched = execute(cached[1], feeds, state, {"CPU": xp, "GPU": xp})
+    made = [fetched[name] for name in function["outputs"]]
+    internal = [len(b["outputs"]) - num_results for b in branches]
+    untaken = [None] * internal[1 - taken]
+    return tuple(made + untaken if taken == 0 else made[:num_results] + untaken + made[num_results:])
+
+
+def _cond_grad(op, *grads):
+    """A ``Cond`` of the branches' gradients: each differentiates its forward branch's results
+    with respect to every tensor the ``Cond`` read (as independent inputs), reading the forward
+    branch's values from the forward ``Cond``'s outputs."""
+    from ..autodiff import gradients
+
+    graph = op.graph
+    branches, captured = op.attrs["branches"], op.attrs["captured"]
+    num_results = op.attrs["num_results"]
+    outer = op.inputs[1:]
+    differentiable = [i for i, t in enumerate(outer) if t.dtype.is_floating]
+    if not differentiable or all(g is None for g in grads[:num_results]):
+        return [None] * len(op.inputs)
+    # each tensor a branch made, by name -> the forward Cond's output of it
+    internal_names = [name for b in branches for name in b["outputs"][num_results:]]
+    forward_values = dict(zip(internal_names, op.outputs[num_results:]))
+
+    def branch_gradient(function: dict) -> Callable:
+        def build():
+            results = [graph.get_tensor_by_name(name) for name in function["outputs"][:num_results]]
+            output_grads = [g if g is not None else zeros_like(r) for g, r in zip(grads, results)]
+            inputs = [graph.get_tensor_by_name(captured[i]) for i in differentiable]
+            found = gradients(results, inputs, grad_ys=output_grads, stop_gradients=inputs)
+            return [g if g is not None else zeros_like(x) for g, x in zip(found, inputs)]
+        return build
+
+    input_grads = _cond(op.inputs[0], branch_gradient(branches[0]), branch_gradient(branches[1]), strict=True,
+                        name="cond_grad", forward_values=forward_values)
+    by_index = dict(zip(differentiable, input_grads))
+    return [None] + [by_index.get(i) for i in range(len(outer))]
+
+
+defop("Cond", _cond_infer, _cond_kernel, _cond_grad, stateful=True, num_outputs=None)
