@@ -42,7 +42,8 @@ def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None
     ``false_fn()``; both return the same structure (a tensor, or nested lists and tuples of
     them) of the same dtypes. A one-element list comes back as its element unless ``strict``.
     (``fn1``/``fn2``: TF 1.x's older names.)"""
-    true_fn, false_fn = true_fn or fn1, false_fn or fn2
+    true_fn = fn1 if true_fn is None else true_fn
+    false_fn = fn2 if false_fn is None else false_fn
     if not callable(true_fn) or not callable(false_fn):
         raise TypeError("cond needs two callables, true_fn and false_fn (e.g. lambda: x * 2)")
     if isinstance(pred, bool):

@@ -1,0 +1,109 @@
+"""``tf.cond``: the taken branch alone runs, gradients flow through it (reading the forward
+values, not computing them again), and what is wrong is refused by name. The batch-norm numbers
+are TensorFlow 2.21's (``compat.v1``) for the same script."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dflow as tf
+
+
+def _batch_norm(x, phase_train):
+    """The TF 1.x batch norm that scripts copied: moving averages updated in the training branch."""
+    beta = tf.Variable(tf.zeros([4]), name="beta")
+    gamma = tf.Variable(tf.ones([4]), name="gamma")
+    batch_mean, batch_var = tf.nn.moments(x, [0, 1, 2], name="moments")
+    ema = tf.train.ExponentialMovingAverage(decay=0.5)
+
+    def mean_var_with_update():
+        with tf.control_dependencies([ema.apply([batch_mean, batch_var])]):
+            return tf.identity(batch_mean), tf.identity(batch_var)
+
+    mean, var = tf.cond(phase_train, mean_var_with_update,
+                        lambda: (ema.average(batch_mean), ema.average(batch_var)))
+    return tf.nn.batch_normalization(x, mean, var, beta, gamma, 1e-3), ema.average(batch_mean)
+
+
+def test_batch_norm_under_is_training_trains_and_evaluates_as_tensorflow_does():
+    x = tf.placeholder(tf.float32, [4, 3, 3, 2])
+    phase = tf.placeholder(tf.bool, [])
+    w = tf.Variable(np.arange(8, dtype=np.float32).reshape(2, 2, 2, 1) / 10)
+    y, moving_mean = _batch_norm(tf.nn.conv2d(x, tf.reshape(w, [1, 1, 2, 4]), [1, 1, 1, 1], "SAME"), phase)
+    weight = tf.cond(phase, lambda: tf.constant(0.5), lambda: tf.constant(1.0))
+    loss = tf.reduce_mean(tf.square(y - 1.0)) * weight
+    train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    data = np.random.RandomState(0).rand(4, 3, 3, 2).astype(np.float32)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        losses = [sess.run([loss, train], {x: data, phase: True})[0] for _ in range(3)]
+        averages = sess.run(moving_mean)
+        evaluated = sess.run(loss, {x: data, phase: False})
+        assert sess.run(moving_mean).tolist() == averages.tolist()  # evaluating updates nothing
+        weights = sess.run(w).ravel()
+    np.testing.assert_allclose(losses, [0.977553, 0.930069, 0.884903], rtol=1e-5)
+    np.testing.assert_allclose(averages, [0.16682, 0.25493, 0.34283, 0.43047], atol=1e-5)
+    np.testing.assert_allclose(evaluated, 1.389903, rtol=1e-5)
+    tensorflow_weights = [0.00105, 0.09909, 0.19899, 0.29921, 0.3872, 0.49345, 0.59655, 0.69805]
+    np.testing.assert_allclose(weights, tensorflow_weights, atol=1e-5)
+
+
+def test_the_gradient_reads_the_forward_branchs_values_a_dropout_mask_included():
+    x = tf.constant(np.linspace(1.0, 2.0, 200, dtype=np.float32))
+    training = tf.placeholder(tf.bool, [])
+    y = tf.cond(training, lambda: tf.nn.dropout(x, keep_prob=0.5), lambda: x)
+    (dx,) = tf.gradients(tf.reduce_sum(y), [x])
+    with tf.Session() as sess:
+        kept, grad = sess.run([y, dx], {training: True})
+        _, untrained = sess.run([y, dx], {training: False})
+    assert 50 < np.count_nonzero(kept) < 150
+    np.testing.assert_array_equal(grad, np.where(kept != 0, 2.0, 0.0))  # the same mask as the forward pass
+    assert untrained.tolist() == [1.0] * 200
+
+
+def test_branches_may_differ_in_shape_return_outside_tensors_and_nest():
+    x = tf.placeholder(tf.float32, [2, None])
+    which = tf.placeholder(tf.bool, [])
+    wide = tf.cond(which, lambda: tf.zeros([2, 3]), lambda: tf.ones([2, 5]))
+    assert wide.shape.as_list() == [2, None]
+    pair = tf.cond(which, lambda: (x, [x * 2.0]), lambda: (x + 1.0, [0.5 * x]))
+    single = tf.cond(which, lambda: [x], lambda: [x], strict=True)
+    assert isinstance(pair, tuple) and isinstance(pair[1], list) and isinstance(single, list)
+    inner = tf.cond(which, lambda: tf.cond(which, lambda: x * 3.0, lambda: x), lambda: -x)
+    (d_inner,) = tf.gradients(tf.reduce_sum(inner), [x])
+    feed = {x: [[1.0, 2.0], [3.0, 4.0]]}
+    with tf.Session() as sess:
+        assert sess.run(wide, {**feed, which: False}).shape == (2, 5)
+        got = sess.run([pair, d_inner], {**feed, which: True})
+    assert got[0][0].tolist() == feed[x] and got[0][1][0].tolist() == [[2.0, 4.0], [6.0, 8.0]]
+    assert got[1].tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_what_is_wrong_is_refused_by_name():
+    x = tf.constant(1.0)
+    with pytest.raises(TypeError, match="not a Python bool"):
+        tf.cond(True, lambda: x, lambda: x)
+    with pytest.raises(ValueError, match="boolean scalar, got float32"):
+        tf.cond(x, lambda: x, lambda: x)
+    which = tf.placeholder(tf.bool, [])
+    with pytest.raises(ValueError, match="different structures: true_fn a tuple of 2, false_fn a tensor"):
+        tf.cond(which, lambda: (x, x), lambda: x)
+    with pytest.raises(TypeError, match="different dtypes at output 0: true_fn float32, false_fn int32"):
+        tf.cond(which, lambda: x, lambda: tf.constant(1))
+    with pytest.raises(TypeError, match="two callables"):
+        tf.cond(which, x, lambda: x)
+
+
+def test_a_graph_with_a_cond_survives_the_json_round_trip():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.placeholder(tf.float32, [2], name="x")
+        which = tf.placeholder(tf.bool, [], name="which")
+        tf.identity(tf.cond(which, lambda: x * 2.0, lambda: x - 1.0), name="out")
+    restored = tf.import_graph_def(json.loads(json.dumps(graph.as_graph_def())))
+    with restored.as_default(), tf.Session() as sess:
+        assert sess.run("out:0", {"x:0": [1.0, 2.0], "which:0": True}).tolist() == [2.0, 4.0]
+        assert sess.run("out:0", {"x:0": [1.0, 2.0], "which:0": False}).tolist() == [0.0, 1.0]
