@@ -107,3 +107,20 @@ def test_a_graph_with_a_cond_survives_the_json_round_trip():
     with restored.as_default(), tf.Session() as sess:
         assert sess.run("out:0", {"x:0": [1.0, 2.0], "which:0": True}).tolist() == [2.0, 4.0]
         assert sess.run("out:0", {"x:0": [1.0, 2.0], "which:0": False}).tolist() == [0.0, 1.0]
+
+
+def test_case_takes_the_first_true_predicate_and_checks_exclusive_ones():
+    x = tf.placeholder(tf.int32, [])
+    sign = tf.case([(x < 0, lambda: tf.constant(-1)), (tf.equal(x, 0), lambda: tf.constant(0))],
+                   default=lambda: tf.constant(1))
+    last_is_default = tf.case([(x < 0, lambda: tf.constant(-1)), (x > 5, lambda: tf.constant(5))])
+    exclusive = tf.case([(x < 10, lambda: tf.constant(1)), (x < 20, lambda: tf.constant(2))],
+                        default=lambda: tf.constant(3), exclusive=True)
+    with tf.Session() as sess:
+        assert [sess.run(sign, {x: v}) for v in (-3, 0, 7)] == [-1, 0, 1]
+        assert [sess.run(last_is_default, {x: v}) for v in (-3, 0, 7)] == [-1, 5, 5]
+        assert [sess.run(exclusive, {x: v}) for v in (15, 25)] == [2, 3]
+        with pytest.raises(tf.errors.InvalidArgumentError, match="more than one predicate is true"):
+            sess.run(exclusive, {x: 5})
+    with pytest.raises(TypeError, match=r"\(pred, fn\) pairs"):
+        tf.case([(x < 0, 1)])

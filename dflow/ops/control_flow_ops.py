@@ -30,10 +30,11 @@ from collections.abc import Callable
 
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
+from . import math_ops
 from .array_ops import identity, zeros_like
 from .registry import Spec, defop
 
-__all__ = ["cond"]
+__all__ = ["cond", "case"]
 
 
 def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None, strict: bool = False,
@@ -84,6 +85,44 @@ def _cond(pred: Tensor, true_fn: Callable, false_fn: Callable, strict: bool, nam
     if not strict and isinstance(packed, list) and len(packed) == 1:
         return packed[0]
     return packed
+
+
+def case(pred_fn_pairs, default: Callable | None = None, exclusive: bool = False, strict: bool = False,
+         name: str = "case"):
+    """The first ``fn`` whose ``pred`` is true when the step runs, else ``default()`` (without a
+    default, the last pair's ``fn``): a chain of :func:`cond`, each later test inside the one
+    before's false branch, so only the chosen ``fn`` runs. ``exclusive``: more than one true
+    predicate fails the step. A dict of pairs is tested in its keys' name order."""
+    if isinstance(pred_fn_pairs, dict):
+        pairs = sorted(pred_fn_pairs.items(), key=lambda pair: convert_to_tensor(pair[0]).name)
+    elif isinstance(pred_fn_pairs, (list, tuple)):
+        pairs = list(pred_fn_pairs)
+    else:
+        raise TypeError(f"case takes a list of (pred, fn) pairs or a dict, got "
+                        f"{type(pred_fn_pairs).__name__}")
+    if not pairs or not all(isinstance(p, tuple) and len(p) == 2 and callable(p[1]) for p in pairs):
+        raise TypeError("case takes (pred, fn) pairs: a boolean scalar tensor and a callable, e.g. "
+                        "[(x < y, lambda: tf.constant(17))]")
+    if default is None:
+        pairs, default = pairs[:-1], pairs[-1][1]
+    elif not callable(default):
+        raise TypeError(f"case's default must be a callable, got {type(default).__name__}")
+    graph = get_default_graph()
+    with graph.name_scope(name):
+        checks = []
+        if exclusive and len(pairs) > 1:
+            preds = [math_ops.cast(convert_to_tensor(p), dtypes.int32) for p, _ in pairs]
+            checks = [math_ops.Assert(math_ops.add_n(preds) <= 1, ["case: more than one predicate is true, "
+                                                                   "and exclusive=True"])]
+        with graph.control_dependencies(checks):
+            return _chain(pairs, default, strict)
+
+
+def _chain(pairs: list, default: Callable, strict: bool):
+    if not pairs:
+        return default()
+    (pred, fn), rest = pairs[0], pairs[1:]
+    return cond(pred, fn, lambda: _chain(rest, default, strict), strict=strict)
 
 
 class _Branch:
