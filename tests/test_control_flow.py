@@ -124,3 +124,36 @@ def test_case_takes_the_first_true_predicate_and_checks_exclusive_ones():
             sess.run(exclusive, {x: 5})
     with pytest.raises(TypeError, match=r"\(pred, fn\) pairs"):
         tf.case([(x < 0, 1)])
+
+
+def test_map_fn_runs_fn_per_slice_and_differentiates_slices_and_what_fn_reads():
+    x = tf.placeholder(tf.float32, [None, 3])
+    w = tf.Variable([1.0, 2.0, 3.0])
+    y = tf.map_fn(lambda row: tf.reduce_sum(row * row * w), x)
+    doubled, summed = tf.map_fn(lambda pair: (pair[0] * 2.0, pair[1] + pair[0]), (x, x * 10.0))
+    dx, dw = tf.gradients(tf.reduce_sum(y), [x, w])
+    rows = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got = sess.run([y, dx, dw, doubled, summed], {x: rows})
+        empty = sess.run(y, {x: np.zeros((0, 3), np.float32)})
+    np.testing.assert_allclose(got[0], (rows * rows * [1, 2, 3]).sum(axis=1))
+    np.testing.assert_allclose(got[1], 2 * rows * [1, 2, 3])
+    np.testing.assert_allclose(got[2], (rows * rows).sum(axis=0))  # summed over the slices
+    np.testing.assert_allclose(got[3], 2 * rows)
+    np.testing.assert_allclose(got[4], 11 * rows)
+    assert empty.shape == (0,)
+
+
+def test_map_fn_standardizes_each_image_of_a_batch_of_unknown_size():
+    images = tf.placeholder(tf.float32, [None, 4, 4, 3])
+    standardized = tf.map_fn(tf.image.per_image_standardization, images)
+    assert standardized.shape.as_list() == [None, 4, 4, 3]
+    batch = np.random.RandomState(1).rand(5, 4, 4, 3).astype(np.float32)
+    with tf.Session() as sess:
+        got = sess.run(standardized, {images: batch})
+    for image, result in zip(batch, got):
+        expected = (image - image.mean()) / max(image.std(), 1 / np.sqrt(image.size))
+        np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="slices its elems along dimension 0, but .* is a scalar"):
+        tf.map_fn(lambda v: v, tf.constant(1.0))

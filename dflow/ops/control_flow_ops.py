@@ -31,10 +31,10 @@ from collections.abc import Callable
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import math_ops
-from .array_ops import identity, zeros_like
+from .array_ops import identity, placeholder, zeros_like
 from .registry import Spec, defop
 
-__all__ = ["cond", "case"]
+__all__ = ["cond", "case", "map_fn"]
 
 
 def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None, strict: bool = False,
@@ -134,7 +134,9 @@ class _Branch:
         self.control_captures, self.structure = control_captures, structure
 
 
-def _trace(graph, fn: Callable, scope: str) -> _Branch:
+def _trace(graph, fn: Callable, scope: str, made_before: frozenset = frozenset()) -> _Branch:
+    """``fn()`` traced in ``scope``: the ops it makes that its results need (and ``made_before``'s,
+    which it may read too: they are computed again inside the function)."""
     first = len(graph.get_operations())
     with graph.name_scope(scope):
         returned = fn()
@@ -145,7 +147,7 @@ def _trace(graph, fn: Callable, scope: str) -> _Branch:
         # an identity made here per result: each result is the branch's own op's, even one that
         # returns a tensor from outside
         results = [identity(convert_to_tensor(leaf)) for leaf in leaves]
-    made = {op for op in graph.get_operations()[first:]}
+    made = set(graph.get_operations()[first:]) | made_before
     needed, stack, args, control_captures = set(), [t.op for t in results], {}, {}
     while stack:  # the ops made here that the results need; what they read from outside
         op = stack.pop()
@@ -215,19 +217,13 @@ _SCHEDULES: dict[int, tuple] = {}  # id(function) -> (function, its schedule): b
 
 
 def _cond_kernel(state, xp, pred, *outer, branches, captured, num_results, output_specs):
-    from ..runtime.executor import OpNode, execute, schedule
+    from ..runtime.executor import execute
 
     taken = 0 if bool(pred) else 1
     function = branches[taken]
-    cached = _SCHEDULES.get(id(function))
-    if cached is None or cached[0] is not function:
-        nodes = [OpNode(n["name"], n["type"], n["attrs"], tuple(n["inputs"]), tuple(n["control_inputs"]),
-                        n["num_outputs"]) for n in function["nodes"]]
-        plan = schedule(nodes, set(function["args"]), function["outputs"])
-        cached = _SCHEDULES[id(function)] = (function, plan)
     values = dict(zip(captured, outer))
     feeds = {name: values[name] for name in function["args"]}
-    fetched = execute(cached[1], feeds, state, {"CPU": xp, "GPU": xp})
+    fetched = execute(_schedule(function), feeds, state, {"CPU": xp, "GPU": xp})
     made = [fetched[name] for name in function["outputs"]]
     internal = [len(b["outputs"]) - num_results for b in branches]
     untaken = [None] * internal[1 - taken]
@@ -267,3 +263,120 @@ def _cond_grad(op, *grads):
 
 
 defop("Cond", _cond_infer, _cond_kernel, _cond_grad, stateful=True, num_outputs=None)
+
+
+# ---- map_fn ------------------------------------------------------------------------------------
+def map_fn(fn: Callable, elems, dtype=None, parallel_iterations=None, back_prop: bool = True,
+           swap_memory: bool = False, infer_shape: bool = True, name: str | None = None):
+    """``fn`` over the slices of ``elems`` (a tensor, or nested tuples and lists of tensors of one
+    length) along dimension 0, its results stacked: ``tf.map_fn(tf.image.per_image_standardization,
+    images)``. ``fn`` is traced once on one slice; a ``MapFn`` op runs it for each when the step
+    runs, however many there are. Its gradient runs ``fn``'s ops again per slice (a random op
+    in ``fn`` draws anew there). (``dtype``, ``parallel_iterations``, ``swap_memory`` and
+    ``infer_shape`` are taken: the results' dtypes and shapes come from the trace.)
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     squares = tf.map_fn(lambda row: tf.reduce_sum(row * row), tf.constant([[1.0, 2.0], [3.0, 4.0]]))
+    ...     tf.Session().run(squares).tolist()
+    [5.0, 25.0]
+    """
+    graph = get_default_graph()
+    structure, leaves = _flatten(elems)
+    leaves = [convert_to_tensor(leaf) for leaf in leaves]
+    for leaf in leaves:
+        if leaf.shape.ndims == 0:
+            raise ValueError(f"map_fn slices its elems along dimension 0, but {leaf.name} is a scalar")
+    with graph.name_scope(name or "map") as scope:
+        slices = [placeholder(leaf.dtype, leaf.shape.as_list()[1:] if leaf.shape.ndims else None,
+                              name="slice") for leaf in leaves]
+        traced = _trace(graph, lambda: fn(_pack(structure, iter(slices))), f"{scope}fn/")
+        op = _map_op(graph, traced, slices, leaves, back_prop)
+    return _pack(traced.structure, iter(op.outputs))
+
+
+def _map_op(graph, traced: _Branch, slices: list, elems: list, back_prop: bool = True):
+    slice_names = [t.name for t in slices]
+    captured = [name for name in traced.function["args"] if name not in slice_names]
+    length = elems[0].shape.as_list()[0] if elems[0].shape.ndims else None
+    specs = [[None if t.shape.ndims is None else [length, *t.shape.as_list()], t.dtype.name]
+             for t in traced.results]
+    attrs = {"function": traced.function, "slices": slice_names, "captured": captured, "output_specs": specs,
+             "back_prop": back_prop}
+    outer = [graph.get_tensor_by_name(name) for name in captured]
+    with graph.control_dependencies(traced.control_captures):
+        return graph.create_op("MapFn", [*elems, *outer], attrs, name="MapFn")
+
+
+def _map_infer(inputs, function, slices, captured, output_specs, back_prop):
+    return _cond_infer(inputs, None, None, None, output_specs)
+
+
+def _map_kernel(state, xp, *inputs, function, slices, captured, output_specs, back_prop):
+    from ..errors import InvalidArgumentError
+    from ..runtime.executor import execute
+
+    elems, outer = inputs[:len(slices)], dict(zip(captured, inputs[len(slices):]))
+    count = len(elems[0])
+    if any(len(e) != count for e in elems):
+        raise InvalidArgumentError(f"map_fn's elems differ in length: {[len(e) for e in elems]}")
+    plan = _schedule(function)
+    results = []
+    for i in range(count):
+        feeds = {**outer, **{name: e[i] for name, e in zip(slices, elems)}}
+        fetched = execute(plan, feeds, state, {"CPU": xp, "GPU": xp})
+        results.append([fetched[name] for name in function["outputs"][:len(output_specs)]])
+    if not count:
+        if any(shape is None or None in shape[1:] for shape, _ in output_specs):
+            raise InvalidArgumentError("map_fn over no elements cannot tell the shape of its results")
+        return tuple(xp.zeros([0, *shape[1:]], dtype=dtypes.as_dtype(dtype).of(xp))
+                     for shape, dtype in output_specs)
+    return tuple(xp.stack([row[k] for row in results]) for k in range(len(output_specs)))
+
+
+def _map_grad(op, *grads):
+    """A ``MapFn`` over the slices and the results' gradients: per slice, ``fn``'s ops again and
+    their gradient with respect to the slice and to every tensor ``fn`` read; the latter summed."""
+    from ..autodiff import gradients
+
+    if not op.attrs["back_prop"] or all(g is None for g in grads):
+        return [None] * len(op.inputs)
+    graph, function = op.graph, op.attrs["function"]
+    results = [graph.get_tensor_by_name(name) for name in function["outputs"][:len(op.outputs)]]
+    slices = [graph.get_tensor_by_name(name) for name in op.attrs["slices"]]
+    captured = [graph.get_tensor_by_name(name) for name in op.attrs["captured"]]
+    wrt = [t for t in [*slices, *captured] if t.dtype.is_floating]
+    if not wrt:
+        return [None] * len(op.inputs)
+    forward_ops = frozenset(graph.get_operation_by_name(n["name"]) for n in function["nodes"])
+    with graph.name_scope("map_grad") as scope:
+        dys = [placeholder(r.dtype, r.shape, name="grad_slice") for r in results]
+
+        def per_slice():
+            found = gradients(results, wrt, grad_ys=dys, stop_gradients=wrt)
+            return [g if g is not None else zeros_like(x) for g, x in zip(found, wrt)]
+
+        backward = _trace(graph, per_slice, f"{scope}fn/", made_before=forward_ops)
+        output_grads = [g if g is not None else zeros_like(y) for g, y in zip(grads, op.outputs)]
+        grad_op = _map_op(graph, backward, [*slices, *dys], [*op.inputs[:len(slices)], *output_grads])
+        per_input = dict(zip([t.name for t in wrt], grad_op.outputs))
+        slice_grads = [per_input.get(t.name) for t in slices]
+        captured_grads = [None if t.name not in per_input else math_ops.reduce_sum(per_input[t.name], axis=0)
+                          for t in captured]
+    return slice_grads + captured_grads
+
+
+def _schedule(function: dict):
+    """The executor's schedule of a traced function, built once per function a process."""
+    from ..runtime.executor import OpNode, schedule
+
+    cached = _SCHEDULES.get(id(function))
+    if cached is None or cached[0] is not function:
+        nodes = [OpNode(n["name"], n["type"], n["attrs"], tuple(n["inputs"]), tuple(n["control_inputs"]),
+                        n["num_outputs"]) for n in function["nodes"]]
+        plan = schedule(nodes, set(function["args"]), function["outputs"])
+        cached = _SCHEDULES[id(function)] = (function, plan)
+    return cached[1]
+
+
+defop("MapFn", _map_infer, _map_kernel, _map_grad, stateful=True, num_outputs=None)
