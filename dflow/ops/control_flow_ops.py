@@ -375,6 +375,8 @@ def _schedule(function: dict):
         nodes = [OpNode(n["name"], n["type"], n["attrs"], tuple(n["inputs"]), tuple(n["control_inputs"]),
                         n["num_outputs"]) for n in function["nodes"]]
         plan = schedule(nodes, set(function["args"]), function["outputs"])
+        if len(_SCHEDULES) >= 256:  # (it holds the functions: graphs long gone would stay)
+            _SCHEDULES.clear()
         cached = _SCHEDULES[id(function)] = (function, plan)
     return cached[1]
 
