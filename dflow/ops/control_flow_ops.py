@@ -213,9 +213,6 @@ def _cond_infer(inputs, branches, captured, num_results, output_specs):
             for shape, dtype in output_specs]
 
 
-_SCHEDULES: dict[int, tuple] = {}  # id(function) -> (function, its schedule): built once a process
-
-
 def _cond_kernel(state, xp, pred, *outer, branches, captured, num_results, output_specs):
     from ..runtime.executor import execute
 
@@ -364,6 +361,9 @@ def _map_grad(op, *grads):
         captured_grads = [None if t.name not in per_input else math_ops.reduce_sum(per_input[t.name], axis=0)
                           for t in captured]
     return slice_grads + captured_grads
+
+
+_SCHEDULES: dict[int, tuple] = {}  # id(function) -> (function, its schedule): built once a process
 
 
 def _schedule(function: dict):
