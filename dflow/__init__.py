@@ -116,7 +116,7 @@ from .ops.array_ops import (
 )
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
-from .ops.control_flow_ops import case, cond, map_fn
+from .ops.control_flow_ops import case, cond, map_fn, while_loop
 from .ops.embedding_ops import (
     gather,
     gather_nd,

@@ -157,3 +157,26 @@ def test_map_fn_standardizes_each_image_of_a_batch_of_unknown_size():
         np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="slices its elems along dimension 0, but .* is a scalar"):
         tf.map_fn(lambda v: v, tf.constant(1.0))
+
+
+def test_while_loop_runs_until_cond_fails_when_the_step_runs():
+    n = tf.placeholder(tf.int32, [])
+    count = tf.while_loop(lambda i: tf.less(i, n), lambda i: tf.add(i, 1), [tf.constant(0)])
+    row = tf.constant([[1.0, 1.0]])
+    steps, rows = tf.while_loop(
+        lambda j, acc: j < n, lambda j, acc: (j + 1, tf.concat([acc, row * tf.cast(j, tf.float32)], 0)),
+        [tf.constant(0), tf.zeros([1, 2])], shape_invariants=[tf.TensorShape([]), tf.TensorShape([None, 2])])
+    w = tf.Variable(2.0)
+    capped = tf.while_loop(lambda k, v: k < 3, lambda k, v: [k + 1, v * w], [0, 1.0], maximum_iterations=2)
+    assert rows.shape.as_list() == [None, 2]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        assert sess.run(count, {n: 7}) == 7 and sess.run(count, {n: -1}) == 0
+        assert sess.run(rows, {n: 3}).tolist() == [[0, 0], [0, 0], [1, 1], [2, 2]]
+        assert [float(v) for v in sess.run(capped)] == [2.0, 4.0]  # two iterations of three
+    with pytest.raises(LookupError, match="dflow's loops have no gradient yet"):
+        tf.gradients(capped[1], [w])
+    with pytest.raises(ValueError, match=r"loop variable 0's shape: \(\) -> \(2,\); give shape_invariants"):
+        tf.while_loop(lambda i: i < 3, lambda i: tf.concat([[i], [i]], 0), [tf.constant(0)])
+    with pytest.raises(ValueError, match="body returns a list of 1, but loop_vars are a list of 2"):
+        tf.while_loop(lambda i, j: i < 3, lambda i, j: i + 1, [0, 1])

@@ -34,7 +34,7 @@ from . import math_ops
 from .array_ops import identity, placeholder, zeros_like
 from .registry import Spec, defop
 
-__all__ = ["cond", "case", "map_fn"]
+__all__ = ["cond", "case", "map_fn", "while_loop"]
 
 
 def cond(pred, true_fn: Callable | None = None, false_fn: Callable | None = None, strict: bool = False,
@@ -142,8 +142,8 @@ def _trace(graph, fn: Callable, scope: str, made_before: frozenset = frozenset()
         returned = fn()
         structure, leaves = _flatten(returned)
         if not leaves:
-            raise ValueError("cond's branches must return at least one tensor (a branch of only ops: "
-                             "return tf.no_op()'s control through tf.identity of a value instead)")
+            raise ValueError(f"{fn} returned no tensor: a traced function (a cond branch, a map_fn or "
+                             "while_loop function) must return at least one")
         # an identity made here per result: each result is the branch's own op's, even one that
         # returns a tensor from outside
         results = [identity(convert_to_tensor(leaf)) for leaf in leaves]
@@ -382,3 +382,109 @@ def _schedule(function: dict):
 
 
 defop("MapFn", _map_infer, _map_kernel, _map_grad, stateful=True, num_outputs=None)
+
+
+# ---- while_loop --------------------------------------------------------------------------------
+def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None, parallel_iterations=10,
+               back_prop: bool = True, swap_memory: bool = False, maximum_iterations=None, name=None,
+               return_same_structure: bool = False):
+    """``loop_vars = body(*loop_vars)`` while ``cond(*loop_vars)`` is true when the step runs (at
+    most ``maximum_iterations`` times); the loop variables after the loop, a tensor where there
+    is one (unless ``return_same_structure``). ``cond`` and ``body`` are traced once; a ``While``
+    op runs them. A variable whose shape changes between iterations needs its
+    ``shape_invariants`` entry (``tf.TensorShape([None, 2])``). dflow's loops have no gradient yet.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     i, total = tf.while_loop(lambda i, total: i < 5, lambda i, total: (i + 1, total + i), [0, 0])
+    ...     [int(v) for v in tf.Session().run([i, total])]
+    [5, 10]
+    """
+    if not callable(cond) or not callable(body):
+        raise TypeError("while_loop needs two callables, cond and body (e.g. lambda i: i < 10, "
+                        "lambda i: i + 1)")
+    if not isinstance(loop_vars, (list, tuple)) or not loop_vars:
+        raise TypeError("while_loop's loop_vars must be a non-empty list or tuple, e.g. [i] or (i, total)")
+    if isinstance(maximum_iterations, Tensor):
+        value = maximum_iterations.spec.value
+        if value is None:
+            raise ValueError("dflow needs while_loop's maximum_iterations when the graph is built (an int or "
+                             "a constant)")
+        maximum_iterations = value
+    graph = get_default_graph()
+    structure, leaves = _flatten(list(loop_vars))
+    leaves = [convert_to_tensor(v) for v in leaves]
+    invariants = ([t.shape for t in leaves] if shape_invariants is None
+                  else _flatten(list(shape_invariants))[1])
+    with graph.name_scope(name or "while") as scope:
+        loop = [placeholder(t.dtype, shape, name="loop_var") for t, shape in zip(leaves, invariants)]
+        test = _trace(graph, lambda: cond(*_pack(structure, iter(loop))), f"{scope}cond/")
+        step = _trace(graph, lambda: _as_list(body(*_pack(structure, iter(loop)))), f"{scope}body/")
+        _check_loop(test, step, structure, loop)
+        step.function["outputs"] = step.function["outputs"][:len(loop)]  # only the next values: no more kept
+        loop_names = [t.name for t in loop]
+        captured = list(dict.fromkeys(name for f in (test, step) for name in f.function["args"]
+                                      if name not in loop_names))
+        attrs = {"test": test.function, "step": step.function, "loop": loop_names, "captured": captured,
+                 "maximum_iterations": None if maximum_iterations is None else int(maximum_iterations),
+                 "output_specs": [_spec(t) for t in loop], "back_prop": back_prop}
+        with graph.control_dependencies(test.control_captures + step.control_captures):
+            op = graph.create_op("While", [*leaves, *(graph.get_tensor_by_name(n) for n in captured)], attrs,
+                                 name="While")
+    results = _pack(structure, iter(op.outputs))
+    return results[0] if len(leaves) == 1 and not return_same_structure else results
+
+
+def _as_list(returned):
+    """A body's result as the loop's list: TF 1.x takes a lone tensor for a lone loop variable."""
+    return list(returned) if isinstance(returned, (list, tuple)) else [returned]
+
+
+def _check_loop(test: _Branch, step: _Branch, structure, loop: list) -> None:
+    (verdict, *more) = test.results
+    if more or verdict.dtype != dtypes.bool or verdict.shape.ndims not in (None, 0):
+        raise ValueError("while_loop's cond must return one boolean scalar, got "
+                         f"{[f'{t.dtype.name} {t.shape}' for t in test.results]}")
+    if step.structure != structure:
+        raise ValueError(f"while_loop's body returns {_describe(step.structure)}, but loop_vars are "
+                         f"{_describe(structure)}: it must return the loop variables' next values")
+    for index, (new, var) in enumerate(zip(step.results, loop)):
+        if new.dtype != var.dtype:
+            raise TypeError(f"while_loop's body changes loop variable {index}'s dtype: {var.dtype.name} -> "
+                            f"{new.dtype.name}")
+        if not new.shape.is_compatible_with(var.shape):
+            raise ValueError(f"while_loop's body changes loop variable {index}'s shape: {var.shape} -> "
+                             f"{new.shape}; give shape_invariants with None where it may change")
+
+
+def _while_infer(inputs, test, step, loop, captured, maximum_iterations, output_specs, back_prop):
+    return _cond_infer(inputs, None, None, None, output_specs)
+
+
+def _while_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, output_specs,
+                  back_prop):
+    from ..runtime.executor import execute
+
+    values, outer = list(inputs[:len(loop)]), dict(zip(captured, inputs[len(loop):]))
+    plans, namespaces = (_schedule(test), _schedule(step)), {"CPU": xp, "GPU": xp}
+    iterations = 0
+    while maximum_iterations is None or iterations < maximum_iterations:
+        current = {**outer, **dict(zip(loop, values))}
+        go = execute(plans[0], {name: current[name] for name in test["args"]}, state, namespaces)
+        if not bool(go[test["outputs"][0]]):
+            break
+        made = execute(plans[1], {name: current[name] for name in step["args"]}, state, namespaces)
+        values = [made[name] for name in step["outputs"]]
+        iterations += 1
+    return tuple(values)
+
+
+def _while_grad(op, *grads):
+    if not op.attrs["back_prop"]:
+        return [None] * len(op.inputs)
+    raise LookupError(f"tf.while_loop {op.name!r} lies between the tensors differentiated: dflow's loops "
+                      "have no gradient yet (build the loop with back_prop=False to let gradients stop "
+                      "there, or unroll it in Python)")
+
+
+defop("While", _while_infer, _while_kernel, _while_grad, stateful=True, num_outputs=None)
