@@ -180,3 +180,27 @@ def test_while_loop_runs_until_cond_fails_when_the_step_runs():
         tf.while_loop(lambda i: i < 3, lambda i: tf.concat([[i], [i]], 0), [tf.constant(0)])
     with pytest.raises(ValueError, match="body returns a list of 1, but loop_vars are a list of 2"):
         tf.while_loop(lambda i, j: i < 3, lambda i, j: i + 1, [0, 1])
+
+
+def test_a_loop_counter_indexes_a_tensor_as_tf_s_strided_slice_takes_it():
+    """The metric-averaging loop of a public training script: ``values[i]`` in the body."""
+    values = tf.constant([1.0, 2.0, 3.0, 4.0])
+
+    def body(i, sums):
+        return i + 1, [sums[0] + values[i], sums[1] + values[i] * values[i]]
+
+    count, (total, squares) = tf.while_loop(lambda i, sums: i < 4, body,
+                                            [tf.constant(0), [tf.constant(0.0), tf.constant(0.0)]], back_prop=False)
+    grid = tf.constant(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    i, j = tf.constant(1), tf.constant(2)
+    picked = [grid[i], grid[:, j], grid[i, 1:, j], grid[None, i, :, 0]]
+    (d_grid,) = tf.gradients(tf.reduce_sum(grid[i, :, j]), [grid])
+    with tf.Session() as sess:
+        assert [float(v) for v in sess.run([total, squares])] == [10.0, 30.0] and sess.run(count) == 4
+        got, grad = sess.run([picked, d_grid])
+    expected = np.arange(24).reshape(2, 3, 4)
+    for value, want in zip(got, [expected[1], expected[:, 2], expected[1, 1:, 2], expected[None, 1, :, 0]]):
+        assert value.tolist() == want.tolist()
+    assert np.argwhere(grad).tolist() == [[1, 0, 2], [1, 1, 2], [1, 2, 2]]
+    with pytest.raises(TypeError, match="a tensor index must be a scalar integer"):
+        grid[tf.constant(1.0)]

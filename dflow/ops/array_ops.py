@@ -736,7 +736,32 @@ def strided_slice(input, key, end=None, strides=None, name="strided_slice", **ma
             raise ValueError(f"strided_slice: begin {begin}, end {end} and strides {strides} differ "
                              "in length")
         key = tuple(slice(int(b), int(e), int(s)) for b, e, s in zip(begin, end, strides))
+    items = key if isinstance(key, tuple) else (key,)
+    if any(is_symbolic(item) for item in items):
+        return _index_with_tensors(input, items, name)
     return _out("StridedSlice", [input], {"spec": _encode_key(key)}, name)
+
+
+def _index_with_tensors(input, items: tuple, name) -> Tensor:
+    """``x[i]``, ``x[:, i, 1:]`` with scalar integer tensors among the items (a loop's counter,
+    as TF's strided slice takes): the basic slicing with those dims kept, then a gather at each."""
+    if any(item is Ellipsis for item in items):
+        raise TypeError("dflow indexes with a tensor only without an Ellipsis (...): write the slices out")
+    axes, axis = [], 0
+    for item in items:
+        if is_symbolic(item):
+            index = convert_to_tensor(item)
+            if not index.dtype.is_integer or index.shape.ndims != 0:
+                raise TypeError(f"a tensor index must be a scalar integer, got {index.dtype.name} of shape "
+                                f"{index.shape}: use tf.gather for several indices")
+            axes.append((axis, index))
+        if not isinstance(item, int | np.integer):  # an int index drops its dim; the rest keep one
+            axis += 1
+    kept = tuple(slice(None) if is_symbolic(item) else item for item in items)
+    sliced = _out("StridedSlice", [input], {"spec": _encode_key(kept)}, name)
+    for axis, index in reversed(axes):  # the last first: earlier axes keep their numbers
+        sliced = _out("GatherV2", [sliced, index], {"axis": axis}, "gather")
+    return sliced
 
 
 # ---- broadcast_to, fills -----------------------------------------------------------
