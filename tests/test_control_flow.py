@@ -189,8 +189,8 @@ def test_a_loop_counter_indexes_a_tensor_as_tf_s_strided_slice_takes_it():
     def body(i, sums):
         return i + 1, [sums[0] + values[i], sums[1] + values[i] * values[i]]
 
-    count, (total, squares) = tf.while_loop(lambda i, sums: i < 4, body,
-                                            [tf.constant(0), [tf.constant(0.0), tf.constant(0.0)]], back_prop=False)
+    start = [tf.constant(0), [tf.constant(0.0), tf.constant(0.0)]]
+    count, (total, squares) = tf.while_loop(lambda i, sums: i < 4, body, start, back_prop=False)
     grid = tf.constant(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
     i, j = tf.constant(1), tf.constant(2)
     picked = [grid[i], grid[:, j], grid[i, 1:, j], grid[None, i, :, 0]]
