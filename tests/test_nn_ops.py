@@ -441,3 +441,23 @@ def test_in_top_k_in_a_graph():
     with tf.Graph().as_default(), tf.Session() as sess:
         hit = tf.nn.in_top_k(tf.constant([[0.1, 0.9, 0.0], [0.5, 0.2, 0.3]]), tf.constant([1, 1]), 1)
         assert sess.run(hit).tolist() == [True, False]
+
+
+def test_conv2d_transpose_and_conv1d_match_tensorflow():
+    """TensorFlow 2.21's sums (``compat.v1``) of the same ops on the same seeded inputs: a
+    stride-2 transposed convolution and its gradients, 1-D convolutions VALID at stride 2 and SAME."""
+    rng = np.random.RandomState(0)
+    x = tf.constant(rng.rand(2, 4, 4, 3).astype(np.float32))
+    w = tf.constant(rng.rand(3, 3, 5, 3).astype(np.float32))
+    y = tf.nn.conv2d_transpose(x, w, [2, 8, 8, 5], [1, 2, 2, 1], "SAME")
+    text = tf.constant(rng.rand(2, 10, 4).astype(np.float32))
+    kernel = tf.constant(rng.rand(3, 4, 6).astype(np.float32))
+    strided, same = tf.nn.conv1d(text, kernel, 2, "VALID"), tf.nn.conv1d(text, kernel, 1, "SAME")
+    dx, dw = tf.gradients(tf.reduce_sum(y * y), [x, w])
+    with tf.Session() as sess:
+        got = sess.run([y, strided, same, dx, dw])
+    assert [g.shape for g in got] == [(2, 8, 8, 5), (2, 4, 6), (2, 10, 6), (2, 4, 4, 3), (3, 3, 5, 3)]
+    tensorflow_sums = [915.335, 139.507, 326.027, 6775.204, 6480.208]
+    np.testing.assert_allclose([g.sum() for g in got], tensorflow_sums, rtol=1e-5)
+    with pytest.raises(ValueError, match="value has 3 channels but filter"):
+        tf.nn.conv2d_transpose(x, tf.zeros([3, 3, 5, 4]), [2, 8, 8, 5], [1, 2, 2, 1])

@@ -28,7 +28,8 @@ from .state_ops import op_seed
 
 __all__ = [
     "relu", "softmax", "log_softmax", "bias_add", "conv2d", "conv2d_backprop_input",
-    "conv2d_backprop_filter", "max_pool", "avg_pool", "local_response_normalization", "lrn",
+    "conv2d_backprop_filter", "conv2d_transpose", "conv1d",
+    "max_pool", "avg_pool", "local_response_normalization", "lrn",
     "dropout", "l2_loss", "sparse_softmax_cross_entropy_with_logits",
     "softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits_v2",
     "sigmoid_cross_entropy_with_logits", "moments", "in_top_k",
@@ -505,6 +506,41 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
     """The gradient of :func:`conv2d` with respect to its filter (of shape ``filter_sizes``)."""
     attrs = _window_attrs(strides, padding, data_format, dilations or [1, 1, 1, 1])
     return _out("Conv2DBackpropFilter", [input, filter_sizes, out_backprop], attrs, name)
+
+
+def conv2d_transpose(value, filter, output_shape, strides, padding="SAME", data_format="NHWC", name=None,
+                     dilations=None) -> Tensor:
+    """The transpose of :func:`conv2d` (a "deconvolution": the gradient of a convolution with
+    respect to its input): ``value`` of ``conv2d``'s output shape becomes ``output_shape``;
+    ``filter`` is ``[kh, kw, output channels, value's channels]``."""
+    value, filter = convert_to_tensor(value), convert_to_tensor(filter)
+    channels = value.shape[3 if data_format == "NHWC" else 1].value if value.shape.ndims == 4 else None
+    if channels is not None and filter.shape.ndims == 4 and filter.shape[3].value not in (None, channels):
+        raise ValueError(f"conv2d_transpose: value has {channels} channels but filter {filter.shape} "
+                         f"expects {filter.shape[3].value} (its last dim)")
+    with get_default_graph().name_scope(name or "conv2d_transpose"):
+        return conv2d_backprop_input(output_shape, filter, value, strides, padding, data_format=data_format,
+                                     dilations=dilations)
+
+
+def conv1d(value, filters, stride, padding, use_cudnn_on_gpu=None, data_format="NWC", name=None,
+           dilations=None) -> Tensor:
+    """1-D convolution of ``value [batch, width, in]`` with ``filters [kw, in, out]``: a
+    :func:`conv2d` over a height of 1, as TF builds it."""
+    if data_format not in ("NWC", "NCW"):
+        raise ValueError(f"conv1d's data_format is NWC or NCW, got {data_format!r}")
+    with get_default_graph().name_scope(name or "conv1d"):
+        height_axis = 1 if data_format == "NWC" else 2
+        image = expand_dims(value, height_axis)
+        kernel = expand_dims(filters, 0)
+        four = "NHWC" if data_format == "NWC" else "NCHW"
+        spread = int(dilations or 1) if not isinstance(dilations, (list, tuple)) else int(dilations[-1])
+        if four == "NHWC":
+            strides, rates = [1, 1, int(stride), 1], [1, 1, spread, 1]
+        else:
+            strides, rates = [1, 1, 1, int(stride)], [1, 1, 1, spread]
+        convolved = conv2d(image, kernel, strides, padding, data_format=four, dilations=rates)
+        return squeeze(convolved, [height_axis])
 
 
 # ---- pooling ----------------------------------------------------------------------------------
