@@ -164,10 +164,12 @@ from .ops.math_ops import (
     clip_by_value,
     cos,
     count_nonzero,
+    cumsum,
     divide,
     equal,
     exp,
     expm1,
+    eye,
     floor,
     floordiv,
     floormod,
@@ -207,6 +209,7 @@ from .ops.math_ops import (
     round,
     rsqrt,
     scalar_mul,
+    sequence_mask,
     sigmoid,
     sign,
     sin,
@@ -224,6 +227,7 @@ from .ops.math_ops import (
     where,
 )
 from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
+from .ops.script_ops import py_func
 from .ops.state_ops import (
     assign,
     assign_add,

@@ -490,7 +490,8 @@ def test_the_new_kernels_without_gradients_run_on_other_namespaces(xp):
                tf.random_normal(tf.shape(x), seed=1), tf.random_uniform([tf.shape(x)[0], 2], seed=2),
                tf.truncated_normal(tf.shape(x), seed=3), tf.random_shuffle(ints, seed=4),
                tf.multinomial(tf.log([[0.2, 0.8], [0.5, 0.5]]), 5, seed=5), tf.Print(x, [x], "strict: "),
-               tf.range(0, tf.shape(x)[0]) * 3 + 1, tf.range(0.0, tf.reduce_sum(tf.ones([2])), 0.5)]
+               tf.range(0, tf.shape(x)[0]) * 3 + 1, tf.range(0.0, tf.reduce_sum(tf.ones([2])), 0.5),
+               tf.cumsum(ints, exclusive=True, reverse=True), tf.sequence_mask(ints % 3)]
     assert_op = tf.assert_less(tf.abs(ints), 8)
     feeds = {x: np.array([[0.5, -1.5, np.inf], [np.nan, 2.5, 0.0]], np.float32),
              b: np.array([[True, False, True], [True, True, True]]), ints: np.array([7, -7, 5], np.int32)}
@@ -586,3 +587,38 @@ def test_nest_flattens_and_rebuilds_states_as_tf_s_rnn_code_does():
         nest.pack_sequence_as((1, (2, 3)), [1, 2])
     with pytest.raises(ValueError, match="different keys"):
         nest.assert_same_structure({"a": 1}, {"b": 1})
+
+
+def test_cumsum_sequence_mask_and_eye_as_tensorflow_gives_them():
+    """The values TensorFlow 2.21 (``compat.v1``) gives for the same calls."""
+    x = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    sums = [tf.cumsum(x, 1), tf.cumsum(x, 1, exclusive=True), tf.cumsum(x, 1, reverse=True),
+            tf.cumsum(x, 0, exclusive=True, reverse=True)]
+    (d_sum,) = tf.gradients(tf.reduce_sum(tf.cumsum(x, 1) * tf.constant([[1.0, 10.0, 100.0]] * 2)), [x])
+    lengths = tf.placeholder(tf.int32, [None])
+    masks = [tf.sequence_mask([1, 3], 4), tf.sequence_mask(lengths),
+             tf.sequence_mask(tf.constant([[1], [2]]), 3, dtype=tf.float32)]
+    with tf.Session() as sess:
+        got_sums, grad, got_masks = sess.run([sums, d_sum, masks], {lengths: [0, 2, 1]})
+        identity = sess.run([tf.eye(2, 3), tf.eye(2, batch_shape=[2])])
+    assert [s.tolist() for s in got_sums] == [[[1, 3, 6], [4, 9, 15]], [[0, 1, 3], [0, 4, 9]],
+                                              [[6, 5, 3], [15, 11, 6]], [[4, 5, 6], [0, 0, 0]]]
+    assert grad.tolist() == [[111, 110, 100], [111, 110, 100]]
+    assert got_masks[0].tolist() == [[True, False, False, False], [True, True, True, False]]
+    assert got_masks[1].tolist() == [[False, False], [True, True], [True, False]]  # as long as the longest
+    assert got_masks[2].tolist() == [[[1, 0, 0]], [[1, 1, 0]]]
+    assert identity[0].tolist() == [[1, 0, 0], [0, 1, 0]] and identity[1].shape == (2, 2, 2)
+    with pytest.raises(TypeError, match="sequence_mask's lengths must be integers"):
+        tf.sequence_mask([1.5])
+
+
+def test_py_func_runs_python_over_the_arrays_and_says_what_went_wrong():
+    values = tf.placeholder(tf.float32, [None])
+    top, count = tf.py_func(lambda v: (np.sort(v)[::-1], np.int64(v.size)), [values], [tf.float32, tf.int64])
+    wrong = tf.py_func(lambda v: (v, v), [values], tf.float32)
+    with tf.Session() as sess:
+        got = sess.run([top, count], {values: [2.0, 9.0, 4.0]})
+        assert got[0].tolist() == [9.0, 4.0, 2.0] and got[1] == 3
+        with pytest.raises(tf.errors.InvalidArgumentError, match="returned 2 values, but Tout names 1"):
+            sess.run(wrong, {values: [1.0]})
+    assert top.shape.ndims is None and tf.gradients(top, [values]) == [None]  # no gradient, as TF's

@@ -8,16 +8,28 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_builders
 from . import fused, onednn, parallel
-from .array_ops import cast, is_symbolic, shape, shape_value, static_axis, sum_to_shape
+from .array_ops import (
+    cast,
+    constant,
+    expand_dims,
+    is_symbolic,
+    range_,
+    shape,
+    shape_value,
+    static_axis,
+    sum_to_shape,
+)
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, reduced, same_as_input
 
 __all__ = [
-    "size",
+    "size", "cumsum", "sequence_mask", "eye",
     "add", "subtract", "multiply", "scalar_mul", "divide", "truediv", "pow", "maximum", "minimum", "negative",
     "square", "sqrt", "rsqrt", "exp", "log", "abs", "sign", "sigmoid", "tanh", "matmul",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
@@ -652,3 +664,64 @@ register_op_builders(add=add, subtract=subtract, multiply=multiply, divide=divid
                      floordiv=floordiv, floormod=floormod, logical_and=logical_and, logical_or=logical_or,
                      logical_xor=logical_xor, logical_not=logical_not, negative=negative, abs=abs,
                      less=less, less_equal=less_equal, greater=greater, greater_equal=greater_equal)
+
+
+# ---- cumsum ----------------------------------------------------------------------------------------
+def _cumsum_kernel(xp, x, axis, exclusive, reverse):
+    if reverse:
+        x = xp.flip(x, axis=axis)
+    total = xp.cumulative_sum(x, axis=axis) if hasattr(xp, "cumulative_sum") else xp.cumsum(x, axis=axis)
+    if exclusive:  # each sum without its own element: the running sum before it
+        total = total - x
+    return xp.flip(total, axis=axis) if reverse else total
+
+
+def _cumsum_grad(op, g):
+    attrs = op.attrs
+    return [_out("Cumsum", [g], {**attrs, "reverse": not attrs["reverse"]})]
+
+
+def _cumsum_infer(inputs, axis, exclusive, reverse):
+    (x,) = inputs
+    if x.shape is not None:
+        normalize_axis(axis, len(x.shape))
+    return [Spec(x.shape, x.dtype)]
+
+
+defop("Cumsum", _cumsum_infer, _cumsum_kernel, _cumsum_grad)
+
+
+def cumsum(x, axis=0, exclusive: bool = False, reverse: bool = False, name=None) -> Tensor:
+    """Running sums along ``axis``: ``tf.cumsum([a, b, c]) = [a, a + b, a + b + c]``;
+    ``exclusive`` leaves each element out of its own sum, ``reverse`` sums from the end."""
+    x = convert_to_tensor(x)
+    axis = int(static_axis(axis, "cumsum's axis")[0])
+    if x.shape.ndims is not None and axis < 0:
+        axis += x.shape.ndims
+    return _out("Cumsum", [x], {"axis": axis, "exclusive": bool(exclusive), "reverse": bool(reverse)}, name)
+
+
+def sequence_mask(lengths, maxlen=None, dtype=dtypes.bool, name=None) -> Tensor:
+    """``mask[..., j] = j < lengths[...]`` over ``maxlen`` positions (the longest length where
+    not given): ``tf.sequence_mask([1, 3], 4)`` is ``[[T, F, F, F], [T, T, T, F]]``."""
+    graph = get_default_graph()
+    with graph.name_scope(name or "SequenceMask"):
+        lengths = convert_to_tensor(lengths)
+        if not lengths.dtype.is_integer:
+            raise TypeError(f"sequence_mask's lengths must be integers, got {lengths.dtype.name}")
+        limit = reduce_max(lengths) if maxlen is None else convert_to_tensor(maxlen, dtype=lengths.dtype)
+        mask = less(range_(0, limit, 1, dtype=lengths.dtype), expand_dims(lengths, -1))
+        return mask if dtypes.as_dtype(dtype) == dtypes.bool else cast(mask, dtype)
+
+
+def eye(num_rows: int, num_columns: int | None = None, batch_shape=None, dtype=dtypes.float32,
+        name=None) -> Tensor:
+    """The identity matrix ``[num_rows, num_columns]`` (square by default), repeated over
+    ``batch_shape``: ``tf.eye(3)``."""
+    columns = num_rows if num_columns is None else num_columns
+    if is_symbolic(num_rows) or is_symbolic(columns):
+        raise ValueError("dflow needs eye's num_rows and num_columns when the graph is built (ints)")
+    matrix = np.eye(int(num_rows), int(columns), dtype=dtypes.as_dtype(dtype).as_numpy_dtype)
+    if batch_shape is not None:
+        matrix = np.broadcast_to(matrix, [*batch_shape, *matrix.shape]).copy()
+    return constant(matrix, dtype=dtype, name=name or "eye")
