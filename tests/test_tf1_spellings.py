@@ -491,7 +491,8 @@ def test_the_new_kernels_without_gradients_run_on_other_namespaces(xp):
                tf.truncated_normal(tf.shape(x), seed=3), tf.random_shuffle(ints, seed=4),
                tf.multinomial(tf.log([[0.2, 0.8], [0.5, 0.5]]), 5, seed=5), tf.Print(x, [x], "strict: "),
                tf.range(0, tf.shape(x)[0]) * 3 + 1, tf.range(0.0, tf.reduce_sum(tf.ones([2])), 0.5),
-               tf.cumsum(ints, exclusive=True, reverse=True), tf.sequence_mask(ints % 3)]
+               tf.cumsum(ints, exclusive=True, reverse=True), tf.sequence_mask(ints % 3),
+               tf.boolean_mask(x, b), tf.gradients(tf.reduce_sum(tf.boolean_mask(x, b)), [x])[0]]
     assert_op = tf.assert_less(tf.abs(ints), 8)
     feeds = {x: np.array([[0.5, -1.5, np.inf], [np.nan, 2.5, 0.0]], np.float32),
              b: np.array([[True, False, True], [True, True, True]]), ints: np.array([7, -7, 5], np.int32)}
@@ -622,3 +623,21 @@ def test_py_func_runs_python_over_the_arrays_and_says_what_went_wrong():
         with pytest.raises(tf.errors.InvalidArgumentError, match="returned 2 values, but Tout names 1"):
             sess.run(wrong, {values: [1.0]})
     assert top.shape.ndims is None and tf.gradients(top, [values]) == [None]  # no gradient, as TF's
+
+
+def test_boolean_mask_picks_and_differentiates_as_tensorflow_does():
+    """TensorFlow 2.21's (``compat.v1``) shapes and sums for the same calls."""
+    x = tf.constant(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    over_two_dims = tf.boolean_mask(x, tf.constant([[True, False, True], [False, True, True]]))
+    along_axis_2 = tf.boolean_mask(x, tf.constant([False, True, True, False]), axis=2)
+    rows = tf.boolean_mask(x, tf.constant([True, False]))
+    (grad,) = tf.gradients(tf.reduce_sum(over_two_dims * over_two_dims) + tf.reduce_sum(along_axis_2), [x])
+    masked_mean = tf.reduce_mean(tf.boolean_mask(tf.reduce_sum(x, 2), tf.sequence_mask([2, 3], 3)))
+    assert over_two_dims.shape.as_list() == [None, 4]
+    with tf.Session() as sess:
+        got = sess.run([over_two_dims, along_axis_2, rows, grad, masked_mean])
+    assert [g.shape for g in got[:3]] == [(4, 4), (2, 3, 2), (1, 3, 4)]
+    assert [float(g.sum()) for g in got[:4]] == [200.0, 138.0, 66.0, 412.0]
+    np.testing.assert_allclose(got[4], 47.6, rtol=1e-6)
+    with pytest.raises(ValueError, match="must match the first dims of the tensor's shape"):
+        tf.boolean_mask(x, tf.constant([True, False, True]))

@@ -35,7 +35,7 @@ from .shape_rules import fmt, normalize_axis
 from .state_ops import op_seed
 
 __all__ = [
-    "gather", "gather_nd", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
+    "gather", "gather_nd", "boolean_mask", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
     "scatter_add", "scatter_sub", "scatter_update", "scattered_rows", "log_uniform_candidate_sampler",
     "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
@@ -122,6 +122,48 @@ def gather(params, indices, validate_indices=None, name=None, axis=0) -> Tensor:
     params = convert_to_tensor(params)
     indices = convert_to_tensor(indices)
     return _out("GatherV2", [params, indices], {"axis": int(axis)}, name)
+
+
+# ---- boolean_mask ---------------------------------------------------------------------------------
+def _boolean_mask_infer(inputs):
+    tensor, mask = inputs
+    if mask.dtype != dtypes.bool:
+        raise ShapeError(f"boolean_mask's mask must be bool, got {mask.dtype.name}")
+    if tensor.shape is None or mask.shape is None:
+        return [Spec(None, tensor.dtype)]
+    k = len(mask.shape)
+    if k == 0 or k > len(tensor.shape) or any(m is not None and t is not None and m != t
+                                                for m, t in zip(mask.shape, tensor.shape)):
+        raise ShapeError(f"boolean_mask's mask of shape {list(mask.shape)} must match the first dims of the "
+                         f"tensor's shape {list(tensor.shape)}")
+    return [Spec((None, *tensor.shape[k:]), tensor.dtype)]
+
+
+def _boolean_mask_grad_kernel(xp, grad, mask, like):
+    full = xp.zeros(like.shape, dtype=grad.dtype)
+    full[mask] = grad
+    return full
+
+
+defop("BooleanMask", _boolean_mask_infer, lambda xp, tensor, mask: tensor[mask],
+      lambda op, g: [_out("BooleanMaskGrad", [g, op.inputs[1], op.inputs[0]]), None])
+defop("BooleanMaskGrad", lambda inputs: [Spec(inputs[2].shape, inputs[0].dtype)], _boolean_mask_grad_kernel)
+
+
+def boolean_mask(tensor, mask, name="boolean_mask", axis=None) -> Tensor:
+    """The entries of ``tensor`` where ``mask`` (a bool tensor over its first dims, or over the
+    dims from ``axis``) is true, in order: ``tf.boolean_mask(losses, lengths_mask)``."""
+    tensor, mask = convert_to_tensor(tensor), convert_to_tensor(mask)
+    axis = 0 if axis is None else int(axis)
+    if axis == 0:
+        return _out("BooleanMask", [tensor, mask], name=name)
+    rank = tensor.shape.ndims
+    if rank is None or mask.shape.ndims is None:
+        raise ValueError("boolean_mask along an axis other than 0 needs the ranks of tensor and mask")
+    moved = [*range(axis, axis + mask.shape.ndims), *range(axis), *range(axis + mask.shape.ndims, rank)]
+    picked = _out("BooleanMask", [transpose(tensor, moved), mask], name=name)
+    back = [*range(1, axis + 1), 0, *range(axis + 1, rank - mask.shape.ndims + 1)]
+    return transpose(picked, back)
 
 
 # ---- gather_nd ------------------------------------------------------------------------------------
