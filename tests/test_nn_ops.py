@@ -461,3 +461,22 @@ def test_conv2d_transpose_and_conv1d_match_tensorflow():
     np.testing.assert_allclose([g.sum() for g in got], tensorflow_sums, rtol=1e-5)
     with pytest.raises(ValueError, match="value has 3 channels but filter"):
         tf.nn.conv2d_transpose(x, tf.zeros([3, 3, 5, 4]), [2, 8, 8, 5], [1, 2, 2, 1])
+
+
+def test_depthwise_and_separable_convolutions_match_tensorflow():
+    """TensorFlow 2.21's sums (``compat.v1``) for SAME at strides 1 and 2, VALID at rate 2, a
+    separable convolution at stride 2, and the gradients of all four."""
+    rng = np.random.RandomState(0)
+    x = tf.constant(rng.rand(2, 7, 6, 3).astype(np.float32))
+    w = tf.constant(rng.rand(3, 3, 3, 2).astype(np.float32))
+    pointwise = tf.constant(rng.rand(1, 1, 6, 4).astype(np.float32))
+    outs = [tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
+            tf.nn.depthwise_conv2d(x, w, [1, 2, 2, 1], "SAME"),
+            tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "VALID", rate=[2, 2]),
+            tf.nn.separable_conv2d(x, w, pointwise, [1, 2, 2, 1], "VALID")]
+    grads = tf.gradients(sum(tf.reduce_sum(o * o) for o in outs), [x, w, pointwise])
+    with tf.Session() as sess:
+        got = sess.run(outs + grads)
+    assert [g.shape[1:] for g in got[:4]] == [(7, 6, 6), (4, 3, 6), (3, 2, 6), (3, 2, 4)]
+    tensorflow_sums = [989.55, 267.11, 171.18, 244.62, 18250.52, 15968.96, 7064.88]
+    np.testing.assert_allclose([g.sum() for g in got], tensorflow_sums, rtol=2e-5)

@@ -20,7 +20,7 @@ from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import conv_lowering as lowering
 from . import fused, math_ops, parallel
-from .array_ops import expand_dims, shape, shape_value, squeeze, stop_gradient
+from .array_ops import expand_dims, pad, reshape, shape, shape_value, squeeze, stop_gradient, transpose
 from .math_ops import exp, reduce_mean, reduce_sum, square
 from .registry import ShapeError, Spec, defop
 from .shape_rules import broadcast, fmt, normalize_axis, same_as_input
@@ -28,7 +28,7 @@ from .state_ops import op_seed
 
 __all__ = [
     "relu", "softmax", "log_softmax", "bias_add", "conv2d", "conv2d_backprop_input",
-    "conv2d_backprop_filter", "conv2d_transpose", "conv1d",
+    "conv2d_backprop_filter", "conv2d_transpose", "conv1d", "depthwise_conv2d", "separable_conv2d",
     "max_pool", "avg_pool", "local_response_normalization", "lrn",
     "dropout", "l2_loss", "sparse_softmax_cross_entropy_with_logits",
     "softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits_v2",
@@ -541,6 +541,52 @@ def conv1d(value, filters, stride, padding, use_cudnn_on_gpu=None, data_format="
             strides, rates = [1, 1, 1, int(stride)], [1, 1, 1, spread]
         convolved = conv2d(image, kernel, strides, padding, data_format=four, dilations=rates)
         return squeeze(convolved, [height_axis])
+
+
+def depthwise_conv2d(input, filter, strides, padding, rate=None, name=None, data_format=None) -> Tensor:
+    """Each input channel convolved with its own ``channel_multiplier`` filters: ``filter [kh, kw,
+    in, multiplier]``, output channel ``c * multiplier + m``. Built, as a sum over the window's
+    ``kh * kw`` offsets of a strided slice times that offset's filter taps, from differentiable
+    ops: its gradient is theirs."""
+    input, filter = convert_to_tensor(input), convert_to_tensor(filter)
+    channels_first = data_format == "NCHW"
+    with get_default_graph().name_scope(name or "depthwise"):
+        image = transpose(input, [0, 2, 3, 1]) if channels_first else input
+        kh, kw, channels, multiplier = filter.shape.as_list()
+        sh, sw = (strides[2], strides[3]) if channels_first else (strides[1], strides[2])
+        rh, rw = (1, 1) if rate is None else (int(rate[0]), int(rate[1]))
+        _, height, width, _ = image.shape.as_list()
+        if None in (kh, kw, channels, multiplier, height, width):
+            raise ValueError("depthwise_conv2d needs the filter's shape and the input's height and width "
+                             f"when the graph is built, got input {image.shape} and filter {filter.shape}")
+        span_h, span_w = (kh - 1) * rh + 1, (kw - 1) * rw + 1
+        if padding.upper() == "SAME":
+            out_h, out_w = -(-height // sh), -(-width // sw)
+            total_h = max((out_h - 1) * sh + span_h - height, 0)
+            total_w = max((out_w - 1) * sw + span_w - width, 0)
+            image = pad(image, [[0, 0], [total_h // 2, total_h - total_h // 2],
+                                [total_w // 2, total_w - total_w // 2], [0, 0]])
+        else:
+            out_h, out_w = (height - span_h) // sh + 1, (width - span_w) // sw + 1
+        taps = []
+        for i in range(kh):
+            for j in range(kw):
+                rows = slice(i * rh, i * rh + (out_h - 1) * sh + 1, sh)
+                columns = slice(j * rw, j * rw + (out_w - 1) * sw + 1, sw)
+                window = image[:, rows, columns, :]
+                taps.append(expand_dims(window, -1) * filter[i, j])  # [N, H', W', C, M]
+        summed = math_ops.add_n(taps) if len(taps) > 1 else taps[0]
+        output = reshape(summed, [-1, out_h, out_w, channels * multiplier])
+        return transpose(output, [0, 3, 1, 2]) if channels_first else output
+
+
+def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding, rate=None, name=None,
+                     data_format=None) -> Tensor:
+    """:func:`depthwise_conv2d`, then a 1x1 :func:`conv2d` with ``pointwise_filter [1, 1, in *
+    multiplier, out]`` mixing the channels (MobileNet's and Xception's block)."""
+    with get_default_graph().name_scope(name or "separable_conv2d"):
+        depthwise = depthwise_conv2d(input, depthwise_filter, strides, padding, rate, data_format=data_format)
+        return conv2d(depthwise, pointwise_filter, [1, 1, 1, 1], "VALID", data_format=data_format or "NHWC")
 
 
 # ---- pooling ----------------------------------------------------------------------------------
