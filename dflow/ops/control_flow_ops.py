@@ -70,7 +70,7 @@ def _cond(pred: Tensor, true_fn: Callable, false_fn: Callable, strict: bool, nam
             if a.dtype != b.dtype:
                 raise TypeError(f"cond's branches return different dtypes at output {i}: "
                                 f"true_fn {a.dtype.name}, false_fn {b.dtype.name}")
-        captured = list(dict.fromkeys(name for b in branches for name in b.function["args"]))
+        captured = list(dict.fromkeys(arg for b in branches for arg in b.function["args"]))
         forward_values = forward_values or {}
         outer = [forward_values[name] if name in forward_values else graph.get_tensor_by_name(name)
                  for name in captured]
@@ -103,9 +103,7 @@ def case(pred_fn_pairs, default: Callable | None = None, exclusive: bool = False
     if not pairs or not all(isinstance(p, tuple) and len(p) == 2 and callable(p[1]) for p in pairs):
         raise TypeError("case takes (pred, fn) pairs: a boolean scalar tensor and a callable, e.g. "
                         "[(x < y, lambda: tf.constant(17))]")
-    if default is None:
-        pairs, default = pairs[:-1], pairs[-1][1]
-    elif not callable(default):
+    if default is not None and not callable(default):
         raise TypeError(f"case's default must be a callable, got {type(default).__name__}")
     graph = get_default_graph()
     with graph.name_scope(name):
@@ -114,6 +112,8 @@ def case(pred_fn_pairs, default: Callable | None = None, exclusive: bool = False
             preds = [math_ops.cast(convert_to_tensor(p), dtypes.int32) for p, _ in pairs]
             checks = [math_ops.Assert(math_ops.add_n(preds) <= 1, ["case: more than one predicate is true, "
                                                                    "and exclusive=True"])]
+        if default is None:
+            pairs, default = pairs[:-1], pairs[-1][1]
         with graph.control_dependencies(checks):
             return _chain(pairs, default, strict)
 
