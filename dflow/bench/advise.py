@@ -184,9 +184,9 @@ def simulate_prediction(step_time_s: float, variable_bytes, bandwidth: str | flo
     nodes; a PS step is dflow's three stages, without per-variable overlap.
 
     >>> p = simulate_prediction(0.1, [2_000_000, 2_000_000], "1gbit", 100, num_workers=4, num_ps=2)
-    >>> round(p.communication_s, 3)  # each PS link sends 4 x 2 MB of reads (68 ms); the last
-    ... # worker's gradients follow its compute (17 ms); serializing, applying, latencies: 16 ms
-    0.101
+    >>> round(p.communication_s, 3)  # each PS link carries 4 x 2 MB of reads (68 ms) together, and
+    ... # 4 gradients in together after the compute; serializing, applying, latencies besides
+    0.13
     """
     import dataclasses
 
