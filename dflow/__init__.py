@@ -29,7 +29,9 @@ from . import (
     metrics,
     nn,
     profiler,
+    python_io,
     random,
+    sparse,
     summary,
     test,
     train,
@@ -132,6 +134,7 @@ from .ops.io_ops import (
     FixedLengthRecordReader,
     ReaderBase,
     TextLineReader,
+    TFRecordReader,
     WholeFileReader,
     count_up_to,
     decode_csv,
@@ -227,8 +230,16 @@ from .ops.math_ops import (
     truediv,
     where,
 )
+from .ops.parsing_ops import (
+    FixedLenFeature,
+    FixedLenSequenceFeature,
+    VarLenFeature,
+    parse_example,
+    parse_single_example,
+)
 from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.script_ops import py_func
+from .ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_tensor_to_dense
 from .ops.state_ops import (
     assign,
     assign_add,

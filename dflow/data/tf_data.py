@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import dtypes
 from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph, name_scope
+from ..ops.sparse_ops import SparseTensor
 from .structure import flatten, pack
 
 __all__ = ["DatasetV1", "DatasetConstructors", "FixedLengthRecordDataset", "TextLineDataset",
@@ -296,6 +297,11 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
         if isinstance(result, list):
             result = tuple(result)  # TF 1.x reads a returned list as a tuple
         structure, leaves = flatten(result)
+        if any(isinstance(v, SparseTensor) for v in leaves):
+            raise TypeError(f"the function passed to Dataset.{what} returns a tf.SparseTensor (a "
+                            "VarLenFeature's), which a dflow dataset cannot hold: make it dense in the "
+                            "function (tf.sparse_tensor_to_dense), or parse the feature with "
+                            "tf.FixedLenFeature or tf.FixedLenSequenceFeature(allow_missing=True)")
         outputs = [convert_to_tensor(v) for v in leaves]
     fed = {a.name for a in args}
     with graph._lock:
@@ -346,10 +352,17 @@ class TextLineDataset(DatasetV1):
 
 
 class TFRecordDataset(DatasetV1):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("tf.data.TFRecordDataset is not supported by dflow (it has no TFRecord "
-                                  "reader): write the records as fixed-length binary or text files and use "
-                                  "FixedLengthRecordDataset or TextLineDataset")
+    """The records of TFRecord files (``tf.python_io.TFRecordWriter``'s, TensorFlow's), as scalar
+    ``tf.string`` tensors, each checked against its checksums (a damaged one is a DataLossError).
+    ``compression_type`` is ``None``/``""``, ``"ZLIB"`` or ``"GZIP"``; the files are read one
+    after another (``num_parallel_reads`` and ``buffer_size`` are accepted and not used)."""
+
+    def __init__(self, filenames, compression_type=None, buffer_size=None, num_parallel_reads=None):
+        from ..tf_record import compression_of
+
+        super().__init__("tf_records", None, [(dtypes.string, ())], params={
+            "filenames": _filenames(filenames, "TFRecordDataset"),
+            "compression_type": compression_of(compression_type)})
 
 
 def _filenames(filenames, what: str) -> list[str]:

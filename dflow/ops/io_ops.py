@@ -37,7 +37,8 @@ from ..graph import Tensor, get_default_graph
 from .registry import ShapeError, Spec, defop
 from .state_ops import op_seed
 
-__all__ = ["ReaderBase", "FixedLengthRecordReader", "TextLineReader", "WholeFileReader", "decode_raw",
+__all__ = ["ReaderBase", "FixedLengthRecordReader", "TextLineReader", "TFRecordReader", "WholeFileReader",
+           "decode_raw",
            "shuffle_together", "count_up_to", "read_file", "decode_csv"]
 
 
@@ -133,8 +134,23 @@ class WholeFiles(FileRecords):
             yield name.encode(), file.read()
 
 
+class TFRecords(FileRecords):
+    """The records of TFRecord files, checked against their checksums; keys ``name:offset``."""
+
+    def __init__(self, compression_type=""):
+        super().__init__()
+        self.compression_type = compression_type
+
+    def _records(self, name: str):
+        from ..tf_record import read_records
+
+        with _open(name) as file:
+            for offset, record in read_records(file, name, self.compression_type):
+                yield f"{name}:{offset}".encode(), record
+
+
 _RECORD_KINDS = {"FixedLengthRecordReaderV2": FixedLengthRecords, "TextLineReaderV2": TextLines,
-                 "WholeFileReaderV2": WholeFiles}
+                 "WholeFileReaderV2": WholeFiles, "TFRecordReaderV2": TFRecords}
 
 
 def _reader_kernel(kind):
@@ -221,6 +237,34 @@ class TextLineReader(ReaderBase):
 
     def __init__(self, skip_header_lines=None, name=None):
         super().__init__(name, skip_header_lines=int(skip_header_lines or 0))
+
+
+class TFRecordReader(ReaderBase):
+    """The records of TFRecord files (``tf.TFRecordReader``), each checked against its checksums.
+
+    >>> import os, tempfile, dflow as tf
+    >>> path = os.path.join(tempfile.mkdtemp(), "records.tfrecord")
+    >>> with tf.python_io.TFRecordWriter(path) as writer:
+    ...     writer.write(b"one")
+    >>> with tf.Graph().as_default():
+    ...     files = tf.train.string_input_producer([path], num_epochs=1)
+    ...     key, value = tf.TFRecordReader().read(files)
+    ...     with tf.Session() as sess:
+    ...         _ = sess.run(tf.local_variables_initializer())
+    ...         coord = tf.train.Coordinator()
+    ...         threads = tf.train.start_queue_runners(sess, coord)
+    ...         record = sess.run(value)
+    ...         coord.request_stop(); coord.join(threads)
+    >>> record
+    b'one'
+    """
+
+    _op_type = "TFRecordReaderV2"
+
+    def __init__(self, name=None, options=None):
+        from ..tf_record import compression_of
+
+        super().__init__(name, compression_type=compression_of(options))
 
 
 class WholeFileReader(ReaderBase):

@@ -147,6 +147,20 @@ def _text_lines(plan, upstream, ctx) -> Pass:
     return lines
 
 
+def _tf_records(plan, upstream, ctx) -> Pass:
+    def records():
+        import fsspec
+        import numpy
+
+        from ..tf_record import read_records
+
+        for name in plan["filenames"]:
+            with fsspec.open(name, "rb") as f:
+                for _, record in read_records(f, name, plan["compression_type"]):
+                    yield (numpy.asarray(record, dtype=object),)
+    return records
+
+
 # ---- transformations ---------------------------------------------------------------------------
 class _Function:
     """A traced function (``map``'s, ``filter``'s) run on one element by the executor."""
@@ -288,7 +302,8 @@ def _prefetch(plan, upstream, ctx) -> Pass:
 
 _STAGES: dict[str, Callable[..., Pass]] = {
     "tensors": _tensors, "tensor_slices": _tensor_slices, "range": _range,
-    "fixed_length_records": _fixed_length_records, "text_lines": _text_lines, "generator": _generator,
+    "fixed_length_records": _fixed_length_records, "text_lines": _text_lines, "tf_records": _tf_records,
+    "generator": _generator,
     "map": _map, "filter": _filter, "batch": _batch, "shuffle": _shuffle, "repeat": _repeat,
     "take": _take, "skip": _skip, "cache": _cache, "zip": _zip, "concatenate": _concatenate,
     "prefetch": _prefetch,

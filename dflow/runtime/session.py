@@ -26,6 +26,7 @@ from ..context import default_sessions, get_default_session
 from ..errors import InvalidArgumentError
 from ..graph import Graph, Operation, Tensor, get_default_graph
 from ..ops.parallel import restore_blas_threads, set_blas_threads
+from ..ops.sparse_ops import SparseTensor, SparseTensorValue
 from .devices import numpy_namespace, to_namespace
 from .executor import RunStats
 from .run_options import fill_run_metadata
@@ -322,6 +323,9 @@ def _flatten_fetches(fetches, graph: Graph):
     if isinstance(fetches, (list, tuple)) and not hasattr(fetches, "_fields"):
         parts = [_flatten_fetches(f, graph) for f in fetches]
         return _join(parts, lambda values: type(fetches)(values))
+    if isinstance(fetches, SparseTensor):  # as TF: its three arrays, as a SparseTensorValue
+        parts = [_flatten_fetches(t, graph) for t in (fetches.indices, fetches.values, fetches.dense_shape)]
+        return _join(parts, lambda values: SparseTensorValue(*values))
     if hasattr(fetches, "_fields"):  # namedtuple
         parts = [_flatten_fetches(f, graph) for f in fetches]
         return _join(parts, lambda values: type(fetches)(*values))

@@ -77,9 +77,18 @@ __all__ = [
 ]
 
 
+# tf.train.Example and its parts: protobuf classes, imported when a script first uses one
+EXAMPLE_CLASSES = ("Example", "SequenceExample", "Features", "Feature", "FeatureList", "FeatureLists",
+                   "BytesList", "FloatList", "Int64List")
+
+
 def __getattr__(name: str):
     from ..summary import REMOVED_TRAIN_NAMES, removed_name_error
 
+    if name in EXAMPLE_CLASSES:
+        from ..core.example import example_pb2
+
+        return getattr(example_pb2, name)
     if name in REMOVED_TRAIN_NAMES:  # tf.train.SummaryWriter: TF 0.x
         raise removed_name_error(name, "tf.train")
     raise AttributeError(f"module 'dflow.train' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""``tensorflow.core.example``: ``example_pb2`` and ``feature_pb2``."""
