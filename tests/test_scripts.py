@@ -11,6 +11,7 @@ import textwrap
 import pytest
 from test_mnist_input_data import mnist_dir  # noqa: F401  (a fixture: MNIST's four files)
 
+import dflow as tf
 from dflow.bench import script as bench_script
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +78,65 @@ def test_dflow_run_trains_the_softmax_tutorial_unchanged(mnist_dir, tmp_path):  
     assert missing.returncode == 2 and "missing.py: no such script" in missing.stderr
     reads = write(tmp_path, "reads.py", "open('/no/such/file')\n")  # the script's own error, not a usage one
     assert "FileNotFoundError" in dflow_command("run", reads).stderr
+
+
+# TF 1.x's "reading data" how-to in one script: MNIST converted to TFRecords of Examples with the
+# contrib.learn reader, trained from a queue-fed TFRecordReader, evaluated through TFRecordDataset
+TFRECORDS = """\
+    import os, sys
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.contrib.learn.python.learn.datasets import mnist
+    from tensorflow.core.example import example_pb2
+
+    data = mnist.read_data_sets(sys.argv[1], dtype=tf.uint8, reshape=False, validation_size=0)
+    for part, split in (("train", data.train), ("test", data.test)):
+        with tf.python_io.TFRecordWriter(os.path.join(sys.argv[2], part + ".tfrecords")) as writer:
+            for image, label in zip(split.images, split.labels):
+                example = example_pb2.Example()
+                example.features.feature["image_raw"].bytes_list.value.append(image.tobytes())
+                example.features.feature["label"].int64_list.value.append(int(label))
+                writer.write(example.SerializeToString())
+
+    def decode(serialized):
+        features = tf.parse_single_example(serialized, features={
+            "image_raw": tf.FixedLenFeature([], tf.string), "label": tf.FixedLenFeature([], tf.int64)})
+        image = tf.cast(tf.decode_raw(features["image_raw"], tf.uint8), tf.float32) / 255.0
+        image.set_shape([784])
+        return image, tf.cast(features["label"], tf.int32)
+
+    queue = tf.train.string_input_producer([os.path.join(sys.argv[2], "train.tfrecords")])
+    _, serialized = tf.TFRecordReader().read(queue)
+    images, labels = tf.train.shuffle_batch(decode(serialized), batch_size=50, capacity=600,
+                                            min_after_dequeue=200)
+    test = tf.data.TFRecordDataset(os.path.join(sys.argv[2], "test.tfrecords")).map(decode).batch(1000)
+    test_images, test_labels = test.make_one_shot_iterator().get_next()
+    with tf.variable_scope("softmax"):
+        logits = tf.layers.dense(images, 10)
+    with tf.variable_scope("softmax", reuse=True):
+        test_logits = tf.layers.dense(test_images, 10)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)
+    train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+    correct = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(test_logits, 1, output_type=tf.int32), test_labels),
+                                     tf.float32))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        coord = tf.train.Coordinator()
+        threads = tf.train.start_queue_runners(sess, coord)
+        for _ in range(300):
+            sess.run(train)
+        print("accuracy", sess.run(correct))
+        coord.request_stop()
+        coord.join(threads)
+    """
+
+
+def test_dflow_run_converts_mnist_to_tfrecords_and_trains_from_them(mnist_dir, tmp_path):  # noqa: F811
+    script = write(tmp_path, "tfrecords.py", TFRECORDS)
+    done = dflow_command("run", script, mnist_dir[0], str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.split("accuracy")[-1]) > 0.85
+    assert len(list(tf.python_io.tf_record_iterator(str(tmp_path / "test.tfrecords")))) == 300
 
 
 def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path):

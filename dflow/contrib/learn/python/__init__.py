@@ -1,0 +1,1 @@
+"""``tf.contrib.learn.python``: the path to ``learn.datasets.mnist``."""

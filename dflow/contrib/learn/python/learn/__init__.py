@@ -1,0 +1,1 @@
+"""``tf.contrib.learn.python.learn``: the path to ``datasets.mnist``."""
