@@ -32,7 +32,7 @@ import google_crc32c
 from .errors import DataLossError
 
 __all__ = ["TFRecordCompressionType", "TFRecordOptions", "TFRecordWriter", "tf_record_iterator",
-           "read_records", "compression_of"]
+           "read_records", "read_record_at", "record_offsets", "compression_of"]
 
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
@@ -167,27 +167,61 @@ def read_records(file, name: str, compression: str = "") -> Iterator[tuple[int, 
         _ZlibReader(file) if compression == "ZLIB" else file
     offset = 0
     try:
-        while True:
-            header = stream.read(12)
-            if not header:
-                return
-            if len(header) < 12:
-                raise _damaged(file, name, compression, offset, "cut off in its header")
-            length_bytes, length_crc = header[:8], _CRC.unpack(header[8:])[0]
-            if masked_crc(length_bytes) != length_crc:
-                raise _damaged(file, name, compression, offset, "its length's checksum does not match")
-            (length,) = _LENGTH.unpack(length_bytes)
-            data = stream.read(length)
-            data_crc = stream.read(4)
-            if len(data) < length or len(data_crc) < 4:
-                raise _damaged(file, name, compression, offset, "cut off")
-            if masked_crc(data) != _CRC.unpack(data_crc)[0]:
-                raise _damaged(file, name, compression, offset, "its data's checksum does not match")
-            yield offset, data
-            offset += 16 + length
+        while (record := _next_record(stream, file, name, compression, offset)) is not None:
+            yield offset, record
+            offset += 16 + len(record)
     except (OSError, EOFError, zlib.error) as error:  # a damaged or cut-off GZIP or ZLIB stream
         raise DataLossError(f"{name}: the {compression} stream is damaged near record offset {offset} "
                             f"({error}): is the file complete, and is it {compression}-compressed?") from None
+
+
+def read_record_at(file, name: str, offset: int) -> bytes:
+    """The record at byte ``offset`` of the open, uncompressed TFRecord ``file``, checked."""
+    file.seek(offset)
+    record = _next_record(file, file, name, "", offset)
+    if record is None:
+        raise DataLossError(f"{name}: no record at offset {offset} (the file ends there): has it "
+                            "changed since it was indexed?")
+    return record
+
+
+def record_offsets(file, name: str) -> list[int]:
+    """The offset of every record of the open, uncompressed TFRecord ``file``, from the records'
+    headers alone (their data is skipped, not read or checked: :func:`read_record_at` checks it)."""
+    size = file.seek(0, 2)
+    offsets, offset = [], 0
+    while offset < size:
+        file.seek(offset)
+        header = file.read(12)
+        if len(header) < 12 or masked_crc(header[:8]) != _CRC.unpack(header[8:])[0]:
+            raise _damaged(file, name, "", offset, "cut off in its header" if len(header) < 12 else
+                           "its length's checksum does not match")
+        end = offset + 16 + _LENGTH.unpack(header[:8])[0]
+        if end > size:
+            raise _damaged(file, name, "", offset, "cut off")
+        offsets.append(offset)
+        offset = end
+    return offsets
+
+
+def _next_record(stream, file, name: str, compression: str, offset: int) -> bytes | None:
+    """The record ``stream`` is at (``offset`` in it), checked; None at its end."""
+    header = stream.read(12)
+    if not header:
+        return None
+    if len(header) < 12:
+        raise _damaged(file, name, compression, offset, "cut off in its header")
+    length_bytes, length_crc = header[:8], _CRC.unpack(header[8:])[0]
+    if masked_crc(length_bytes) != length_crc:
+        raise _damaged(file, name, compression, offset, "its length's checksum does not match")
+    (length,) = _LENGTH.unpack(length_bytes)
+    data = stream.read(length)
+    data_crc = stream.read(4)
+    if len(data) < length or len(data_crc) < 4:
+        raise _damaged(file, name, compression, offset, "cut off")
+    if masked_crc(data) != _CRC.unpack(data_crc)[0]:
+        raise _damaged(file, name, compression, offset, "its data's checksum does not match")
+    return data
 
 
 def _damaged(file, name: str, compression: str, offset: int, what: str) -> DataLossError:

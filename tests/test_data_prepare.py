@@ -302,6 +302,85 @@ def test_imagenet_corrupt_jpeg_names_the_file_and_a_rerun_finishes(tmp_path):
     open_store(out)
 
 
+def write_imagenet_shards(root, with_synsets: bool = True) -> dict:
+    """ImageNet as build_imagenet_data.py shards it: 2 train and 1 validation TFRecord files of
+    Examples (image/encoded JPEG, 1-based image/class/label, image/class/synset, ...); returns
+    {(split, index): (jpeg bytes, label)}."""
+    from PIL import Image
+
+    import dflow as tf
+
+    rng = np.random.default_rng(1)
+    root.mkdir(parents=True)
+    written = {}
+    for split, shards, per_shard in (("train", 2, 4), ("validation", 1, 3)):
+        for shard in range(shards):
+            path = root / f"{split}-{shard:05d}-of-{shards:05d}"
+            with tf.python_io.TFRecordWriter(str(path)) as writer:
+                for i in range(per_shard):
+                    label = (shard * per_shard + i) % 3
+                    jpeg = io.BytesIO()
+                    Image.fromarray(rng.integers(0, 256, (240 + 20 * i, 300, 3), dtype=np.uint8)).save(
+                        jpeg, format="JPEG", quality=90)
+                    feature = {"image/encoded": [jpeg.getvalue()], "image/class/label": [label + 1],
+                               "image/class/synset": [WNIDS[label].encode()], "image/format": [b"JPEG"],
+                               "image/height": [240 + 20 * i], "image/width": [300]}
+                    example = tf.train.Example()
+                    for key, values in feature.items():
+                        kind = "bytes_list" if isinstance(values[0], bytes) else "int64_list"
+                        getattr(example.features.feature[key], kind).value.extend(values)
+                    writer.write(example.SerializeToString())
+                    written[(split, len([k for k in written if k[0] == split]))] = (jpeg.getvalue(), label)
+    if with_synsets:
+        (root / "imagenet_lsvrc_2015_synsets.txt").write_text("\n".join(WNIDS) + "\n")
+        (root / "imagenet_metadata.txt").write_text("n01440764\ttench, Tinca tinca\n"
+                                                    "n01443537\tgoldfish, Carassius auratus\n")
+    return written
+
+
+def test_imagenet_tfrecord_shards_to_store_exactly(tmp_path):
+    from dflow.data.imagenet import decode_and_crop
+
+    written = write_imagenet_shards(tmp_path / "shards")
+    out = prepare("imagenet", str(tmp_path / "shards"), str(tmp_path / "imagenet.zarr"), size=224,
+                  chunk_examples=3, echo=None)
+    root = open_store(out)
+    assert root.attrs["class_names"] == ["tench, Tinca tinca", "goldfish, Carassius auratus", WNIDS[2]]
+    assert root["train/images"].shape == (8, 224, 224, 3)
+    for split in ("train", "validation"):  # in the shards' order, each its record decoded and cropped
+        images, labels = root[f"{split}/images"][...], root[f"{split}/labels"][...].tolist()
+        expected = [written[(split, i)] for i in range(len(labels))]
+        assert labels == [label for _, label in expected]
+        for image, (jpeg, _) in zip(images, expected):
+            np.testing.assert_array_equal(image, decode_and_crop(io.BytesIO(jpeg), 224))
+
+
+def test_imagenet_tfrecord_shards_damaged_or_without_classes(tmp_path):
+    from dflow.errors import DataLossError
+
+    root = tmp_path / "shards"
+    write_imagenet_shards(root, with_synsets=False)
+    with pytest.raises(SourceError, match="no list of the classes: put imagenet_lsvrc_2015_synsets.txt"):
+        prepare("imagenet", str(root), str(tmp_path / "i.zarr"), echo=None)
+    (root / "imagenet_lsvrc_2015_synsets.txt").write_text("\n".join(WNIDS[:2]) + "\n")
+    with pytest.raises(SourceError, match=r"record at offset \d+\): its class n01484850 is not in the "):
+        prepare("imagenet", str(root), str(tmp_path / "i.zarr"), echo=None)
+    (root / "imagenet_lsvrc_2015_synsets.txt").write_text("\n".join(WNIDS) + "\n")
+    shard = root / "train-00001-of-00002"
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # inside a JPEG: only the record's checksum can tell
+    shard.write_bytes(bytes(damaged))
+    with pytest.raises(DataLossError, match="train-00001-of-00002: corrupted record at offset .* data's "
+                                            "checksum"):
+        prepare("imagenet", str(root), str(tmp_path / "j.zarr"), echo=None)  # (i.zarr would resume)
+    shard.write_bytes(bytes(damaged[:-5]))
+    with pytest.raises(DataLossError, match="cut off"):
+        prepare("imagenet", str(root), str(tmp_path / "k.zarr"), echo=None)
+    (root / "validation-00000-of-00001").unlink()
+    with pytest.raises(SourceError, match="none named validation-NNNNN-of-NNNNN"):
+        prepare("imagenet", str(root), str(tmp_path / "l.zarr"), echo=None)
+
+
 # ---- digits, synthetic, the writer ----------------------------------------------------------------
 @pytest.mark.parametrize("options, side", [({}, 28), ({"size": 8}, 8)])
 def test_digits_store_matches_load_digits(tmp_path, options, side):

@@ -8,6 +8,19 @@ The expected layout (the two ILSVRC2012 tarballs, extracted)::
       or SOURCE/val_labels.txt                         lines "<file name> <wnid>"
     SOURCE/LOC_synset_mapping.txt or synset_words.txt  optional: "n01440764 tench, Tinca tinca"
 
+or TensorFlow's TFRecord shards of it, as ``build_imagenet_data.py`` (tensorflow/models'
+Inception data scripts, the input of tf_cnn_benchmarks) writes them::
+
+    SOURCE/train-00000-of-01024 ... SOURCE/validation-00127-of-00128
+    SOURCE/imagenet_lsvrc_2015_synsets.txt   the 1,000 WordNet ids in label order (or
+                                             LOC_synset_mapping.txt / synset_words.txt)
+    SOURCE/imagenet_metadata.txt             optional: "n01440764<TAB>tench, Tinca tinca"
+
+where each record is a ``tf.train.Example`` with ``image/encoded`` (the JPEG's
+bytes) and ``image/class/synset`` (or ``image/class/label``, 1-based as that
+script writes it). Every record is checked against its checksums. The shards'
+order is kept (the script shuffled the training images before it sharded them).
+
 Each image is decoded (JPEG DCT scaling first: decoding at 1/2-1/8 scale when
 the image is far larger than needed), resized so its shorter side is ``size``
 (aspect kept), and center-cropped to ``size`` x ``size``. The training files
@@ -21,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import os
 import re
 
@@ -38,8 +52,9 @@ _WNID = re.compile(r"^n\d{8}$")
 _IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 
 
-def decode_and_crop(path: str, size: int) -> np.ndarray:
-    """``(size, size, 3)`` uint8: the image at ``path``, shorter side resized to ``size``, center crop."""
+def decode_and_crop(path, size: int, name: str | None = None) -> np.ndarray:
+    """``(size, size, 3)`` uint8: the image at ``path`` (or in the binary file object ``path``,
+    called ``name`` in errors), shorter side resized to ``size``, center crop."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -53,8 +68,8 @@ def decode_and_crop(path: str, size: int) -> np.ndarray:
             left, top = (resized[0] - size) // 2, (resized[1] - size) // 2
             return np.asarray(image.crop((left, top, left + size, top + size)))
     except (OSError, UnidentifiedImageError, SyntaxError) as error:
-        raise SourceError(f"cannot decode {path} ({type(error).__name__}: {error}): replace or delete "
-                          "the file, then rerun the same command (finished chunks are kept)") from None
+        raise SourceError(f"cannot decode {name or path} ({type(error).__name__}: {error}): replace or "
+                          "delete the file, then rerun the same command (finished chunks are kept)") from None
 
 
 def _images_in(directory: str) -> list[str]:
@@ -141,14 +156,106 @@ def _split(name: str, files: list, size: int) -> SplitSource:
     return SplitSource(name, len(files), (size, size, 3), read)
 
 
+# ---- TensorFlow's TFRecord shards ------------------------------------------------------------------
+_SHARD = re.compile(r"^(train|validation)-\d{5}-of-\d{5}$")
+
+
+def _shards(source: str) -> dict[str, list[str]]:
+    """``{"train": [paths], "validation": [paths]}`` of the shards in ``source`` (empty: none)."""
+    found: dict[str, list[str]] = {"train": [], "validation": []}
+    for name in sorted(os.listdir(source)):
+        match = _SHARD.match(name)
+        if match:
+            found[match.group(1)].append(os.path.join(source, name))
+    return found if any(found.values()) else {}
+
+
+def _synsets(source: str) -> tuple[list[str], list[str]]:
+    """(WordNet ids in label order, class names) from the synset files beside the shards."""
+    names: dict[str, str] = {}
+    metadata = os.path.join(source, "imagenet_metadata.txt")
+    if os.path.exists(metadata):
+        with open(metadata) as f:
+            names = dict(line.rstrip("\n").split("\t", 1) for line in f if "\t" in line)
+    for listing in ("imagenet_lsvrc_2015_synsets.txt", "LOC_synset_mapping.txt", "synset_words.txt"):
+        path = os.path.join(source, listing)
+        if os.path.exists(path):
+            with open(path) as f:
+                rows = [line.rstrip("\n").split(" ", 1) for line in f if line.strip()]
+            wnids = [row[0] for row in rows]
+            return wnids, [row[1] if len(row) > 1 else names.get(row[0], row[0]) for row in rows]
+    raise SourceError(f"{source} holds TFRecord shards but no list of the classes: put "
+                      "imagenet_lsvrc_2015_synsets.txt (the labels file build_imagenet_data.py read: one "
+                      "WordNet id per line, in label order) or LOC_synset_mapping.txt beside them")
+
+
+def _shard_split(name: str, shards: list[str], size: int, wnids: list[str]) -> SplitSource:
+    from ..core.example.example_pb2 import Example
+    from ..tf_record import read_record_at, record_offsets
+
+    records = []
+    for shard in shards:
+        with open(shard, "rb") as f:
+            records += [(shard, offset) for offset in record_offsets(f, shard)]
+    label_of = {wnid: label for label, wnid in enumerate(wnids)}
+
+    def label(feature, where: str) -> int:
+        if "image/class/synset" in feature:
+            wnid = feature["image/class/synset"].bytes_list.value[0].decode()
+            if wnid not in label_of:
+                raise SourceError(f"{where}: its class {wnid} is not in the synsets file")
+            return label_of[wnid]
+        number = feature["image/class/label"].int64_list.value[0] - 1  # build_imagenet_data: 1-based
+        if not 0 <= number < len(wnids):
+            raise SourceError(f"{where}: its image/class/label {number + 1} is not 1..{len(wnids)}")
+        return number
+
+    def read(start: int, stop: int):
+        images, labels, files = [], [], {}
+        try:
+            for shard, offset in records[start:stop]:
+                file = files.get(shard) or files.setdefault(shard, open(shard, "rb"))
+                where = f"{shard} (record at offset {offset})"
+                feature = Example.FromString(read_record_at(file, shard, offset)).features.feature
+                if "image/encoded" not in feature:
+                    raise SourceError(f"{where} has no image/encoded feature: is it an ImageNet shard?")
+                encoded = feature["image/encoded"].bytes_list.value[0]
+                images.append(decode_and_crop(io.BytesIO(encoded), size, name=where))
+                labels.append(label(feature, where))
+        finally:
+            for file in files.values():
+                file.close()
+        return np.stack(images), np.asarray(labels, np.int64)
+
+    return SplitSource(name, len(records), (size, size, 3), read)
+
+
+def _from_shards(source: str, shards: dict[str, list[str]], size: int) -> DatasetSource:
+    missing = [split for split, paths in shards.items() if not paths]
+    if missing:
+        raise SourceError(f"{source} has TFRecord shards but none named {missing[0]}-NNNNN-of-NNNNN: "
+                          "both train and validation shards are needed")
+    wnids, names = _synsets(source)
+    paths = shards["train"] + shards["validation"]
+    entry = {"name": os.path.basename(os.path.abspath(source)),
+             "sha256": _listing_digest(source, [(p, None) for p in paths]), "sha256_of": "file listing"}
+    return DatasetSource("imagenet", names, [_shard_split("train", shards["train"], size, wnids),
+                                             _shard_split("validation", shards["validation"], size, wnids)],
+                         [entry])
+
+
 def imagenet(source: str | None, size: int = 224) -> DatasetSource:
     """ILSVRC2012 from ``source`` (see the module doc): ``train`` and ``validation``, ``size``^2 x 3."""
     if size not in SIZES:
         raise ValueError(f"--size must be one of {SIZES} (the models' input sizes), got {size}")
+    shards = _shards(source) if source is not None and os.path.isdir(source) else {}
+    if shards and not os.path.isdir(os.path.join(source, "train")):
+        return _from_shards(source, shards, size)
     if source is None or not os.path.isdir(os.path.join(source, "train")):
         where = "--source is required" if source is None else f"{source} has no train/ folder"
         raise SourceError(f"{where}: it must be the ILSVRC directory holding train/<wnid>/*.JPEG and "
-                          f"val/, from {IMAGENET_URL}")
+                          f"val/, from {IMAGENET_URL}, or TensorFlow's TFRecord shards of it "
+                          "(train-00000-of-01024, ...)")
     wnids, train = _train_files(os.path.join(source, "train"))
     train = [train[i] for i in np.random.default_rng(0).permutation(len(train))]
     validation = _val_files(source, wnids)

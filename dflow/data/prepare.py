@@ -23,7 +23,8 @@ DEFAULT_ROOT = "datasets"
 CONVERTERS: dict[str, tuple[Callable, str]] = {
     "cifar10": (sources.cifar10, "cifar-10-python.tar.gz: 50,000 train / 10,000 test 32x32x3 images"),
     "mnist": (sources.mnist, "the four MNIST IDX files: 60,000 train / 10,000 test 28x28x1 digits"),
-    "imagenet": (imagenet.imagenet, "an ILSVRC2012 directory (train/<wnid>/, val/), --size 224 or 299"),
+    "imagenet": (imagenet.imagenet, "an ILSVRC2012 directory (train/<wnid>/, val/) or its TFRecord shards "
+                                    "(train-00000-of-01024, ...), --size 224 or 299"),
     "digits": (sources.digits, "scikit-learn's 1,797 8x8 digits resized to --size (28: the MNIST "
                                "models' input; bundled: no --source)"),
     "synthetic": (sources.synthetic, "generated from --seed: any --shape, --classes, --count"),
