@@ -236,6 +236,7 @@ from .ops.parsing_ops import (
     VarLenFeature,
     parse_example,
     parse_single_example,
+    parse_single_sequence_example,
 )
 from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.script_ops import py_func

@@ -14,9 +14,10 @@ from .ops.parsing_ops import (
     VarLenFeature,
     parse_example,
     parse_single_example,
+    parse_single_sequence_example,
 )
 from .tf_record import TFRecordCompressionType, TFRecordOptions, TFRecordWriter, tf_record_iterator
 
 __all__ = ["gfile", "TFRecordWriter", "TFRecordOptions", "TFRecordCompressionType", "tf_record_iterator",
            "FixedLenFeature", "VarLenFeature", "FixedLenSequenceFeature", "parse_example",
-           "parse_single_example", "decode_raw", "decode_csv", "read_file"]
+           "parse_single_example", "parse_single_sequence_example", "decode_raw", "decode_csv", "read_file"]

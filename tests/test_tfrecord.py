@@ -183,6 +183,36 @@ def test_single_example_sequences_and_sparse_values():
     assert sparse.indices.tolist() == [[0], [1]]
 
 
+def test_sequence_examples_parse_as_tensorflow_parses_them():
+    record = tf.train.SequenceExample()
+    record.context.feature["length"].int64_list.value.append(3)
+    record.context.feature["name"].bytes_list.value.append(b"abc")
+    for i in range(3):
+        record.feature_lists.feature_list["tokens"].feature.add().int64_list.value.extend([i, 10 + i])
+        record.feature_lists.feature_list["ragged"].feature.add().float_list.value.extend([0.5] * i)
+    context, sequences = tf.parse_single_sequence_example(
+        record.SerializeToString(),
+        {"length": tf.FixedLenFeature([], tf.int64), "name": tf.FixedLenFeature([], tf.string),
+         "tag": tf.VarLenFeature(tf.int64)},
+        {"tokens": tf.FixedLenSequenceFeature([2], tf.int64), "ragged": tf.VarLenFeature(tf.float32),
+         "absent": tf.FixedLenSequenceFeature([3], tf.float32, allow_missing=True)})
+    assert sequences["tokens"].shape.as_list() == [None, 2]
+    with tf.Session() as sess:
+        context, sequences = sess.run([context, sequences])
+    # TensorFlow 2.21's parse_single_sequence_example of the same record
+    assert (int(context["length"]), context["name"]) == (3, b"abc")
+    assert context["tag"].dense_shape.tolist() == [0]
+    assert sequences["tokens"].tolist() == [[0, 10], [1, 11], [2, 12]]
+    ragged = sequences["ragged"]
+    assert (ragged.indices.tolist(), ragged.values.tolist(), ragged.dense_shape.tolist()) == (
+        [[1, 0], [2, 0], [2, 1]], [0.5, 0.5, 0.5], [3, 2])
+    assert sequences["absent"].shape == (0, 3) and sequences["absent"].dtype == np.float32
+    required = tf.parse_single_sequence_example(record.SerializeToString(), sequence_features={
+        "absent": tf.FixedLenSequenceFeature([], tf.int64)})[1]["absent"]
+    with tf.Session() as sess, pytest.raises(InvalidArgumentError, match="no feature list 'absent'"):
+        sess.run(required)
+
+
 def test_sparse_to_dense_checks_its_indices():
     with tf.Session() as sess:
         dense = tf.sparse_tensor_to_dense(tf.SparseTensor([[1, 2], [0, 0]], [1.0, 2.0], [2, 3]),

@@ -42,7 +42,7 @@ from .registry import ShapeError, Spec, defop
 from .sparse_ops import SparseTensor
 
 __all__ = ["FixedLenFeature", "VarLenFeature", "FixedLenSequenceFeature", "parse_example",
-           "parse_single_example"]
+           "parse_single_example", "parse_single_sequence_example"]
 
 
 class FixedLenFeature(NamedTuple):
@@ -108,25 +108,29 @@ def _parse_kernel(xp, serialized, *defaults, keys, kinds, types, shapes, single)
         except Exception as error:  # protobuf's DecodeError, or a str where bytes belong
             raise InvalidArgumentError(f"parse_example: record {index} is not a serialized tf.train.Example "
                                        f"({type(error).__name__}: {error})") from None
+    return tuple(_parse_features(xp, [example.features.feature for example in examples], iter(defaults),
+                                 keys, kinds, types, shapes, single))
+
+
+def _parse_features(xp, feature_maps, defaults, keys, kinds, types, shapes, single) -> list:
+    """The outputs of each feature over records whose ``features.feature`` maps are ``feature_maps``."""
     outputs = []
-    defaults = iter(defaults)
     for key, kind, dtype, shape in zip(keys, kinds, types, shapes):
-        values = [_values(example, index, key, dtype) for index, example in enumerate(examples)]
+        values = [_values(features[key] if key in features else None, index, key, dtype)
+                  for index, features in enumerate(feature_maps)]
         if kind == "fixed":
             outputs.append(_dense(xp, values, key, dtype, shape, next(defaults), single))
         elif kind == "sequence":
             outputs.append(_padded(xp, values, key, dtype, shape, next(defaults), single))
         else:
             outputs += _sparse(xp, values, dtype, single)
-    return tuple(outputs)
+    return outputs
 
 
-def _values(example, index: int, key: str, dtype) -> list | None:
-    """The values of feature ``key`` in one record (None when it has none by that key)."""
-    features = example.features.feature
-    if key not in features:
+def _values(feature, index: int, key: str, dtype) -> list | None:
+    """The values of one record's ``feature`` (None when the record has none by that key)."""
+    if feature is None:
         return None
-    feature = features[key]
     kind = feature.WhichOneof("kind")
     if kind is None:
         return []
@@ -206,6 +210,39 @@ def _sparse(xp, values, dtype, single):
 defop("ParseExample", _parse_infer, _parse_kernel, num_outputs=None, gpu=False)
 
 
+def _sequence_infer(inputs, context, sequence):
+    dense_context = sum(kind != "var" for kind in context["kinds"])
+    specs = _parse_infer(inputs[:1 + dense_context], single=True, **context) if context["keys"] else []
+    for kind, dtype, shape in zip(sequence["kinds"], sequence["types"], sequence["shapes"]):
+        specs += [Spec((None, *shape), dtype)] if kind == "sequence" else \
+            [Spec((None, 2), dtypes.int64), Spec((None,), dtype), Spec((2,), dtypes.int64)]
+    return specs
+
+
+def _sequence_kernel(xp, serialized, *defaults, context, sequence):
+    from ..core.example.example_pb2 import SequenceExample
+
+    try:
+        record = SequenceExample.FromString(bytes(numpy.asarray(serialized, dtype=object).item()))
+    except Exception as error:  # protobuf's DecodeError, or a str where bytes belong
+        raise InvalidArgumentError(f"parse_single_sequence_example: the record is not a serialized "
+                                   f"tf.train.SequenceExample ({type(error).__name__}: {error})") from None
+    outputs = _parse_features(xp, [record.context.feature], iter(defaults), single=True, **context)
+    lists = record.feature_lists.feature_list
+    for key, kind, dtype, shape, required in zip(*sequence.values()):
+        if key not in lists and required:
+            raise InvalidArgumentError(f"parse_single_sequence_example: the record has no feature list "
+                                       f"{key!r}, which is required: pass allow_missing=True, or write it")
+        steps = lists[key].feature if key in lists else []
+        values = [_values(step, index, key, dtype) for index, step in enumerate(steps)]
+        outputs += [_dense(xp, values, key, dtype, shape, (), single=False)] if kind == "sequence" else \
+            _sparse(xp, values, dtype, single=False)
+    return tuple(outputs)
+
+
+defop("ParseSingleSequenceExample", _sequence_infer, _sequence_kernel, num_outputs=None, gpu=False)
+
+
 # ---- the functions --------------------------------------------------------------------------------
 def parse_example(serialized, features: dict, name=None, example_names=None) -> dict:
     """A dict of tensors (or SparseTensors) per key of ``features``, parsed from a vector of
@@ -218,9 +255,65 @@ def parse_single_example(serialized, features: dict, name=None, example_names=No
     return _parse(serialized, features, single=True, name=name or "ParseSingleExample")
 
 
+def parse_single_sequence_example(serialized, context_features: dict | None = None,
+                                  sequence_features: dict | None = None, example_name=None,
+                                  name=None) -> tuple[dict, dict]:
+    """``(context, sequences)`` parsed from one serialized ``tf.train.SequenceExample``:
+    ``context_features`` as in :func:`parse_single_example`; each of ``sequence_features``
+    (``tf.FixedLenSequenceFeature`` or ``tf.VarLenFeature``) over the steps of its feature list,
+    a ``[steps, *shape]`` tensor or a 2-d SparseTensor.
+
+    >>> import dflow as tf
+    >>> record = tf.train.SequenceExample()
+    >>> record.context.feature["length"].int64_list.value.append(2)
+    >>> for word in (4, 7):
+    ...     record.feature_lists.feature_list["words"].feature.add().int64_list.value.append(word)
+    >>> with tf.Graph().as_default():
+    ...     context, sequences = tf.parse_single_sequence_example(
+    ...         record.SerializeToString(), {"length": tf.FixedLenFeature([], tf.int64)},
+    ...         {"words": tf.FixedLenSequenceFeature([], tf.int64)})
+    ...     length, words = tf.Session().run([context["length"], sequences["words"]])
+    >>> int(length), words.tolist()
+    (2, [4, 7])
+    """
+    context = _declarations(context_features or {}, True, "context_features")
+    keys, kinds, types, shapes, _ = _declarations(sequence_features or {}, True, "sequence_features")
+    if not context[0] and not keys:
+        raise ValueError("parse_single_sequence_example needs context_features or sequence_features")
+    kinds = ["sequence" if kind == "fixed" else kind for kind in kinds]  # TF 1.0 took FixedLenFeature here
+    required = [kind == "sequence" and not getattr(sequence_features[key], "allow_missing", False)
+                for key, kind in zip(keys, kinds)]
+    serialized = convert_to_tensor(serialized, dtype=dtypes.string, name="serialized")
+    op = get_default_graph().create_op(
+        "ParseSingleSequenceExample", [serialized, *context[4]],
+        {"context": dict(zip(("keys", "kinds", "types", "shapes"), context[:4])),
+         "sequence": {"keys": keys, "kinds": kinds, "types": types, "shapes": shapes, "required": required}},
+        name=name or "ParseSingleSequenceExample")
+    outputs = iter(op.outputs)
+    return _results(outputs, context[0], context[1]), _results(outputs, keys, kinds)
+
+
 def _parse(serialized, features: dict, single: bool, name: str) -> dict:
-    if not isinstance(features, dict) or not features:
-        raise ValueError("features must be a non-empty dict of key -> tf.FixedLenFeature / tf.VarLenFeature, "
+    keys, kinds, types, shapes, defaults = _declarations(features, single, "features")
+    if not keys:
+        raise ValueError("features must be a non-empty dict of key -> tf.FixedLenFeature / tf.VarLenFeature")
+    serialized = convert_to_tensor(serialized, dtype=dtypes.string, name="serialized")
+    op = get_default_graph().create_op(
+        "ParseExample", [serialized, *defaults],
+        {"keys": keys, "kinds": kinds, "types": types, "shapes": shapes, "single": single}, name=name)
+    return _results(iter(op.outputs), keys, kinds)
+
+
+def _results(outputs, keys, kinds) -> dict:
+    """Each key's output: a tensor, or a SparseTensor of the next three."""
+    return {key: SparseTensor(*[next(outputs) for _ in range(3)]) if kind == "var" else next(outputs)
+            for key, kind in zip(keys, kinds)}
+
+
+def _declarations(features: dict, single: bool, what: str) -> tuple[list, list, list, list, list]:
+    """(keys, kinds, dtypes, shapes, default tensors of the dense ones) of a features dict."""
+    if not isinstance(features, dict):
+        raise ValueError(f"{what} must be a dict of key -> tf.FixedLenFeature / tf.VarLenFeature, "
                          f"got {features!r}")
     keys = sorted(features)
     kinds, types, shapes, defaults = [], [], [], []
@@ -243,14 +336,7 @@ def _parse(serialized, features: dict, single: bool, name: str) -> dict:
         kinds.append(kind)
         types.append(dtype)
         shapes.append(shape)
-    serialized = convert_to_tensor(serialized, dtype=dtypes.string, name="serialized")
-    op = get_default_graph().create_op(
-        "ParseExample", [serialized, *defaults],
-        {"keys": keys, "kinds": kinds, "types": types, "shapes": shapes, "single": single}, name=name)
-    outputs, parsed = iter(op.outputs), {}
-    for key, kind in zip(keys, kinds):
-        parsed[key] = SparseTensor(*[next(outputs) for _ in range(3)]) if kind == "var" else next(outputs)
-    return parsed
+    return keys, kinds, types, shapes, defaults
 
 
 def _shape(shape, key: str) -> list[int]:
