@@ -174,12 +174,46 @@ def test_while_loop_runs_until_cond_fails_when_the_step_runs():
         assert sess.run(count, {n: 7}) == 7 and sess.run(count, {n: -1}) == 0
         assert sess.run(rows, {n: 3}).tolist() == [[0, 0], [0, 0], [1, 1], [2, 2]]
         assert [float(v) for v in sess.run(capped)] == [2.0, 4.0]  # two iterations of three
-    with pytest.raises(LookupError, match="dflow's loops have no gradient yet"):
-        tf.gradients(capped[1], [w])
+    (d_w,) = tf.gradients(capped[1], [w])  # v * w twice: d(w^2)/dw
+    (d_row,) = tf.gradients(tf.reduce_sum(rows), [row])  # row * j for j = 0..n-1
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        assert float(sess.run(d_w)) == 4.0
+        assert sess.run(d_row, {n: 3}).tolist() == [[3.0, 3.0]]
+        assert sess.run(d_row, {n: 0}).tolist() == [[0.0, 0.0]]
+    stopped = tf.while_loop(lambda k, v: k < 3, lambda k, v: [k + 1, v * w], [0, 1.0], back_prop=False)
+    assert tf.gradients(stopped[1], [w]) == [None]
     with pytest.raises(ValueError, match=r"loop variable 0's shape: \(\) -> \(2,\); give shape_invariants"):
         tf.while_loop(lambda i: i < 3, lambda i: tf.concat([[i], [i]], 0), [tf.constant(0)])
     with pytest.raises(ValueError, match="body returns a list of 1, but loop_vars are a list of 2"):
         tf.while_loop(lambda i, j: i < 3, lambda i, j: i + 1, [0, 1])
+
+
+def test_while_loop_gradients_are_tensorflows():
+    """A tanh recurrence over a placeholder's count of steps, with a running sum of squares: the
+    loss's gradients with respect to the start value, the weights and the bias, as TensorFlow 2.21's
+    compat.v1 while_loop gives them (same graph, same values)."""
+    x = tf.constant([0.5, -1.0, 2.0])
+    w = tf.constant([[0.3, -0.2, 0.1], [0.05, 0.4, -0.3], [0.2, 0.1, 0.25]])
+    b = tf.constant([0.1, 0.0, -0.1])
+    n = tf.placeholder(tf.int32, [])
+
+    def body(i, h, total):
+        h = tf.tanh(tf.reshape(tf.matmul(w, tf.reshape(h, [3, 1])), [3]) + b * tf.cast(i, tf.float32))
+        return i + 1, h, total + tf.reduce_sum(h * h)
+
+    _, h, total = tf.while_loop(lambda i, h, t: i < n, body, [tf.constant(0), x, tf.constant(0.0)])
+    loss = tf.reduce_sum(h) + 0.5 * total
+    grads = tf.gradients(loss, [x, w, b])
+    with tf.Session() as sess:
+        got = sess.run([loss, *grads], {n: 5})
+        no_steps = sess.run(grads, {n: 0})
+    tensorflow = [1.262866, [0.224252, -0.218744, 0.314826],
+                  [[1.407893, -1.076203, 0.725797], [-0.025287, 0.880642, -1.468296],
+                   [0.324234, -0.474518, 1.007582]], [8.285228, 4.204632, 0.894436]]
+    for value, want in zip(got, tensorflow):
+        np.testing.assert_allclose(value, want, rtol=2e-5, atol=2e-6)
+    assert [g.tolist() for g in no_steps] == [[1.0, 1.0, 1.0], [[0.0] * 3] * 3, [0.0] * 3]
 
 
 def test_a_loop_counter_indexes_a_tensor_as_tf_s_strided_slice_takes_it():

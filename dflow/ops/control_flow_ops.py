@@ -392,7 +392,9 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
     most ``maximum_iterations`` times); the loop variables after the loop, a tensor where there
     is one (unless ``return_same_structure``). ``cond`` and ``body`` are traced once; a ``While``
     op runs them. A variable whose shape changes between iterations needs its
-    ``shape_invariants`` entry (``tf.TensorShape([None, 2])``). dflow's loops have no gradient yet.
+    ``shape_invariants`` entry (``tf.TensorShape([None, 2])``). Its gradient (``back_prop=True``)
+    runs the loop again, keeping each iteration's loop values, then the body's gradient from the
+    last iteration to the first (a random op in ``body`` draws anew there, as in ``map_fn``'s).
 
     >>> import dflow as tf
     >>> with tf.Graph().as_default():
@@ -463,28 +465,101 @@ def _while_infer(inputs, test, step, loop, captured, maximum_iterations, output_
 
 def _while_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, output_specs,
                   back_prop):
+    outer = dict(zip(captured, inputs[len(loop):]))
+    _, final = _iterations(state, xp, inputs[:len(loop)], outer, test, step, loop, maximum_iterations)
+    return tuple(final)
+
+
+def _iterations(state, xp, initial, outer: dict, test: dict, step: dict, loop: list, maximum_iterations,
+                keep: bool = False) -> tuple[list, list]:
+    """Runs the loop: (the loop values each iteration started from, kept only with ``keep``;
+    the final loop values)."""
     from ..runtime.executor import execute
 
-    values, outer = list(inputs[:len(loop)]), dict(zip(captured, inputs[len(loop):]))
+    values, started, count = list(initial), [], 0
     plans, namespaces = (_schedule(test), _schedule(step)), {"CPU": xp, "GPU": xp}
-    iterations = 0
-    while maximum_iterations is None or iterations < maximum_iterations:
+    while maximum_iterations is None or count < maximum_iterations:
         current = {**outer, **dict(zip(loop, values))}
         go = execute(plans[0], {name: current[name] for name in test["args"]}, state, namespaces)
         if not bool(go[test["outputs"][0]]):
             break
         made = execute(plans[1], {name: current[name] for name in step["args"]}, state, namespaces)
+        if keep:
+            started.append(values)
         values = [made[name] for name in step["outputs"]]
-        iterations += 1
-    return tuple(values)
+        count += 1
+    return started, values
 
 
 def _while_grad(op, *grads):
-    if not op.attrs["back_prop"]:
+    """A ``WhileGrad`` op: the loop again (its iterations' loop values kept), then, from the
+    last iteration to the first, the body's ops again and their gradient with respect to that
+    iteration's loop values and to every tensor the body reads; the latter summed."""
+    from ..autodiff import gradients
+
+    attrs, count = op.attrs, len(op.attrs["loop"])
+    if not attrs["back_prop"] or all(g is None for g in grads):
         return [None] * len(op.inputs)
-    raise LookupError(f"tf.while_loop {op.name!r} lies between the tensors differentiated: dflow's loops "
-                      "have no gradient yet (build the loop with back_prop=False to let gradients stop "
-                      "there, or unroll it in Python)")
+    graph, step = op.graph, attrs["step"]
+    loop = [graph.get_tensor_by_name(name) for name in attrs["loop"]]
+    captured = [graph.get_tensor_by_name(name) for name in attrs["captured"]]
+    results = [graph.get_tensor_by_name(name) for name in step["outputs"]]
+    carried = [k for k, t in enumerate(loop) if t.dtype.is_floating]  # the loop values gradients flow in
+    wrt = [loop[k] for k in carried] + [t for t in captured if t.dtype.is_floating]
+    if not carried:
+        return [None] * len(op.inputs)
+    forward_ops = frozenset(graph.get_operation_by_name(n["name"]) for n in step["nodes"])
+    with graph.name_scope("while_grad") as scope:
+        dys = [placeholder(loop[k].dtype, loop[k].shape, name="grad_loop_var") for k in carried]
+
+        def per_iteration():
+            found = gradients([results[k] for k in carried], wrt, grad_ys=dys, stop_gradients=wrt)
+            return [g if g is not None else zeros_like(x) for g, x in zip(found, wrt)]
+
+        backward = _trace(graph, per_iteration, f"{scope}body/", made_before=forward_ops)
+        output_grads = [grads[k] if grads[k] is not None else zeros_like(op.outputs[k]) for k in carried]
+        names = {t.name for t in [*loop, *dys, *captured]}
+        reads = [graph.get_tensor_by_name(n) for n in backward.function["args"] if n not in names]
+        attrs = {**{key: attrs[key] for key in ("test", "step", "loop", "captured", "maximum_iterations")},
+                 "backward": backward.function, "carried": carried, "grad_loop": [t.name for t in dys],
+                 "backward_reads": [t.name for t in reads],
+                 "wrt_captured": [t.name for t in wrt[len(carried):]],
+                 "output_specs": [_spec(t) for t in wrt]}
+        with graph.control_dependencies(backward.control_captures):
+            grad_op = graph.create_op("WhileGrad", [*op.inputs, *output_grads, *reads], attrs,
+                                      name="WhileGrad")
+    per_input = dict(zip([t.name for t in wrt], grad_op.outputs))
+    loop_grads = [grad_op.outputs[carried.index(k)] if k in carried else None for k in range(count)]
+    return loop_grads + [per_input.get(t.name) for t in captured]
+
+
+def _while_grad_infer(inputs, output_specs, **_):
+    return _cond_infer(inputs, None, None, None, output_specs)
+
+
+def _while_grad_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, backward, carried,
+                       grad_loop, backward_reads, wrt_captured, output_specs):
+    from ..runtime.executor import execute
+
+    initial = inputs[:len(loop)]
+    outer = dict(zip(captured, inputs[len(loop):len(loop) + len(captured)]))
+    rest = inputs[len(loop) + len(captured):]
+    dys, reads = list(rest[:len(carried)]), dict(zip(backward_reads, rest[len(carried):]))
+    history, _ = _iterations(state, xp, initial, outer, test, step, loop, maximum_iterations, keep=True)
+    plan, namespaces = _schedule(backward), {"CPU": xp, "GPU": xp}
+    grads_captured = None
+    for values in reversed(history):
+        feeds = {**outer, **reads, **dict(zip(loop, values)), **dict(zip(grad_loop, dys))}
+        made = execute(plan, {name: feeds[name] for name in backward["args"]}, state, namespaces)
+        found = [made[name] for name in backward["outputs"][:len(carried) + len(wrt_captured)]]
+        dys = found[:len(carried)]
+        per_captured = found[len(carried):]
+        grads_captured = per_captured if grads_captured is None else \
+            [total + g for total, g in zip(grads_captured, per_captured)]
+    if grads_captured is None:  # no iteration ran: nothing the body read had any effect
+        grads_captured = [xp.zeros_like(outer[name]) for name in wrt_captured]
+    return (*dys, *grads_captured)
 
 
 defop("While", _while_infer, _while_kernel, _while_grad, stateful=True, num_outputs=None)
+defop("WhileGrad", _while_grad_infer, _while_grad_kernel, stateful=True, num_outputs=None)
