@@ -252,6 +252,7 @@ from .ops.state_ops import (
     random_uniform,
     truncated_normal,
 )
+from .ops.tensor_array_ops import TensorArray
 from .placement import DeviceSpec
 from .runtime.run_options import RunMetadata, RunOptions
 from .runtime.session import (

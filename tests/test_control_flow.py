@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from namespaces import OTHER_NAMESPACES, assert_of_namespace, reference_session, to_host
 
 import dflow as tf
 
@@ -238,3 +239,79 @@ def test_a_loop_counter_indexes_a_tensor_as_tf_s_strided_slice_takes_it():
     assert np.argwhere(grad).tolist() == [[1, 0, 2], [1, 1, 2], [1, 2, 2]]
     with pytest.raises(TypeError, match="a tensor index must be a scalar integer"):
         grid[tf.constant(1.0)]
+
+
+def _tanh_rnn():
+    """A TF 1.x-style recurrence over a TensorArray of inputs, its outputs written to another."""
+    rng = np.random.default_rng(0)
+    steps, batch, width, hidden = 4, 2, 3, 5
+    values = [rng.standard_normal((steps, batch, width)), rng.standard_normal((width, hidden)) * 0.5,
+              rng.standard_normal((hidden, hidden)) * 0.5, rng.standard_normal(hidden) * 0.1,
+              rng.standard_normal((batch, hidden)), rng.standard_normal((steps, batch, hidden))]
+    inputs, wx, wh, b, h0, mix = [tf.constant(v.astype(np.float32)) for v in values]
+    input_ta = tf.TensorArray(tf.float32, size=steps).unstack(inputs)
+
+    def body(t, h, out_ta):
+        h = tf.tanh(tf.matmul(input_ta.read(t), wx) + tf.matmul(h, wh) + b)
+        return t + 1, h, out_ta.write(t, h)
+
+    _, h, out_ta = tf.while_loop(lambda t, h, o: t < steps, body,
+                                 [tf.constant(0), h0, tf.TensorArray(tf.float32, size=steps)])
+    outputs = out_ta.stack()
+    loss = tf.reduce_sum(outputs * mix) + tf.reduce_sum(h * h)
+    return outputs, loss, tf.gradients(loss, [inputs, wx, wh, b, h0])
+
+
+def test_a_tensor_array_recurrence_and_its_gradients_are_tensorflows():
+    outputs, loss, grads = _tanh_rnn()
+    assert outputs.shape.as_list() == [4, 2, 5]
+    with tf.Session() as sess:
+        first = sess.run([loss, *grads])
+        again = sess.run([loss, *grads])  # each step makes its arrays afresh
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    # TensorArray.unstack/read/write/stack in a compat.v1 while_loop on TensorFlow 2.21, same values
+    assert float(first[0]) == pytest.approx(3.0999, abs=1e-4)
+    tensorflow_sums = [9.951847, 25.672180, 36.671448, 13.679436, 5.781421]
+    assert [float(np.abs(g).sum()) for g in first[1:]] == pytest.approx(tensorflow_sums, rel=1e-5)
+    np.testing.assert_allclose(first[1].ravel()[:4], [0.39369, -0.03612, -0.05029, -0.77803], atol=1e-5)
+    np.testing.assert_allclose(first[4], [3.85995, -2.46554, 1.19311, 0.52392, -5.63692], atol=1e-5)
+
+
+def test_tensor_array_writes_reads_and_their_errors():
+    grows = tf.TensorArray(tf.float32, size=1, dynamic_size=True)
+    for i in range(3):
+        grows = grows.write(i, tf.fill([2], float(i)))
+    picked = grows.gather([2, 0])
+    scattered = tf.TensorArray(tf.int32, size=3).scatter([2, 0, 1], tf.constant([[7], [8], [9]]))
+    fixed = tf.TensorArray(tf.float32, size=2)
+    with tf.Session() as sess:
+        assert sess.run(grows.stack()).tolist() == [[0, 0], [1, 1], [2, 2]]
+        assert sess.run([picked, grows.size()])[0].tolist() == [[2, 2], [0, 0]]
+        assert sess.run(grows.size()) == 3
+        assert sess.run(scattered.stack()).tolist() == [[8], [9], [7]]
+        assert sess.run(scattered.read(0)).tolist() == [8]
+        with pytest.raises(tf.errors.InvalidArgumentError, match="index 1 has not been written"):
+            sess.run(fixed.write(0, [1.0]).read(1))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="index 2 is outside its size 2 .*dynamic"):
+            sess.run(fixed.write(2, [1.0]).flow)
+    with pytest.raises(ValueError, match=r"holds elements of shape \(2,\); a value of shape \(3,\)"):
+        grows.write(3, tf.zeros([3]))
+    with pytest.raises(NotImplementedError, match="stack\\(\\) the elements"):
+        grows.concat()
+
+
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+def test_tensor_array_kernels_run_on_other_namespaces(xp):
+    from dflow.runtime.executor import execute
+    from dflow.runtime.state import SessionState
+
+    outputs, loss, grads = _tanh_rnn()
+    fetches = [outputs, loss, *grads]
+    with reference_session() as sess:
+        expected = sess.run(fetches)
+        plan = sess.runner.plans.values()[-1].schedule
+    out = execute(plan, {}, SessionState(), {"CPU": xp})
+    for tensor, want in zip(fetches, expected):
+        assert_of_namespace(out[tensor.name], xp, tensor.name)
+        np.testing.assert_allclose(to_host(out[tensor.name]), want, rtol=1e-5, err_msg=tensor.name)

@@ -33,6 +33,7 @@ from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import math_ops
 from .array_ops import identity, placeholder, zeros_like
 from .registry import Spec, defop
+from .tensor_array_ops import TensorArray
 
 __all__ = ["cond", "case", "map_fn", "while_loop"]
 
@@ -178,6 +179,8 @@ def _flatten(value) -> tuple:
     if isinstance(value, (list, tuple)):
         parts = [_flatten(v) for v in value]
         return (type(value), [s for s, _ in parts]), [leaf for _, leaves in parts for leaf in leaves]
+    if isinstance(value, TensorArray):  # its flow is the leaf; the handle stays the same array's
+        return (TensorArray, value.handle.name), [value.flow]
     return None, [value]
 
 
@@ -185,6 +188,8 @@ def _pack(structure, leaves):
     if structure is None:
         return next(leaves)
     kind, parts = structure
+    if kind is TensorArray:
+        return TensorArray.from_handle(get_default_graph().get_tensor_by_name(parts), next(leaves))
     items = [_pack(part, leaves) for part in parts]
     return tuple(items) if kind is tuple else list(items) if kind is list else kind(*items)
 
