@@ -118,7 +118,7 @@ from .ops.array_ops import (
 )
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
-from .ops.control_flow_ops import case, cond, map_fn, while_loop
+from .ops.control_flow_ops import case, cond, foldl, foldr, map_fn, scan, while_loop
 from .ops.embedding_ops import (
     boolean_mask,
     gather,

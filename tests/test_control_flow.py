@@ -315,3 +315,33 @@ def test_tensor_array_kernels_run_on_other_namespaces(xp):
     for tensor, want in zip(fetches, expected):
         assert_of_namespace(out[tensor.name], xp, tensor.name)
         np.testing.assert_allclose(to_host(out[tensor.name]), want, rtol=1e-5, err_msg=tensor.name)
+
+
+def test_scan_foldl_foldr_and_their_gradients_are_tensorflows():
+    x = tf.constant([[1.0, 2.0], [3.0, -1.0], [0.5, 4.0], [2.0, 2.0]])
+    w = tf.constant([0.5, -0.3])
+    decayed = tf.scan(lambda a, e: a * w + e, x)
+    sums, products = tf.scan(lambda a, e: (a[0] + e, a[1] * e), x, initializer=(tf.zeros([2]), tf.ones([2])),
+                             reverse=True)
+    product = tf.foldl(lambda a, e: a * e, x)
+    doubled = tf.foldr(lambda a, e: a * 2.0 + e, x, initializer=tf.constant([1.0, 1.0]))
+    loss = (tf.reduce_sum(decayed * decayed) + tf.reduce_sum(sums * products) + tf.reduce_sum(product)
+            + tf.reduce_sum(doubled * doubled))
+    d_x, d_w = tf.gradients(loss, [x, w])
+    fed = tf.placeholder(tf.float32, [None])
+    running = tf.scan(lambda a, e: a + e, fed)
+    assert decayed.shape.as_list() == [4, 2]
+    with tf.Session() as sess:
+        got = sess.run([decayed, sums, products, product, doubled, loss, d_x, d_w])
+        assert sess.run(running, {fed: [1, 2, 3, 4, 5]}).tolist() == [1, 3, 6, 10, 15]
+    # TensorFlow 2.21's compat.v1 scan/foldl/foldr on the same graph
+    tensorflow = [[[1.0, 2.0], [3.5, -1.6], [2.25, 4.48], [3.125, 0.656]],
+                  [[6.5, 7.0], [5.5, 5.0], [2.5, 6.0], [2.0, 2.0]],
+                  [[3.0, -16.0], [3.0, -8.0], [1.0, 8.0], [2.0, 2.0]],
+                  [3.0, -16.0], [41.0, 48.0], 3969.6389,
+                  [[114.9062, 21.731], [193.8125, 330.2301], [425.625, 346.5664], [694.0, 697.312]],
+                  [51.5625, -19.3683]]
+    for value, want in zip(got, tensorflow):
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="returns a tuple of 2, but the accumulated value is a tensor"):
+        tf.scan(lambda a, e: (a, e), x)

@@ -442,6 +442,76 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
     return results[0] if len(leaves) == 1 and not return_same_structure else results
 
 
+# ---- scan, foldl, foldr: while_loops over TensorArrays ------------------------------------------------
+def scan(fn: Callable, elems, initializer=None, parallel_iterations=10, back_prop: bool = True,
+         swap_memory: bool = False, infer_shape: bool = True, reverse: bool = False, name=None):
+    """``fn(accumulated, element)`` over the slices of ``elems`` along dimension 0, every
+    accumulated value stacked: ``tf.scan(lambda a, x: a + x, [1, 2, 3])`` is ``[1, 3, 6]``.
+    Without ``initializer`` the first slice starts the accumulation; ``reverse`` goes from the
+    last slice. ``elems`` and ``initializer`` may be nested tuples and lists. A ``while_loop``
+    over ``TensorArray`` s, as TF builds it: gradients flow through it.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     tf.Session().run(tf.scan(lambda total, x: total + x, tf.constant([1.0, 2.0, 3.0]))).tolist()
+    [1.0, 3.0, 6.0]
+    """
+    with get_default_graph().name_scope(name or "scan"):
+        return _accumulate(fn, elems, initializer, reverse, back_prop, stacked=True)
+
+
+def foldl(fn: Callable, elems, initializer=None, parallel_iterations=10, back_prop: bool = True,
+          swap_memory: bool = False, name=None):
+    """``fn(accumulated, element)`` over the slices of ``elems`` from the first: the last value
+    (``tf.foldl(lambda a, x: a * x, [1, 2, 3, 4])`` is 24)."""
+    with get_default_graph().name_scope(name or "foldl"):
+        return _accumulate(fn, elems, initializer, False, back_prop, stacked=False)
+
+
+def foldr(fn: Callable, elems, initializer=None, parallel_iterations=10, back_prop: bool = True,
+          swap_memory: bool = False, name=None):
+    """As :func:`foldl`, from the last slice to the first."""
+    with get_default_graph().name_scope(name or "foldr"):
+        return _accumulate(fn, elems, initializer, True, back_prop, stacked=False)
+
+
+def _accumulate(fn: Callable, elems, initializer, reverse: bool, back_prop: bool, stacked: bool):
+    from .array_ops import shape
+
+    structure, leaves = _flatten(elems)
+    leaves = [convert_to_tensor(leaf) for leaf in leaves]
+    known = leaves[0].shape.as_list()[0] if leaves[0].shape.ndims else None
+    count = known if known is not None else shape(leaves[0])[0]
+    slices = [TensorArray(leaf.dtype, size=count, element_shape=leaf.shape[1:] if leaf.shape.ndims else None)
+              .unstack(leaf) for leaf in leaves]
+
+    def position(i):
+        return count - 1 - i if reverse else i
+
+    def element(i):
+        return _pack(structure, iter([array.read(position(i)) for array in slices]))
+
+    start = 0 if initializer is not None else 1
+    first = initializer if initializer is not None else element(0)
+    state, values = _flatten(first)
+    values = [convert_to_tensor(v) for v in values]
+    kept = [TensorArray(v.dtype, size=count, element_shape=v.shape) for v in values]
+    if initializer is None:  # the first slice is the first accumulated value
+        kept = [array.write(position(0), v) for array, v in zip(kept, values)]
+
+    def body(i, current, arrays):
+        result = fn(_pack(state, iter(current)), element(i))
+        result_state, new = _flatten(result)
+        if result_state != state:
+            raise ValueError(f"the function returns {_describe(result_state)}, but the accumulated value is "
+                             f"{_describe(state)}: it must return a value of the same nesting")
+        return i + 1, new, [array.write(position(i), v) for array, v in zip(arrays, new)]
+
+    _, final, kept = while_loop(lambda i, current, arrays: i < count, body, [start, values, kept],
+                                back_prop=back_prop)
+    return _pack(state, iter([array.stack() for array in kept] if stacked else final))
+
+
 def _as_list(returned):
     """A body's result as the loop's list: TF 1.x takes a lone tensor for a lone loop variable."""
     return list(returned) if isinstance(returned, (list, tuple)) else [returned]
