@@ -7,6 +7,7 @@ from __future__ import annotations
 import array_api_compat.numpy as xp_numpy
 import numpy as np
 import pytest
+from gradcheck import check_gradients
 from namespaces import NAMESPACES, to_host
 
 import dflow as tf
@@ -480,3 +481,24 @@ def test_depthwise_and_separable_convolutions_match_tensorflow():
     assert [g.shape[1:] for g in got[:4]] == [(7, 6, 6), (4, 3, 6), (3, 2, 6), (3, 2, 4)]
     tensorflow_sums = [989.55, 267.11, 171.18, 244.62, 18250.52, 15968.96, 7064.88]
     np.testing.assert_allclose([g.sum() for g in got], tensorflow_sums, rtol=2e-5)
+
+
+def test_space_to_depth_and_back_in_tensorflows_order():
+    """TensorFlow 2.21 (compat.v1) gives these values for the same input: each 2x2 block's pixels
+    (row by row, channels inside) become one pixel's 12 channels."""
+    x = np.arange(2 * 4 * 6 * 3, dtype=np.float32).reshape(2, 4, 6, 3)
+    with tf.Graph().as_default():
+        blocks = tf.space_to_depth(x, 2)
+        back = tf.nn.depth_to_space(blocks, 2)
+        unknown = tf.depth_to_space(tf.placeholder(tf.float32, [None, 4, 4, 8]), 2)
+        with tf.Session() as sess:
+            got, restored = sess.run([blocks, back])
+    assert blocks.shape.as_list() == [2, 2, 3, 12] and unknown.shape.as_list() == [None, 8, 8, 2]
+    assert got[0, 0, 0].tolist() == [0, 1, 2, 3, 4, 5, 18, 19, 20, 21, 22, 23]
+    np.testing.assert_array_equal(restored, x)
+    with pytest.raises(ValueError, match=r"height and width \(4, 6\) must be multiples of block_size 4"):
+        tf.space_to_depth(x, 4)
+    with pytest.raises(ValueError, match=r"channels \(3\) must be a multiple of block_size\^2"):
+        tf.depth_to_space(x, 2)
+    pixels = np.random.default_rng(0).standard_normal((1, 2, 4, 2))
+    check_gradients(lambda t: tf.space_to_depth(t, 2), [pixels])

@@ -16,7 +16,7 @@ __all__ = [
     "reshape", "transpose", "concat", "split", "stack", "unstack", "squeeze", "expand_dims",
     "tile", "pad", "one_hot", "strided_slice", "broadcast_to", "zeros", "ones", "zeros_like",
     "ones_like", "fill", "range_", "shape_tensor", "static_shape", "slice_", "linspace",
-    "reverse",
+    "reverse", "space_to_depth", "depth_to_space",
 ]
 
 
@@ -975,6 +975,44 @@ def linspace(start, stop, num, name=None) -> Tensor:
     start = convert_to_tensor(start)
     stop = convert_to_tensor(stop, dtype=None if is_symbolic(stop) else start.dtype)
     return _out("LinSpace", [start, stop], {"num": int(num)}, name)
+
+def space_to_depth(input, block_size: int, name=None, data_format="NHWC") -> Tensor:  # noqa: A002 - TF's
+    """Each ``block_size`` x ``block_size`` block of pixels moved into the channels:
+    ``[N, H, W, C] -> [N, H / b, W / b, b * b * C]`` (YOLOv2's reorg layer), TF's order. A
+    reshape and a transpose, so its gradient is theirs."""
+    block, (n, h, w, c) = _blocks(input, block_size, data_format, "space_to_depth")
+    if isinstance(h, int) and h % block or isinstance(w, int) and w % block:
+        raise ValueError(f"space_to_depth: height and width ({h}, {w}) must be multiples of block_size "
+                         f"{block}")
+    with get_default_graph().name_scope(name or "SpaceToDepth"):
+        tiles = reshape(input, [n, h // block, block, w // block, block, c])
+        return reshape(transpose(tiles, [0, 1, 3, 2, 4, 5]), [n, h // block, w // block, c * block * block])
+
+
+def depth_to_space(input, block_size: int, name=None, data_format="NHWC") -> Tensor:  # noqa: A002 - TF's
+    """The inverse of :func:`space_to_depth`: ``[N, H, W, b * b * C] -> [N, H * b, W * b, C]``
+    (sub-pixel upsampling)."""
+    block, (n, h, w, c) = _blocks(input, block_size, data_format, "depth_to_space")
+    if isinstance(c, int) and c % (block * block):
+        raise ValueError(f"depth_to_space: the channels ({c}) must be a multiple of block_size^2 "
+                         f"({block * block})")
+    with get_default_graph().name_scope(name or "DepthToSpace"):
+        tiles = reshape(input, [n, h, w, block, block, c // (block * block)])
+        return reshape(transpose(tiles, [0, 1, 3, 2, 4, 5]), [n, h * block, w * block, c // (block * block)])
+
+
+def _blocks(input, block_size, data_format: str, what: str) -> tuple[int, list]:  # noqa: A002
+    if data_format != "NHWC":
+        raise ValueError(f"{what}: dflow takes data_format='NHWC' only, got {data_format!r}")
+    block = int(block_size)
+    if block < 2:
+        raise ValueError(f"{what}: block_size must be at least 2, got {block_size}")
+    input = convert_to_tensor(input)  # noqa: A001
+    if input.shape.ndims != 4:
+        raise ValueError(f"{what} takes a 4-d NHWC tensor, got shape {input.shape}")
+    dims = [d if d is not None else shape(input)[k] for k, d in enumerate(input.shape.as_list())]
+    return block, dims
+
 
 # what tensor conversion and indexing build (graph.py cannot import this module)
 register_op_builders(constant=constant, stack=stack, strided_slice=strided_slice)
