@@ -173,6 +173,8 @@ from .ops.math_ops import (
     cumsum,
     divide,
     equal,
+    erf,
+    erfc,
     exp,
     expm1,
     eye,

@@ -19,6 +19,8 @@ from .ops.math_ops import (
     count_nonzero,
     divide,
     equal,
+    erf,
+    erfc,
     exp,
     expm1,
     floor,
@@ -67,7 +69,7 @@ from .ops.math_ops import (
 
 __all__ = [
     "abs", "add", "add_n", "argmax", "argmin", "ceil", "cos", "count_nonzero", "divide", "equal",
-    "exp", "expm1", "floor", "floordiv", "floormod", "greater", "greater_equal", "in_top_k",
+    "erf", "erfc", "exp", "expm1", "floor", "floordiv", "floormod", "greater", "greater_equal", "in_top_k",
     "is_finite", "is_inf", "is_nan", "l2_normalize", "less", "less_equal", "log", "log1p",
     "log_softmax", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum", "minimum",
     "mod", "multiply", "negative", "not_equal", "pow", "reciprocal", "reduce_all", "reduce_any",
