@@ -665,3 +665,23 @@ def test_erf_and_erfc_to_float32_precision_with_gradients(xp):
     np.testing.assert_allclose(erf, [math.erf(p) for p in points], rtol=2e-7, atol=0)
     np.testing.assert_allclose(erfc, [math.erfc(p) for p in points], rtol=2e-7, atol=0)
     np.testing.assert_allclose(grad, 4 / np.sqrt(np.pi) * np.exp(-points * points), rtol=1e-12)
+
+
+def test_sort_argsort_unique_as_tensorflow_gives_them():
+    """TensorFlow 2.21's (compat.v1) values for the same graph, ties and the sort's gradient included."""
+    x = tf.constant([[3.0, 1.0, 2.0, 1.0], [0.5, -2.0, 7.0, 0.5]])
+    w = tf.constant([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    down_columns = tf.sort(x, axis=0)
+    (grad,) = tf.gradients(tf.reduce_sum(tf.sort(x) * w) + tf.reduce_sum(down_columns * w), [x])
+    values, index = tf.unique(tf.constant([5, 3, 5, 7, 3, 1]))
+    with tf.Session() as sess:
+        got = sess.run([down_columns, tf.sort(x, direction="DESCENDING"), tf.argsort(x),
+                        tf.argsort(x, axis=0, direction="DESCENDING"), grad, values, index])
+    assert [v.tolist() for v in got] == [
+        [[0.5, -2.0, 2.0, 0.5], [3.0, 1.0, 7.0, 1.0]], [[3.0, 2.0, 1.0, 1.0], [7.0, 0.5, 0.5, -2.0]],
+        [[1, 3, 2, 0], [1, 0, 3, 2]], [[0, 0, 1, 0], [1, 1, 0, 1]],
+        [[9.0, 7.0, 6.0, 10.0], [7.0, 7.0, 15.0, 11.0]], [5, 3, 7, 1], [0, 1, 0, 2, 1, 3]]
+    with pytest.raises(ValueError, match="direction must be 'ASCENDING' or 'DESCENDING'"):
+        tf.sort(x, direction="UP")
+    with pytest.raises(ValueError, match="needs the length of the sorted axis"):
+        tf.sort(tf.placeholder(tf.float32, [None]))
