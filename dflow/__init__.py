@@ -121,6 +121,7 @@ from .ops.array_ops import (
 from .ops.array_ops import range_ as range
 from .ops.array_ops import slice_ as slice
 from .ops.control_flow_ops import case, cond, foldl, foldr, map_fn, scan, while_loop
+from .ops.ctc_ops import edit_distance
 from .ops.embedding_ops import (
     boolean_mask,
     gather,
@@ -245,7 +246,7 @@ from .ops.parsing_ops import (
 from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.script_ops import py_func
 from .ops.sort_ops import argsort, sort, unique
-from .ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_tensor_to_dense
+from .ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_placeholder, sparse_tensor_to_dense
 from .ops.special_math_ops import einsum, tensordot
 from .ops.state_ops import (
     assign,

@@ -25,7 +25,7 @@ from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
 from .registry import ShapeError, Spec, defop
 
-__all__ = ["SparseTensor", "SparseTensorValue", "sparse_tensor_to_dense", "to_dense"]
+__all__ = ["SparseTensor", "SparseTensorValue", "sparse_tensor_to_dense", "to_dense", "sparse_placeholder"]
 
 
 class SparseTensorValue(NamedTuple):
@@ -130,3 +130,15 @@ def sparse_tensor_to_dense(sp_input: SparseTensor, default_value=None, validate_
 
 
 to_dense = sparse_tensor_to_dense  # tf.sparse.to_dense
+
+
+def sparse_placeholder(dtype, shape=None, name=None) -> SparseTensor:
+    """A SparseTensor to feed: ``feed_dict={sparse: (indices, values, dense_shape)}`` (or a
+    ``tf.SparseTensorValue``), as CTC scripts feed their labels."""
+    from .array_ops import placeholder
+
+    rank = None if shape is None else len(shape)
+    with get_default_graph().name_scope(name or "SparsePlaceholder"):
+        return SparseTensor(placeholder(dtypes.int64, [None, rank], name="indices"),
+                            placeholder(dtype, [None], name="values"),
+                            placeholder(dtypes.int64, [rank], name="shape"))

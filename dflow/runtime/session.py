@@ -268,7 +268,7 @@ class Session:
 
     def _convert_feeds(self, feed_dict: dict) -> dict:
         feeds = {}
-        for key, value in feed_dict.items():
+        for key, value in _sparse_feeds_spread(feed_dict):
             tensor = self.graph.as_graph_element(key)
             if isinstance(tensor, Operation):
                 raise TypeError(f"cannot feed operation {tensor.name}; feed one of its output tensors")
@@ -287,6 +287,18 @@ class Session:
                     f"which has shape {tensor.shape}", op=tensor.op.name)
             feeds[tensor.name] = array
         return feeds
+
+
+def _sparse_feeds_spread(feed_dict: dict):
+    """The feeds, a SparseTensor's ``(indices, values, dense_shape)`` fed to its three tensors."""
+    for key, value in feed_dict.items():
+        if not isinstance(key, SparseTensor):
+            yield key, value
+            continue
+        if not isinstance(value, (tuple, list)) or len(value) != 3:
+            raise TypeError(f"a SparseTensor ({key.values.name}) is fed a tf.SparseTensorValue or a tuple "
+                            f"(indices, values, dense_shape), got {type(value).__name__}")
+        yield from zip((key.indices, key.values, key.dense_shape), value)
 
 
 def _as_bytes_feed(value):
