@@ -254,3 +254,21 @@ def test_parsing_runs_on_other_namespaces(xp):
     for tensor, want in zip(fetches, expected):
         assert_of_namespace(out[tensor.name], xp, tensor.name)
         np.testing.assert_array_equal(to_host(out[tensor.name]), want, err_msg=tensor.name)
+
+
+def test_a_supervisors_session_starts_the_queue_runners_that_read_records(tmp_path):
+    """tf.train.Supervisor's managed_session starts the graph's queue runners, as TF's does (a
+    public TFRecord script read its records this way, and hung until it did)."""
+    path = str(tmp_path / "numbers.tfrecord")
+    with tf.python_io.TFRecordWriter(path) as writer:
+        for i in range(5):
+            writer.write(_example(n=[i]).SerializeToString())
+    files = tf.train.string_input_producer([path], num_epochs=1, shuffle=False)
+    _, record = tf.TFRecordReader().read(files)
+    number = tf.parse_single_example(record, {"n": tf.FixedLenFeature(1, tf.int64)})["n"]  # an int shape
+    supervisor = tf.train.Supervisor(logdir=None, local_init_op=tf.local_variables_initializer())
+    seen = []
+    with supervisor.managed_session(config=tf.ConfigProto(operation_timeout_in_ms=20000)) as sess:
+        while not supervisor.should_stop():
+            seen.append(sess.run(number).tolist())  # OutOfRangeError after the last: ends the block
+    assert seen == [[0], [1], [2], [3], [4]]

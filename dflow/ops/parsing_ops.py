@@ -340,6 +340,8 @@ def _declarations(features: dict, single: bool, what: str) -> tuple[list, list, 
 
 
 def _shape(shape, key: str) -> list[int]:
+    if isinstance(shape, int):  # FixedLenFeature((23), tf.int64): TF reads an int as one dim
+        shape = [shape]
     dims = list(getattr(shape, "as_list", lambda: shape)()) if shape is not None else []
     if any(d is None or int(d) < 0 for d in dims):
         raise ValueError(f"features[{key!r}]: a FixedLenFeature's shape must be fully known, got {shape}")

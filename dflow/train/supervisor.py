@@ -173,7 +173,8 @@ class Supervisor:
                                     max_wait_secs: float = 7200,
                                     start_standard_services: bool = True) -> Session:
         """A session whose variables are ready: the chief makes them so, the others wait
-        (up to ``max_wait_secs``) for the chief."""
+        (up to ``max_wait_secs``) for the chief. With ``start_standard_services`` the graph's
+        queue runners are started too (on every task), as TF's Supervisor does."""
         self.coord.clear_stop()
         sess = Session(master, self._graph, config)
         try:
@@ -192,6 +193,8 @@ class Supervisor:
         self._session = sess
         if self._is_chief and start_standard_services:
             self.start_standard_services(sess)
+        if start_standard_services:  # as TF's: every task's session starts the graph's queue runners
+            self.start_queue_runners(sess)
         return sess
 
     def _initialize(self, sess: Session) -> None:
