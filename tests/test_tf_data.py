@@ -233,10 +233,8 @@ def test_experimental_transformations():
 def test_unsupported_parts_name_themselves():
     with tf.Graph().as_default():
         data = tf.data.Dataset.range(3)
-        with pytest.raises(NotImplementedError, match="padded_batch is not supported by dflow"):
-            data.padded_batch(2, [None])
-        with pytest.raises(NotImplementedError, match="TFRecordDataset is not supported by dflow"):
-            tf.data.TFRecordDataset("x.tfrecord")
+        with pytest.raises(NotImplementedError, match="flat_map is not supported by dflow"):
+            data.flat_map(lambda x: x)
         with pytest.raises(RuntimeError, match="make_one_shot_iterator"):
             iter(data)
         with pytest.raises(ValueError, match="no initializer"):
@@ -347,3 +345,33 @@ def test_estimator_trains_on_a_dataset_until_it_ends(idx_files, tmp_path, caplog
         "image": tf.placeholder(tf.float32, [None, 784])})
     with pytest.raises(NotImplementedError, match="export_savedmodel is not supported by dflow"):
         classifier.export_savedmodel(str(tmp_path / "export"), serving_fn)
+
+
+def test_padded_batch_pads_as_tensorflow_does():
+    """TensorFlow 2.21's (compat.v1) batches of the same pipeline: tuples and dicts, None dims padded
+    to the batch's longest, fixed dims, padding values, strings."""
+    with tf.Graph().as_default():
+        words = tf.data.Dataset.from_tensor_slices(np.array([3, 1, 4, 2], np.int64))
+        pairs = words.map(lambda n: (tf.fill(tf.stack([n]), tf.cast(n, tf.float32)),
+                                     tf.fill(tf.stack([n, 2]), n), n))
+        pairs = pairs.padded_batch(2, padded_shapes=([None], [5, None], []),
+                                   padding_values=(-1.0, tf.constant(9, tf.int64), tf.constant(0, tf.int64)))
+        named = words.map(lambda n: {"ids": tf.fill(tf.stack([n]), n), "name": tf.constant("x")})
+        named = named.padded_batch(3, padded_shapes={"ids": [6], "name": []})
+        assert named.output_shapes["ids"].as_list() == [None, 6]
+        pair, name = pairs.make_one_shot_iterator().get_next(), named.make_one_shot_iterator().get_next()
+        with tf.Session() as sess:
+            first, second = [[v.tolist() for v in sess.run(pair)] for _ in range(2)]
+            named_batches = [sess.run(name) for _ in range(2)]
+        with pytest.raises(ValueError, match=r"padded shape \[2\] does not fit elements of shape \[3\]"):
+            tf.data.Dataset.from_tensors(tf.zeros([3])).padded_batch(2, [2])
+        too_long = tf.data.Dataset.range(1, 5).map(lambda n: tf.fill(tf.stack([n]), n)).padded_batch(4, [3])
+        with tf.Session() as sess, pytest.raises(tf.errors.InvalidArgumentError, match="larger than the"):
+            sess.run(too_long.make_one_shot_iterator().get_next())
+    assert first == [[[3.0, 3.0, 3.0], [1.0, -1.0, -1.0]],
+                     [[[3, 3], [3, 3], [3, 3], [9, 9], [9, 9]], [[1, 1], [9, 9], [9, 9], [9, 9], [9, 9]]],
+                     [3, 1]]
+    assert second[0] == [[4.0, 4.0, 4.0, 4.0], [2.0, 2.0, -1.0, -1.0]]
+    assert named_batches[0]["ids"].tolist() == [[3, 3, 3, 0, 0, 0], [1, 0, 0, 0, 0, 0], [4, 4, 4, 4, 0, 0]]
+    assert named_batches[1]["ids"].tolist() == [[2, 2, 0, 0, 0, 0]]
+    assert named_batches[1]["name"].tolist() == [b"x"]

@@ -221,9 +221,41 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
         """``transformation_func(self)``."""
         return transformation_func(self)
 
-    def padded_batch(self, *args, **kwargs):
-        raise NotImplementedError("Dataset.padded_batch is not supported by dflow: pad each element to one "
-                                  "shape in a map() (tf.pad), then use batch()")
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None,
+                     drop_remainder=False) -> DatasetV1:
+        """``batch_size`` consecutive elements, each padded at the end of every dimension to
+        ``padded_shapes`` (nested as the elements; a ``None`` or -1 dim, or no ``padded_shapes``:
+        to the longest in the batch) with ``padding_values`` (default 0, ``b""`` for strings).
+
+        >>> import dflow as tf
+        >>> with tf.Graph().as_default():
+        ...     rows = tf.data.Dataset.range(1, 4).map(lambda n: tf.fill([n], n))
+        ...     batch = rows.padded_batch(3, padded_shapes=[None]).make_one_shot_iterator().get_next()
+        ...     tf.Session().run(batch).tolist()
+        [[1, 0, 0], [2, 2, 0], [3, 3, 3]]
+        """
+        size = _positive(batch_size, "batch_size")
+        count = len(self._specs)
+        shapes = _along(self._structure, padded_shapes, count, "padded_shapes")
+        values = _along(self._structure, padding_values, count, "padding_values")
+        padded = []
+        for (_, shape), want in zip(self._specs, shapes):
+            if want is None:
+                if shape is None:
+                    raise ValueError("padded_batch needs padded_shapes for an element of unknown rank")
+                want = [None] * len(shape)
+            want = [None if d is None or int(d) < 0 else int(d)
+                    for d in (want.as_list() if isinstance(want, TensorShape) else want)]
+            if shape is not None and (len(want) != len(shape) or any(
+                    w is not None and d is not None and d > w for w, d in zip(want, shape))):
+                raise ValueError(f"padded_batch: padded shape {want} does not fit elements of shape "
+                                 f"{list(shape)}")
+            padded.append(want)
+        fills = [_padding(value, dtype) for (dtype, _), value in zip(self._specs, values)]
+        batch = size if drop_remainder else None
+        specs = [(dtype, (batch, *want)) for (dtype, _), want in zip(self._specs, padded)]
+        return self._then("padded_batch", self._structure, specs, batch_size=size,
+                          drop_remainder=bool(drop_remainder), padded_shapes=padded, padding_values=fills)
 
     def flat_map(self, *args, **kwargs):
         raise NotImplementedError("Dataset.flat_map is not supported by dflow: build the flat dataset "
@@ -266,6 +298,34 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
 
     def __repr__(self) -> str:
         return f"<DatasetV1 {self._kind}: types {self.output_types}, shapes {self.output_shapes}>"
+
+
+def _padding(value, dtype) -> object:
+    """A padding value as plain data (the plan travels as JSON): bytes as a latin-1 str."""
+    if value is None:
+        return "" if dtype == dtypes.string else 0
+    if isinstance(value, Tensor):
+        value = value.op.attrs.get("value") if value.op.type == "Const" else None
+        if value is None:
+            raise TypeError("padded_batch's padding_values must be constants (Python values or tf.constant)")
+    value = value.item() if hasattr(value, "item") else value
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _along(structure, value, count: int, what: str) -> list:
+    """``value``'s parts, one per component of elements nested as ``structure`` (a part that is
+    itself a list or tuple, a shape, stays whole); ``None``: None for each."""
+    if value is None:
+        return [None] * count
+    if structure is None:
+        return [value]
+    if isinstance(structure, dict):
+        if not isinstance(value, dict) or set(value) != set(structure):
+            raise ValueError(f"{what} must be nested as the elements: a dict of {sorted(structure)}")
+        return [part for key in structure for part in _along(structure[key], value[key], count, what)]
+    if not isinstance(value, (tuple, list)) or len(value) != len(structure):
+        raise ValueError(f"{what} must be nested as the elements: a tuple of {len(structure)}")
+    return [part for sub, item in zip(structure, value) for part in _along(sub, item, count, what)]
 
 
 def _positive(value, what: str) -> int:

@@ -203,6 +203,44 @@ def _batch(plan, upstream, ctx) -> Pass:
     return batches
 
 
+def _padded_batch(plan, upstream, ctx) -> Pass:
+    (source,), size, drop = upstream, plan["batch_size"], plan["drop_remainder"]
+
+    def batches():
+        elements = iter(source())
+        while rows := list(itertools.islice(elements, size)):
+            if len(rows) < size and drop:
+                return
+            yield tuple(_pad(ctx.xp, [row[i] for row in rows], want, fill)
+                        for i, (want, fill) in enumerate(zip(plan["padded_shapes"], plan["padding_values"])))
+    return batches
+
+
+def _pad(xp, parts, want: list, fill):
+    """``parts`` stacked, each padded with ``fill`` at the end of every dim to ``want`` (None: the
+    longest part's)."""
+    import numpy
+
+    shapes = [tuple(part.shape) for part in parts]
+    if any(len(shape) != len(want) for shape in shapes):
+        raise InvalidArgumentError(f"padded_batch: elements of shapes {sorted(set(shapes))} do not have the "
+                                   f"rank of padded_shapes {want}")
+    target = [w if w is not None else max(shape[k] for shape in shapes) for k, w in enumerate(want)]
+    too_big = [shape for shape in shapes if any(d > t for d, t in zip(shape, target))]
+    if too_big:
+        raise InvalidArgumentError(f"padded_batch: an element of shape {too_big[0]} is larger than the "
+                                   f"padded shape {target}")
+    strings = isinstance(parts[0], numpy.ndarray) and parts[0].dtype == object
+    if strings:
+        out = numpy.full((len(parts), *target), fill.encode("latin-1") if isinstance(fill, str) else fill,
+                         dtype=object)
+    else:
+        out = xp.full((len(parts), *target), fill, dtype=xp.asarray(parts[0]).dtype)
+    for index, part in enumerate(parts):
+        out[(index, *(slice(0, d) for d in part.shape))] = part
+    return out
+
+
 def _stack(xp, parts):
     import numpy
 
@@ -213,7 +251,7 @@ def _stack(xp, parts):
     except ValueError as e:
         shapes = sorted({tuple(getattr(p, "shape", ())) for p in parts})
         raise InvalidArgumentError(f"batch: cannot stack elements of different shapes {shapes}; make them "
-                                   "one shape in a map() first (padded_batch: not supported by dflow)") from e
+                                   "one shape in a map() first, or use padded_batch") from e
 
 
 def _shuffle(plan, upstream, ctx) -> Pass:
@@ -304,7 +342,8 @@ _STAGES: dict[str, Callable[..., Pass]] = {
     "tensors": _tensors, "tensor_slices": _tensor_slices, "range": _range,
     "fixed_length_records": _fixed_length_records, "text_lines": _text_lines, "tf_records": _tf_records,
     "generator": _generator,
-    "map": _map, "filter": _filter, "batch": _batch, "shuffle": _shuffle, "repeat": _repeat,
+    "map": _map, "filter": _filter, "batch": _batch, "padded_batch": _padded_batch, "shuffle": _shuffle,
+    "repeat": _repeat,
     "take": _take, "skip": _skip, "cache": _cache, "zip": _zip, "concatenate": _concatenate,
     "prefetch": _prefetch,
 }
