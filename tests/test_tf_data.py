@@ -233,7 +233,7 @@ def test_experimental_transformations():
 def test_unsupported_parts_name_themselves():
     with tf.Graph().as_default():
         data = tf.data.Dataset.range(3)
-        with pytest.raises(NotImplementedError, match="flat_map is not supported by dflow"):
+        with pytest.raises(TypeError, match="interleave / flat_map must return a dataset"):
             data.flat_map(lambda x: x)
         with pytest.raises(RuntimeError, match="make_one_shot_iterator"):
             iter(data)
@@ -375,3 +375,15 @@ def test_padded_batch_pads_as_tensorflow_does():
     assert named_batches[0]["ids"].tolist() == [[3, 3, 3, 0, 0, 0], [1, 0, 0, 0, 0, 0], [4, 4, 4, 4, 0, 0]]
     assert named_batches[1]["ids"].tolist() == [[2, 2, 0, 0, 0, 0]]
     assert named_batches[1]["name"].tolist() == [b"x"]
+
+
+def test_contrib_and_experimental_transformations_apply():
+    with tf.Graph().as_default():
+        numbers = tf.data.Dataset.range(1, 4)
+        spread = numbers.apply(tf.contrib.data.parallel_interleave(
+            lambda n: tf.data.Dataset.from_tensor_slices(tf.fill(tf.stack([n]), n)), cycle_length=3))
+        whole = numbers.apply(tf.data.experimental.batch_and_drop_remainder(2))
+        assert whole.output_shapes.as_list() == [2]
+        with tf.Session() as sess:
+            assert run_all(sess, spread.make_one_shot_iterator().get_next()) == [1, 2, 3, 2, 3, 3]
+            assert [b.tolist() for b in run_all(sess, whole.make_one_shot_iterator().get_next())] == [[1, 2]]

@@ -272,3 +272,31 @@ def test_a_supervisors_session_starts_the_queue_runners_that_read_records(tmp_pa
         while not supervisor.should_stop():
             seen.append(sess.run(number).tolist())  # OutOfRangeError after the last: ends the block
     assert seen == [[0], [1], [2], [3], [4]]
+
+
+def test_sharded_files_interleave_in_tensorflows_order(tmp_path):
+    """list_files -> interleave(TFRecordDataset, cycle_length=2, block_length=2 and 1) and flat_map, as
+    TensorFlow 2.21 (compat.v1) orders the same shards' records; the filenames a string tensor."""
+    for shard in range(3):
+        with tf.python_io.TFRecordWriter(str(tmp_path / f"part-{shard}.tfrecord")) as writer:
+            for i in range(shard + 2):
+                writer.write(f"{shard}:{i}".encode())
+    files = tf.data.Dataset.list_files(str(tmp_path / "part-*.tfrecord"), shuffle=False)
+    cycled = files.interleave(tf.data.TFRecordDataset, cycle_length=2, block_length=2)
+    alternating = files.interleave(tf.data.TFRecordDataset, cycle_length=2)
+    flat = files.flat_map(lambda name: tf.data.TFRecordDataset(name).map(lambda r: tf.identity(r)))
+    shuffled = tf.data.Dataset.list_files([str(tmp_path / "part-*")], seed=3)
+    with tf.Session() as sess:
+        got = []
+        for data in (cycled, flat, shuffled, shuffled, alternating):
+            element, values = data.make_one_shot_iterator().get_next(), []
+            with pytest.raises(tf.errors.OutOfRangeError):
+                while True:
+                    values.append(sess.run(element))
+            got.append(values)
+    assert [v.decode() for v in got[0]] == ["0:0", "0:1", "1:0", "1:1", "1:2", "2:0", "2:1", "2:2", "2:3"]
+    assert [v.decode() for v in got[1]] == ["0:0", "0:1", "1:0", "1:1", "1:2", "2:0", "2:1", "2:2", "2:3"]
+    assert sorted(got[2]) == sorted(got[3]) and len(got[2]) == 3
+    assert [v.decode() for v in got[4]] == ["0:0", "1:0", "0:1", "1:1", "1:2", "2:0", "2:1", "2:2", "2:3"]
+    with pytest.raises(ValueError, match="no files match"):
+        tf.data.Dataset.list_files(str(tmp_path / "nothing-*"))

@@ -1,8 +1,8 @@
 """``tf.contrib``: the parts of TF 1.x's contrib that real scripts use most.
 
-``tf.contrib.layers``, ``tf.contrib.rnn`` and ``tf.contrib.factorization`` (``KMeans``) are here; any
-other ``tf.contrib.X`` raises an AttributeError that names it, says dflow does not support it, and
-what to use instead.
+``tf.contrib.layers``, ``tf.contrib.rnn``, ``tf.contrib.data`` and ``tf.contrib.factorization``
+(``KMeans``) are here; any other ``tf.contrib.X`` raises an AttributeError that names it, says dflow
+does not support it, and what to use instead.
 
 >>> import dflow as tf
 >>> tf.contrib.summary
@@ -11,9 +11,9 @@ Traceback (most recent call last):
 AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary instead
 """
 
-from . import factorization, layers, legacy_seq2seq, rnn, seq2seq, slim
+from . import data, factorization, layers, legacy_seq2seq, rnn, seq2seq, slim
 
-__all__ = ["factorization", "layers", "legacy_seq2seq", "rnn", "seq2seq", "slim"]
+__all__ = ["data", "factorization", "layers", "legacy_seq2seq", "rnn", "seq2seq", "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {
@@ -22,7 +22,6 @@ _INSTEAD = {
     "metrics": "tf.metrics",
     "losses": "tf.losses",
     "keras": "tf.layers",
-    "data": "tf.data",
     "training": "tf.train (Supervisor, MonitoredTrainingSession, SyncReplicasOptimizer)",
     "opt": "the optimizers of tf.train",
     "optimizer_v2": "the optimizers of tf.train",

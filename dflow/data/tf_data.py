@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
 import numpy as np
 
 from .. import dtypes
@@ -101,6 +102,20 @@ class DatasetConstructors:
                              f"shapes {[t.shape for t in leaves]}")
         specs = [(t.dtype, None if t.shape.dims is None else t.shape.dims[1:]) for t in leaves]
         return DatasetV1("tensor_slices", structure, specs, captured=leaves)
+
+    @staticmethod
+    def list_files(file_pattern, shuffle=None, seed=None) -> DatasetV1:
+        """The names of the files matching ``file_pattern`` (a glob, or a list of them; local or
+        fsspec URLs), matched when the graph is built, in a new random order every epoch unless
+        ``shuffle=False`` (then sorted), as scalar strings."""
+        from ..gfile import Glob
+
+        patterns = [file_pattern] if isinstance(file_pattern, (str, bytes)) else list(file_pattern)
+        names = sorted({name for p in patterns for name in Glob(p.decode() if isinstance(p, bytes) else p)})
+        if not names:
+            raise ValueError(f"list_files: no files match {file_pattern!r}")
+        files = DatasetConstructors.from_tensor_slices(numpy.asarray(names, dtype=object))
+        return files.shuffle(len(names), seed=seed) if shuffle is None or shuffle else files
 
     @staticmethod
     def range(*args, output_type=dtypes.int64) -> DatasetV1:
@@ -257,13 +272,44 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
         return self._then("padded_batch", self._structure, specs, batch_size=size,
                           drop_remainder=bool(drop_remainder), padded_shapes=padded, padding_values=fills)
 
-    def flat_map(self, *args, **kwargs):
-        raise NotImplementedError("Dataset.flat_map is not supported by dflow: build the flat dataset "
-                                  "directly (e.g. from_tensor_slices over all the rows)")
+    def flat_map(self, map_func) -> DatasetV1:
+        """The elements of ``map_func(element)`` (a dataset) for each element, one dataset after
+        another: ``files.flat_map(tf.data.TFRecordDataset)``."""
+        return self.interleave(map_func, cycle_length=1)
 
-    def interleave(self, *args, **kwargs):
-        raise NotImplementedError("Dataset.interleave is not supported by dflow: list every file in one "
-                                  "FixedLengthRecordDataset or TextLineDataset instead")
+    def interleave(self, map_func, cycle_length=None, block_length=1, num_parallel_calls=None) -> DatasetV1:
+        """``map_func(element)`` (a dataset) for ``cycle_length`` elements at a time, taking
+        ``block_length`` elements from each in turn, as TF's interleave orders them (an ended
+        dataset's place goes to the next element's): ``files.interleave(tf.data.TFRecordDataset,
+        cycle_length=4)`` reads four shards at once. ``cycle_length`` defaults to 1; the datasets
+        are read in this order on one thread (``num_parallel_calls`` is accepted).
+
+        >>> import dflow as tf
+        >>> with tf.Graph().as_default():
+        ...     data = tf.data.Dataset.range(1, 4).interleave(  # n, n times
+        ...         lambda n: tf.data.Dataset.from_tensor_slices(tf.fill(tf.stack([n]), n)), cycle_length=2)
+        ...     element = data.make_one_shot_iterator().get_next()
+        ...     with tf.Session() as sess:
+        ...         [int(sess.run(element)) for _ in range(6)]
+        [1, 2, 2, 3, 3, 3]
+        """
+        made = {}
+
+        def captured_of(*element):  # traced: what the element's dataset takes from the element
+            dataset = map_func(*element)
+            if not isinstance(dataset, DatasetV1):
+                raise TypeError("the function passed to Dataset.interleave / flat_map must return a "
+                                f"dataset, got {dataset!r}")
+            captured = []
+            made["plan"], made["dataset"] = dataset._plan(captured), dataset
+            return tuple(captured)
+
+        function, _, _ = _trace(captured_of, self, "interleave")
+        inner = made["dataset"]
+        return DatasetV1("interleave", inner._structure, inner._specs, inputs=[self], params={
+            "function": function, "dataset": made["plan"], "cycle_length": _positive(cycle_length or 1,
+                                                                                      "cycle_length"),
+            "block_length": _positive(block_length, "block_length")})
 
     def __iter__(self):
         raise RuntimeError("iterating over a tf.data.Dataset in Python needs eager execution, which dflow "
@@ -378,7 +424,20 @@ def _trace(function, dataset: DatasetV1, what: str) -> tuple[dict, Any, list]:
     return function_plan, structure, [(t.dtype, t.shape.dims) for t in outputs]
 
 
-class FixedLengthRecordDataset(DatasetV1):
+class _FileDataset(DatasetV1):
+    """A dataset of files' records: the names are known when the graph is built, or are a
+    string tensor computed when the step runs (an interleave's element: the stage reads them from
+    its captured values)."""
+
+    def __init__(self, kind: str, filenames, what: str, params: dict):
+        computed = isinstance(filenames, Tensor) and filenames.op.type != "Const"
+        if computed and filenames.dtype != dtypes.string:
+            raise TypeError(f"{what}: filenames must be strings, got a {filenames.dtype.name} tensor")
+        super().__init__(kind, None, [(dtypes.string, ())], captured=[filenames] if computed else [],
+                         params={"filenames": None if computed else _filenames(filenames, what), **params})
+
+
+class FixedLengthRecordDataset(_FileDataset):
     """The records of binary files: ``record_bytes`` each, after ``header_bytes`` and before
     ``footer_bytes``, as scalar ``tf.string`` tensors (decode them with ``tf.decode_raw``).
 
@@ -394,24 +453,22 @@ class FixedLengthRecordDataset(DatasetV1):
     """
 
     def __init__(self, filenames, record_bytes, header_bytes=None, footer_bytes=None, buffer_size=None):
-        super().__init__("fixed_length_records", None, [(dtypes.string, ())], params={
-            "filenames": _filenames(filenames, "FixedLengthRecordDataset"),
+        super().__init__("fixed_length_records", filenames, "FixedLengthRecordDataset", {
             "record_bytes": _positive(record_bytes, "record_bytes"),
             "header_bytes": int(header_bytes or 0), "footer_bytes": int(footer_bytes or 0)})
 
 
-class TextLineDataset(DatasetV1):
+class TextLineDataset(_FileDataset):
     """The lines of text files (without their line ends), as scalar ``tf.string`` tensors."""
 
     def __init__(self, filenames, compression_type=None, buffer_size=None):
         if compression_type:
             raise ValueError("TextLineDataset(compression_type=...) is not supported by dflow: decompress "
                              "the files first")
-        super().__init__("text_lines", None, [(dtypes.string, ())],
-                         params={"filenames": _filenames(filenames, "TextLineDataset")})
+        super().__init__("text_lines", filenames, "TextLineDataset", {})
 
 
-class TFRecordDataset(DatasetV1):
+class TFRecordDataset(_FileDataset):
     """The records of TFRecord files (``tf.python_io.TFRecordWriter``'s, TensorFlow's), as scalar
     ``tf.string`` tensors, each checked against its checksums (a damaged one is a DataLossError).
     ``compression_type`` is ``None``/``""``, ``"ZLIB"`` or ``"GZIP"``; the files are read one
@@ -420,16 +477,12 @@ class TFRecordDataset(DatasetV1):
     def __init__(self, filenames, compression_type=None, buffer_size=None, num_parallel_reads=None):
         from ..tf_record import compression_of
 
-        super().__init__("tf_records", None, [(dtypes.string, ())], params={
-            "filenames": _filenames(filenames, "TFRecordDataset"),
-            "compression_type": compression_of(compression_type)})
+        super().__init__("tf_records", filenames, "TFRecordDataset",
+                         {"compression_type": compression_of(compression_type)})
 
 
 def _filenames(filenames, what: str) -> list[str]:
     if isinstance(filenames, Tensor):
-        if filenames.op.type != "Const":
-            raise TypeError(f"{what}: filenames must be Python strings or a constant (a tensor computed at "
-                            f"run time, here {filenames.name}, is not supported by dflow)")
         filenames = filenames.op.attrs["value"]
     if isinstance(filenames, str | bytes):
         filenames = [filenames]

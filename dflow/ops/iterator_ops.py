@@ -65,9 +65,19 @@ def _range(plan, upstream, ctx) -> Pass:
     return lambda: ((xp.asarray(i, dtype=dtype),) for i in range(*plan["args"]))
 
 
+def _file_names(plan, ctx) -> list[str]:
+    """A file source's names: in the plan, or a string tensor's value when the step runs."""
+    if plan["filenames"] is not None:
+        return plan["filenames"]
+    import numpy
+
+    names = numpy.asarray(ctx.captured[plan["captured"][0]], dtype=object).reshape(-1).tolist()
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
 def _fixed_length_records(plan, upstream, ctx) -> Pass:
     def records():
-        for name in plan["filenames"]:
+        for name in _file_names(plan, ctx):
             yield from _file_records(name, plan["record_bytes"], plan["header_bytes"], plan["footer_bytes"])
     return records
 
@@ -140,7 +150,7 @@ def _text_lines(plan, upstream, ctx) -> Pass:
         import fsspec
         import numpy
 
-        for name in plan["filenames"]:
+        for name in _file_names(plan, ctx):
             with fsspec.open(name, "rb") as f:
                 for line in f:
                     yield (numpy.asarray(line.rstrip(b"\r\n"), dtype=object),)
@@ -154,7 +164,7 @@ def _tf_records(plan, upstream, ctx) -> Pass:
 
         from ..tf_record import read_records
 
-        for name in plan["filenames"]:
+        for name in _file_names(plan, ctx):
             with fsspec.open(name, "rb") as f:
                 for _, record in read_records(f, name, plan["compression_type"]):
                     yield (numpy.asarray(record, dtype=object),)
@@ -201,6 +211,36 @@ def _batch(plan, upstream, ctx) -> Pass:
                 return
             yield tuple(_stack(ctx.xp, [row[i] for row in rows]) for i in range(len(rows[0])))
     return batches
+
+
+def _interleave(plan, upstream, ctx) -> Pass:
+    """TF's interleave order: ``cycle_length`` places visited in turn, ``block_length`` elements
+    from each; an empty place takes the next input element's dataset, an ended one is emptied."""
+    function, (source,) = _Function(plan["function"], ctx), upstream
+    cycle, block = plan["cycle_length"], plan["block_length"]
+
+    def elements():
+        inputs, places, position, taken = iter(source()), [None] * cycle, 0, 0
+        inputs_left = True
+        while inputs_left or any(p is not None for p in places):
+            if places[position] is None and inputs_left:
+                element = next(inputs, None)
+                if element is None:
+                    inputs_left = False
+                else:
+                    inner = _Context(function(element), ctx.state, ctx.xp)
+                    places[position] = iter(compile_plan(plan["dataset"], inner)())
+                continue
+            item = None if places[position] is None else next(places[position], None)
+            if item is not None:
+                yield item
+                taken += 1
+                if taken < block:
+                    continue
+            elif places[position] is not None:
+                places[position] = None
+            position, taken = (position + 1) % cycle, 0
+    return elements
 
 
 def _padded_batch(plan, upstream, ctx) -> Pass:
@@ -342,7 +382,8 @@ _STAGES: dict[str, Callable[..., Pass]] = {
     "tensors": _tensors, "tensor_slices": _tensor_slices, "range": _range,
     "fixed_length_records": _fixed_length_records, "text_lines": _text_lines, "tf_records": _tf_records,
     "generator": _generator,
-    "map": _map, "filter": _filter, "batch": _batch, "padded_batch": _padded_batch, "shuffle": _shuffle,
+    "map": _map, "filter": _filter, "interleave": _interleave, "batch": _batch, "padded_batch": _padded_batch,
+    "shuffle": _shuffle,
     "repeat": _repeat,
     "take": _take, "skip": _skip, "cache": _cache, "zip": _zip, "concatenate": _concatenate,
     "prefetch": _prefetch,
