@@ -32,6 +32,7 @@ from . import (
     python_io,
     random,
     sparse,
+    strings,
     summary,
     test,
     train,
@@ -258,6 +259,16 @@ from .ops.state_ops import (
     random_shuffle,
     random_uniform,
     truncated_normal,
+)
+from .ops.string_ops import (
+    as_string,
+    reduce_join,
+    regex_replace,
+    string_join,
+    string_split,
+    string_strip,
+    string_to_number,
+    substr,
 )
 from .ops.tensor_array_ops import TensorArray
 from .placement import DeviceSpec
