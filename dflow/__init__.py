@@ -24,6 +24,7 @@ from . import (
     gfile,
     image,  # tf.image
     layers,
+    lookup,
     losses,
     math,
     metrics,
@@ -145,6 +146,7 @@ from .ops.io_ops import (
     decode_raw,
     read_file,
 )
+from .ops.lookup_ops import tables_initializer
 from .ops.math_ops import (
     Assert,
     Print,
@@ -317,6 +319,7 @@ newaxis = None
 lin_space = linspace
 neg, select, pack, unpack = negative, where, stack, unstack  # TF 0.x names older scripts still use
 
+initialize_all_tables = tables_initializer  # TF 1.x's deprecated name
 VERSION = __version__
 GIT_VERSION = f"dflow-{DFLOW_VERSION}"  # TF's names the build here: this is dflow
 

@@ -62,6 +62,7 @@ class GraphKeys:
     TRAIN_OP = "train_op"
     SUMMARIES = "summaries"
     QUEUE_RUNNERS = "queue_runners"  # tf.train.start_queue_runners starts these
+    TABLE_INITIALIZERS = "table_initializer"  # lookup tables' initializers: tf.tables_initializer()
 
 
 class Dimension:

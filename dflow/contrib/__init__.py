@@ -11,9 +11,10 @@ Traceback (most recent call last):
 AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary instead
 """
 
+from .. import lookup
 from . import data, factorization, layers, legacy_seq2seq, rnn, seq2seq, slim
 
-__all__ = ["data", "factorization", "layers", "legacy_seq2seq", "rnn", "seq2seq", "slim"]
+__all__ = ["data", "factorization", "layers", "legacy_seq2seq", "lookup", "rnn", "seq2seq", "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {

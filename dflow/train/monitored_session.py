@@ -197,7 +197,9 @@ class MonitoredTrainingSession:
         variables = global_variables()
         self._init_op = global_variables_initializer()
         self._not_ready = report_uninitialized_variables(variables)
-        self._local_init = [local_variables_initializer(), graph.get_collection(GraphKeys.LOCAL_INIT_OP)]
+        self._local_init = [local_variables_initializer(),  # and, as TF's Scaffold, the lookup tables
+                            graph.get_collection(GraphKeys.LOCAL_INIT_OP) +
+                            graph.get_collection(GraphKeys.TABLE_INITIALIZERS)]
         self._master, self._graph, self._config = master, graph, config
         self._is_chief, self._checkpoint_dir, self._max_wait_s = is_chief, checkpoint_dir, max_wait_secs
         self._grace_s = stop_grace_period_secs

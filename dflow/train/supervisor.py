@@ -140,7 +140,8 @@ class Supervisor:
         self._queue_runners: list = []
 
     def _default_local_init(self):
-        ops = [local_variables_initializer(), *self._graph.get_collection(GraphKeys.LOCAL_INIT_OP)]
+        ops = [local_variables_initializer(), *self._graph.get_collection(GraphKeys.LOCAL_INIT_OP),
+               *self._graph.get_collection(GraphKeys.TABLE_INITIALIZERS)]  # as TF's: the lookup tables
         from ..variables import group
 
         return group(*ops, name="supervisor_local_init")
