@@ -20,7 +20,8 @@ def test_tables_from_files_and_tensors_give_tensorflows_results(tmp_path):
     words = lookup.index_table_from_file(str(tmp_path / "vocab.txt"))
     names = lookup.index_to_string_table_from_file(str(tmp_path / "vocab.txt"), default_value="UNK")
     listed = tf.lookup.index_table_from_tensor(tf.constant(["x", "y"]), default_value=7)
-    columns = lookup.TextFileInitializer(str(tmp_path / "pairs.tsv"), tf.string, 0, tf.int64, 1, delimiter="\t")
+    columns = lookup.TextFileInitializer(str(tmp_path / "pairs.tsv"), tf.string, 0, tf.int64, 1,
+                                         delimiter="\t")
     pairs = lookup.HashTable(columns, -1)
     back = lookup.index_to_string_table_from_tensor(tf.constant(["x", "y"]))
     numbers = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer([1, 2], [1.5, 2.5], tf.int64,
@@ -31,7 +32,8 @@ def test_tables_from_files_and_tensors_give_tensorflows_results(tmp_path):
             sess.run(ids)
         sess.run(tf.tables_initializer())
         got = sess.run([ids, names.lookup(tf.constant([0, 4, 9], tf.int64)),
-                        listed.lookup(tf.constant(["y", "z"])), pairs.lookup(tf.constant(["b", "c"])), back.lookup(tf.constant([1, 5], tf.int64)),
+                        listed.lookup(tf.constant(["y", "z"])), pairs.lookup(tf.constant(["b", "c"])),
+                        back.lookup(tf.constant([1, 5], tf.int64)),
                         numbers.lookup(tf.constant([2, 3], tf.int64)), words.size()])
     assert [v.tolist() for v in got] == [[0, 1, 2, 3, 0, -1], [b"the", b"mat", b"UNK"], [1, 7], [20, -1],
                                          [b"y", b"UNK"], [2.5, -1.0], 5]
