@@ -1,9 +1,11 @@
 """Recurrent networks over a sequence: ``tf.nn.static_rnn``, ``dynamic_rnn`` and the
 bidirectional forms.
 
-dflow unrolls every RNN over the time steps known at graph-build time (TF's
-``dynamic_rnn`` builds a ``while_loop`` instead): the graph holds one cell call
-per step, all sharing the cell's variables. The numbers are TF's, including
+dflow unrolls an RNN over the time steps known at graph-build time: the graph
+holds one cell call per step, all sharing the cell's variables. Where the number
+of steps is known only when the step runs (a ``padded_batch`` of sentences),
+``dynamic_rnn`` is a ``while_loop`` over TensorArrays, as TF builds it, with the
+same numbers and gradients. The numbers are TF's, including
 ``sequence_length``: past an example's length its outputs are zeros and its
 state is carried through unchanged, so the final state is the one at its last
 step.
@@ -42,18 +44,19 @@ def _initial_state(cell, initial_state, dtype, first_input):
     return cell.zero_state(_batch_size(first_input), dtypes.as_dtype(dtype))
 
 
-def _unroll(cell, inputs, state, sequence_length):
-    """The cell over a list of per-step inputs: ``(outputs, final_state)``."""
+def _unroll(cell, inputs, state, sequence_length, first_step=0):
+    """The cell over a list of per-step inputs (the first at step ``first_step``, an int or a
+    loop's counter): ``(outputs, final_state)``."""
     if sequence_length is not None:
         sequence_length = math_ops.cast(convert_to_tensor(sequence_length), dtypes.int32)
         running = array_ops.expand_dims(sequence_length, 1)  # (batch, 1): broadcasts over units
     outputs = []
-    for step, x in enumerate(inputs):
-        if step == 1:  # as TF: later steps reuse what the first created (old-style cells ask get_variable)
+    for index, x in enumerate(inputs):
+        if index == 1:  # as TF: later steps reuse what the first created (old-style cells ask get_variable)
             get_variable_scope().reuse_variables()
         output, new_state = cell(x, state)
         if sequence_length is not None:
-            done = math_ops.greater_equal(step, running)
+            done = math_ops.greater_equal(first_step + index, running)
             output = math_ops.where(done, output * 0.0, output)
             new_state = map_structure(lambda old, new, done=done: math_ops.where(done, old, new),
                                       state, new_state)
@@ -111,6 +114,16 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
     ([4, 10, 16], [4, 16])
     """
     time_axis = 0 if time_major else 1
+    inputs = convert_to_tensor(inputs)
+    if inputs.shape.ndims is None or inputs.shape.ndims < 3:
+        raise ValueError("dynamic_rnn takes [batch, time, depth] inputs ([time, batch, depth] with "
+                         f"time_major), got shape {inputs.shape}")
+    if static_dim(inputs, time_axis) is None:  # a while_loop over the steps, as TF builds it
+        with variable_scope(scope or "rnn"):
+            steps = inputs if time_major else _swap_time_and_batch(inputs)
+            state = _initial_state(cell, initial_state, dtype, steps[0])
+            outputs, state = _loop(cell, steps, state, sequence_length)
+            return outputs if time_major else _swap_time_and_batch(outputs), state
     steps = _time_steps(inputs, time_axis, "dynamic_rnn")
     with variable_scope(scope or "rnn"):
         state = _initial_state(cell, initial_state, dtype, steps[0])
@@ -118,10 +131,34 @@ def dynamic_rnn(cell, inputs, sequence_length=None, initial_state=None, dtype=No
         return array_ops.stack(outputs, axis=time_axis), state
 
 
+def _swap_time_and_batch(x):
+    return array_ops.transpose(x, [1, 0, *range(2, x.shape.ndims)])
+
+
+def _loop(cell, inputs, state, sequence_length):
+    """The cell over time-major ``inputs`` whose number of steps is known only when the step runs
+    (at least one): the first step unrolled (it makes the cell's variables, which the loop then
+    reads from outside), the others in a ``while_loop`` over TensorArrays."""
+    from .ops.control_flow_ops import while_loop
+    from .ops.tensor_array_ops import TensorArray
+
+    count = array_ops.shape(inputs)[0]
+    slices = TensorArray(inputs.dtype, size=count, element_shape=inputs.shape[1:]).unstack(inputs)
+    (first,), state = _unroll(cell, [slices.read(0)], state, sequence_length)
+    outputs = TensorArray(first.dtype, size=count, element_shape=first.shape).write(0, first)
+    get_variable_scope().reuse_variables()
+
+    def body(step, state, outputs):
+        (output,), state = _unroll(cell, [slices.read(step)], state, sequence_length, first_step=step)
+        return step + 1, state, outputs.write(step, output)
+
+    _, state, outputs = while_loop(lambda step, state, outputs: step < count, body, [1, state, outputs])
+    return outputs.stack(), state
+
+
 def _reversed_in_time(x, sequence_length, time_axis):
     if sequence_length is None:
-        steps = array_ops.unstack(x, static_dim(x, time_axis), time_axis)
-        return array_ops.stack(steps[::-1], axis=time_axis)
+        return array_ops.reverse(x, [time_axis])
     return reverse_sequence(x, math_ops.cast(convert_to_tensor(sequence_length), dtypes.int32),
                             seq_axis=time_axis, batch_axis=1 - time_axis)
 
@@ -134,7 +171,6 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None, in
     the backward outputs put back in forward time order."""
     time_axis = 0 if time_major else 1
     inputs = convert_to_tensor(inputs)
-    _time_steps(inputs, time_axis, "bidirectional_dynamic_rnn")
     with variable_scope(scope or "bidirectional_rnn"):
         with variable_scope("fw") as fw_scope:
             output_fw, state_fw = dynamic_rnn(cell_fw, inputs, sequence_length, initial_state_fw, dtype,

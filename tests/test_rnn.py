@@ -153,8 +153,8 @@ def test_contrib_rnn_is_the_same_api():
 
 
 def test_unknown_time_steps_and_features_say_what_to_do():
-    with pytest.raises(ValueError, match="time steps known at graph-build time"):
-        tf.nn.dynamic_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [None, None, 3]), dtype=tf.float32)
+    with pytest.raises(ValueError, match=r"dynamic_rnn takes \[batch, time, depth\] inputs"):
+        tf.nn.dynamic_rnn(rnn.GRUCell(2), tf.placeholder(tf.float32, [None, 3]), dtype=tf.float32)
     with pytest.raises(ValueError, match="last dimension at graph-build time"):
         tf.nn.static_rnn(rnn.GRUCell(2), [tf.placeholder(tf.float32)], dtype=tf.float32)
     with pytest.raises(TypeError, match=r"one per time step.*tf.unstack"):
@@ -532,3 +532,38 @@ def test_zero_state_tensors_as_attention_wrappers_call_them():
         values = tf.Session().run(zeros, {batch: 6})
     assert [v.shape for v in (values[0], *values[1])] == [(6, 3), (6, 2, 4), (6, 5)]
     assert values[1][1].dtype == np.float64 and not values[1][1].any()
+
+
+def test_dynamic_rnn_over_an_unknown_number_of_steps_is_the_unrolled_one():
+    """A time dimension known only when the step runs (a padded_batch of sentences): dynamic_rnn is
+    a while_loop over TensorArrays, with the unrolled RNN's outputs, states and gradients (stacked
+    LSTM and GRU cells, sequence lengths, both directions, the same weights)."""
+    rng = np.random.default_rng(0)
+    inputs, lengths = rng.standard_normal((3, 5, 4)).astype(np.float32), np.array([5, 2, 4], np.int32)
+    results, weights = [], None
+    for known in (True, False):
+        with tf.Graph().as_default():
+            x = tf.placeholder(tf.float32, [3, 5, 4] if known else [None, None, 4])
+            n = tf.placeholder(tf.int32, [None])
+            cell = tf.nn.rnn_cell.MultiRNNCell([tf.nn.rnn_cell.BasicLSTMCell(6), tf.nn.rnn_cell.GRUCell(5)])
+            out, state = tf.nn.dynamic_rnn(cell, x, sequence_length=n, dtype=tf.float32)
+            gru = tf.nn.rnn_cell.GRUCell
+            (fw, bw), _ = tf.nn.bidirectional_dynamic_rnn(gru(3), gru(3), x, sequence_length=n,
+                                                          dtype=tf.float32)
+            (fw2, bw2), _ = tf.nn.bidirectional_dynamic_rnn(gru(2), gru(2), x, dtype=tf.float32,
+                                                            scope="no_lengths")
+            loss = (tf.reduce_sum(out * out) + tf.reduce_sum(state[1]) + tf.reduce_sum(fw * bw)
+                    + tf.reduce_sum(fw2 * bw2 * bw2))
+            variables = tf.trainable_variables()
+            grads = tf.gradients(loss, [*variables, x])
+            assert out.shape.as_list() == ([3, 5, 5] if known else [None, None, 5])
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                if weights is None:
+                    weights = {v.name: sess.run(v) for v in variables}
+                for v in variables:
+                    v.load(weights[v.name], sess)
+                results.append(sess.run([out, state[0].h, loss, *grads], {x: inputs, n: lengths}))
+    assert len(results[1]) == 3 + 22 + 1  # the gradients of 22 variables and of the inputs
+    for unrolled, looped in zip(*results):
+        np.testing.assert_allclose(looped, unrolled, rtol=1e-5, atol=1e-6)
