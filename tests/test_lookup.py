@@ -2,6 +2,7 @@
 same vocabulary files and tensors; initialized by tf.tables_initializer() and by the training
 sessions' own initialization; a lookup before it refused as TF's."""
 
+import numpy as np
 import pytest
 
 import dflow as tf
@@ -51,3 +52,41 @@ def test_training_sessions_initialize_the_tables():
     supervisor = tf.train.Supervisor(logdir=None)
     with supervisor.managed_session() as sess:
         assert sess.run(ids).tolist() == [1, 0]
+
+
+def test_a_text_classifier_trains_from_lines_to_padded_batches_through_a_dynamic_rnn(tmp_path):
+    """TF 1.x's text pipeline end to end: lines of "label<TAB>words", split, words looked up in a
+    vocabulary file, padded_batch to the batch's longest sentence, embedded, a GRU over the unknown
+    number of steps with the sentence lengths, trained in a MonitoredTrainingSession."""
+    rng = np.random.default_rng(0)
+    vocab = ["<unknown>", "good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "very"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    lines = []
+    for i in range(200):
+        opinion = rng.choice(["good", "great", "fine"] if i % 2 else ["bad", "awful", "poor"])
+        lines.append(f"{i % 2}\tthe movie was {'very ' if rng.random() < 0.5 else ''}{opinion}")
+    (tmp_path / "train.tsv").write_text("\n".join(lines) + "\n")
+    table = tf.contrib.lookup.index_table_from_file(str(tmp_path / "vocab.txt"), default_value=0)
+
+    def parse(line):
+        label, text = tf.unstack(tf.string_split([line], delimiter="\t").values, 2)
+        words = tf.string_split([text]).values
+        return table.lookup(words), tf.size(words), tf.string_to_number(label, out_type=tf.int32)
+
+    data = tf.data.TextLineDataset(str(tmp_path / "train.tsv")).map(parse).shuffle(200, seed=1).repeat()
+    batches = data.padded_batch(16, padded_shapes=([None], [], []))
+    ids, lengths, labels = batches.make_one_shot_iterator().get_next()
+    embedded = tf.nn.embedding_lookup(tf.get_variable("embedding", [len(vocab), 8]), ids)
+    _, state = tf.nn.dynamic_rnn(tf.nn.rnn_cell.GRUCell(16), embedded, sequence_length=lengths,
+                                 dtype=tf.float32)
+    logits = tf.layers.dense(state, 2)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)
+    predicted = tf.argmax(logits, 1, output_type=tf.int32)
+    correct = tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
+    train = tf.train.AdamOptimizer(0.05).minimize(loss)
+    assert ids.shape.as_list() == [None, None]
+    with tf.train.MonitoredTrainingSession() as sess:
+        for _ in range(60):
+            sess.run(train)
+        accuracy = np.mean([sess.run(correct) for _ in range(5)])
+    assert accuracy >= 0.9
