@@ -195,3 +195,34 @@ def test_updates_and_averages_on_the_parameter_server_match_the_local_run(make, 
     remote = _train_with_averages(make, target, cluster.spec)
     for got, expected in zip(remote, local):
         np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+# TensorFlow 2.21's (compat.v1) schedules at these global steps, rounded to 7 digits
+SCHEDULES = {
+    0: [0.1, 0.1, 1.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+    1: [0.098209, 0.099001, 1.0, 0.099005, 0.1, 0.0990099, 0.0999901, 0.0998459, 0.0998459],
+    37: [0.045721, 0.063037, 1.0, 0.0690734, 0.1, 0.0729927, 0.0871513, 0.0013815, 0.0013815],
+    100: [0.01, 0.0001, 1.0, 0.0367879, 0.0367879, 0.05, 0.0325, 0.0146447, 0.0125],
+    101: [0.01, 0.0495505, 0.5, 0.0364219, 0.0367879, 0.0497512, 0.0316888, 0.0132839, 0.0115193],
+    150: [0.01, 0.025075, 0.5, 0.022313, 0.022313, 0.04, 0.01, 0.0915735, 0.0018306],
+    250: [0.01, 0.01675, 0.1, 0.0082085, 0.0082085, 0.0285714, 0.01, 0.0084265, 0.0013337],
+}
+
+
+def test_learning_rate_schedules_are_tensorflows():
+    with tf.Graph().as_default():
+        step = tf.placeholder(tf.int64, [])
+        rates = [tf.train.polynomial_decay(0.1, step, 100, 0.01, power=2.0),
+                 tf.train.polynomial_decay(0.1, step, 100, cycle=True),
+                 tf.train.piecewise_constant(step, [100, 200], [1.0, 0.5, 0.1]),
+                 tf.train.natural_exp_decay(0.1, step, 50, 0.5),
+                 tf.train.natural_exp_decay(0.1, step, 50, 0.5, staircase=True),
+                 tf.train.inverse_time_decay(0.1, step, 50, 0.5),
+                 tf.train.cosine_decay(0.1, step, 150, alpha=0.1),
+                 tf.train.cosine_decay_restarts(0.1, step, 40),
+                 tf.train.cosine_decay_restarts(0.1, step, 40, t_mul=1.0, m_mul=0.5)]
+        with tf.Session() as sess:
+            for at, want in SCHEDULES.items():
+                assert [round(float(r), 7) for r in sess.run(rates, {step: at})] == want, at
+        with pytest.raises(ValueError, match="one more value than boundaries"):
+            tf.train.piecewise_constant(step, [1, 2], [1.0, 2.0])

@@ -32,6 +32,14 @@ from .input import (
     slice_input_producer,
     string_input_producer,
 )
+from .learning_rate_decay import (
+    cosine_decay,
+    cosine_decay_restarts,
+    inverse_time_decay,
+    natural_exp_decay,
+    piecewise_constant,
+    polynomial_decay,
+)
 from .monitored_session import (
     CheckpointSaverHook,
     MonitoredTrainingSession,
@@ -62,7 +70,9 @@ from .variable_update import VARIABLE_UPDATES, DistributedReplicatedOptimizer, V
 
 __all__ = [
     "Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
-    "exponential_decay", "get_global_step", "create_global_step", "get_or_create_global_step",
+    "exponential_decay", "polynomial_decay", "piecewise_constant", "natural_exp_decay", "inverse_time_decay",
+    "cosine_decay", "cosine_decay_restarts", "get_global_step", "create_global_step",
+    "get_or_create_global_step",
     "global_step", "Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
     "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
