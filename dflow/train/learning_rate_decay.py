@@ -4,7 +4,7 @@ built of graph ops by TF's formulas (``tf.train.polynomial_decay`` ...).
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
 ...     step = tf.placeholder(tf.int64, [])
-...     rate = tf.train.piecewise_constant(step, [100, 200], [1.0, 0.5, 0.1])
+...     rate = tf.train.piecewise_constant(step, [100, 200], [1.0, 0.5, 0.25])
 ...     with tf.Session() as sess:
 ...         [float(sess.run(rate, {step: s})) for s in (0, 100, 101, 500)]
 [1.0, 1.0, 0.5, 0.25]
