@@ -87,6 +87,21 @@ from .graph import (
 )
 from .graph_io import import_graph_def
 from .ops import collective_ops, dataset_ops, iterator_ops  # noqa: F401  (op types no name below brings)
+from .ops.array_extras import (
+    bincount,
+    confusion_matrix,
+    diag,
+    diag_part,
+    matrix_band_part,
+    matrix_diag,
+    matrix_diag_part,
+    meshgrid,
+    roll,
+    segment_mean,
+    segment_sum,
+    trace,
+    unsorted_segment_mean,
+)
 from .ops.array_ops import (
     broadcast_to,
     concat,
