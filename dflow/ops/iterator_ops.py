@@ -201,16 +201,19 @@ def _filter(plan, upstream, ctx) -> Pass:
     return lambda: (element for element in source() if bool(predicate(element)[0]))
 
 
+def _groups(elements, size: int, drop: bool):
+    """Consecutive elements in lists of ``size`` (the last one shorter, or dropped with ``drop``)."""
+    elements = iter(elements)
+    while rows := list(itertools.islice(elements, size)):
+        if len(rows) < size and drop:
+            return
+        yield rows
+
+
 def _batch(plan, upstream, ctx) -> Pass:
     (source,), size, drop = upstream, plan["batch_size"], plan["drop_remainder"]
-
-    def batches():
-        elements = iter(source())
-        while rows := list(itertools.islice(elements, size)):
-            if len(rows) < size and drop:
-                return
-            yield tuple(_stack(ctx.xp, [row[i] for row in rows]) for i in range(len(rows[0])))
-    return batches
+    return lambda: (tuple(_stack(ctx.xp, [row[i] for row in rows]) for i in range(len(rows[0])))
+                    for rows in _groups(source(), size, drop))
 
 
 def _interleave(plan, upstream, ctx) -> Pass:
@@ -245,15 +248,10 @@ def _interleave(plan, upstream, ctx) -> Pass:
 
 def _padded_batch(plan, upstream, ctx) -> Pass:
     (source,), size, drop = upstream, plan["batch_size"], plan["drop_remainder"]
-
-    def batches():
-        elements = iter(source())
-        while rows := list(itertools.islice(elements, size)):
-            if len(rows) < size and drop:
-                return
-            yield tuple(_pad(ctx.xp, [row[i] for row in rows], want, fill)
-                        for i, (want, fill) in enumerate(zip(plan["padded_shapes"], plan["padding_values"])))
-    return batches
+    padding = list(zip(plan["padded_shapes"], plan["padding_values"]))
+    return lambda: (tuple(_pad(ctx.xp, [row[i] for row in rows], want, fill)
+                          for i, (want, fill) in enumerate(padding))
+                    for rows in _groups(source(), size, drop))
 
 
 def _pad(xp, parts, want: list, fill):
