@@ -24,6 +24,7 @@ from . import (
     gfile,
     image,  # tf.image
     layers,
+    linalg,
     lookup,
     losses,
     math,
@@ -160,6 +161,15 @@ from .ops.io_ops import (
     decode_csv,
     decode_raw,
     read_file,
+)
+from .ops.linalg_ops import (
+    cholesky,
+    matrix_determinant,
+    matrix_inverse,
+    matrix_solve,
+    qr,
+    self_adjoint_eig,
+    svd,
 )
 from .ops.lookup_ops import tables_initializer
 from .ops.math_ops import (
