@@ -357,8 +357,9 @@ def test_unsupported_contrib_names_say_so_and_what_to_use():
         _ = tf.contrib.slim.conv2d
     with pytest.raises(AttributeError, match=r"tf.contrib.slim.arg_scope is not supported by dflow; use"):
         _ = tf.contrib.slim.arg_scope
-    with pytest.raises(AttributeError, match=r"tf.contrib.learn is not supported by dflow; use tf.estimator"):
-        _ = tf.contrib.learn
+    with pytest.raises(AttributeError, match=r"tf.contrib.learn.Estimator is not supported by dflow; use "
+                                             r"tf.estimator"):
+        _ = tf.contrib.learn.Estimator
     with pytest.raises(AttributeError, match=r"tf.contrib.layers.embed_sequence is not supported by dflow"):
         _ = tf.contrib.layers.embed_sequence
     with pytest.raises(AttributeError, match=r"tf.contrib.bayesflow is not supported by dflow"):

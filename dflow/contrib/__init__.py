@@ -1,8 +1,9 @@
 """``tf.contrib``: the parts of TF 1.x's contrib that real scripts use most.
 
-``tf.contrib.layers``, ``tf.contrib.rnn``, ``tf.contrib.data`` and ``tf.contrib.factorization``
-(``KMeans``) are here; any other ``tf.contrib.X`` raises an AttributeError that names it, says dflow
-does not support it, and what to use instead.
+``tf.contrib.layers``, ``tf.contrib.rnn``, ``tf.contrib.data``, ``tf.contrib.lookup``,
+``tf.contrib.factorization`` (``KMeans``) and ``tf.contrib.learn``'s MNIST reader are here; any other
+``tf.contrib.X`` raises an AttributeError that names it, says dflow does not support it, and what to
+use instead.
 
 >>> import dflow as tf
 >>> tf.contrib.summary
@@ -12,13 +13,13 @@ AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary ins
 """
 
 from .. import lookup
-from . import data, factorization, layers, legacy_seq2seq, rnn, seq2seq, slim
+from . import data, factorization, layers, learn, legacy_seq2seq, rnn, seq2seq, slim
 
-__all__ = ["data", "factorization", "layers", "legacy_seq2seq", "lookup", "rnn", "seq2seq", "slim"]
+__all__ = ["data", "factorization", "layers", "learn", "legacy_seq2seq", "lookup", "rnn", "seq2seq",
+           "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {
-    "learn": "tf.estimator, or a tf.Session training loop with tf.layers",
     "framework": "tf.train.get_or_create_global_step, tf.global_variables and tf.train.Saver",
     "metrics": "tf.metrics",
     "losses": "tf.losses",
