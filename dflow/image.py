@@ -7,6 +7,17 @@
 [24, 24, 3]
 """
 
+from .ops.image_color_ops import (
+    adjust_hue,
+    adjust_saturation,
+    hsv_to_rgb,
+    random_hue,
+    random_saturation,
+    rgb_to_hsv,
+    rot90,
+    sample_distorted_bounding_box,
+    transpose_image,
+)
 from .ops.image_ops import (
     ResizeMethod,
     adjust_brightness,
@@ -39,4 +50,6 @@ __all__ = ["ResizeMethod", "adjust_brightness", "adjust_contrast", "central_crop
            "per_image_standardization", "random_brightness", "random_contrast", "random_crop",
            "random_flip_left_right", "random_flip_up_down", "resize_bilinear",
            "resize_image_with_crop_or_pad",
-           "resize_images", "resize_nearest_neighbor", "rgb_to_grayscale"]
+           "resize_images", "resize_nearest_neighbor", "rgb_to_grayscale", "rgb_to_hsv", "hsv_to_rgb",
+           "adjust_saturation", "adjust_hue", "random_saturation", "random_hue", "rot90", "transpose_image",
+           "sample_distorted_bounding_box"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..errors import InvalidArgumentError
 from ..graph import Tensor, TensorShape, as_shape, convert_to_tensor, get_default_graph, register_op_builders
 from . import parallel
 from .registry import ShapeError, Spec, defop
@@ -924,12 +925,46 @@ def _tensor_range(start, limit, delta, dtype, name) -> Tensor:
 
 
 # ---- slice / reverse / linspace ------------------------------------------------------
+def _window(begin, size, shape) -> tuple:
+    """The slices of ``tf.slice(x, begin, size)`` for an ``x`` of ``shape`` (host ints)."""
+    from ..runtime.devices import numpy_namespace, to_namespace
+
+    begin = np.asarray(to_namespace(begin, numpy_namespace)).astype(int).tolist()
+    size = np.asarray(to_namespace(size, numpy_namespace)).astype(int).tolist()
+    if len(begin) != len(shape) or len(size) != len(shape):
+        raise InvalidArgumentError(f"tf.slice: begin {begin} and size {size} must have one entry per "
+                                   f"dimension of the input's shape {list(shape)}")
+    stops = [dim if n == -1 else b + n for b, n, dim in zip(begin, size, shape)]
+    if any(b < 0 or stop > dim or stop < b for b, stop, dim in zip(begin, stops, shape)):
+        raise InvalidArgumentError(f"tf.slice: begin {begin} and size {size} reach outside the input's "
+                                   f"shape {list(shape)}")
+    return tuple(slice(b, stop) for b, stop in zip(begin, stops))
+
+
+def _slice_infer(inputs):
+    x, begin, _ = inputs
+    rank = len(x.shape) if x.shape is not None else begin.shape[0] if begin.shape else None
+    return [Spec(None if rank is None else (None,) * rank, x.dtype)]
+
+
+def _slice_grad_kernel(xp, x, begin, size, grad):
+    full = xp.zeros(x.shape, dtype=grad.dtype)
+    full[_window(begin, size, x.shape)] = grad
+    return full
+
+
+defop("Slice", _slice_infer, lambda xp, x, begin, size: x[_window(begin, size, x.shape)],
+      lambda op, g: [_op("SliceGrad", [*op.inputs, g]).outputs[0], None, None])
+defop("SliceGrad", lambda inputs: [Spec(inputs[0].shape, inputs[3].dtype)], _slice_grad_kernel)
+
+
 def slice_(input_, begin, size, name=None) -> Tensor:
     """Exported as ``tf.slice``: ``size[i]`` elements from ``begin[i]`` along each axis (``-1``:
-    to the end); ``begin`` and ``size`` are known when the graph is built."""
+    to the end). Known when the graph is built, it is a strided slice; tensors (an Inception
+    crop's ``sample_distorted_bounding_box``) make a ``Slice`` op of unknown dims."""
     if is_symbolic(begin) or is_symbolic(size):
-        raise NotImplementedError("tf.slice with tensor begin/size is not supported by dflow; give "
-                                  "lists of ints, or use tensor[a:b] slicing")
+        return _op("Slice", [input_, convert_to_tensor(begin, dtype=dtypes.int32),
+                             convert_to_tensor(size, dtype=dtypes.int32)], name=name or "Slice").outputs[0]
     begin, size = [int(b) for b in begin], [int(n) for n in size]
     if len(begin) != len(size):
         raise ValueError(f"tf.slice: begin {begin} and size {size} differ in length")
