@@ -347,3 +347,32 @@ def test_saver_with_dict_names_and_slashes(tmp_path):
             sess.run(w.assign(np.zeros_like(W0)))
             tf.train.Saver({"renamed/weights": w}).restore(sess, path)
             np.testing.assert_array_equal(sess.run(w), W0)
+
+
+def test_scaffold_and_the_monitored_sessions_of_tf_train(tmp_path):
+    """Scaffold's init_fn runs once the chief initialized; SingularMonitoredSession restores the
+    latest checkpoint; MonitoredSession (a ChiefSessionCreator's) saves nothing of its own; both
+    saving knobs None: MonitoredTrainingSession saves no checkpoint, as TF's."""
+    with tf.Graph().as_default():
+        step = tf.train.get_or_create_global_step()
+        w = tf.Variable(1.0)
+        increment = tf.group(tf.assign_add(step, 1), tf.assign_add(w, 1.0))
+        seen = []
+        scaffold = tf.train.Scaffold(init_fn=lambda scaffold, sess: seen.append(float(sess.run(w))))
+        with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path), scaffold=scaffold,
+                                               save_checkpoint_steps=2) as sess:
+            for _ in range(3):
+                sess.run(increment)
+        assert seen == [1.0] and tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
+        with tf.train.SingularMonitoredSession(checkpoint_dir=str(tmp_path)) as sess:
+            assert (int(sess.run(step)), float(sess.run(w))) == (3, 4.0)
+            assert isinstance(sess.raw_session(), tf.Session)
+        creator = tf.train.ChiefSessionCreator(checkpoint_dir=str(tmp_path))
+        with tf.train.MonitoredSession(session_creator=creator) as sess:
+            sess.run(increment)
+        assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-3")
+        unsaved = tmp_path / "unsaved"
+        with tf.train.MonitoredTrainingSession(checkpoint_dir=str(unsaved), save_checkpoint_secs=None,
+                                               save_checkpoint_steps=None) as sess:
+            sess.run(increment)
+        assert tf.train.latest_checkpoint(str(unsaved)) is None

@@ -42,12 +42,17 @@ from .learning_rate_decay import (
 )
 from .monitored_session import (
     CheckpointSaverHook,
+    ChiefSessionCreator,
+    MonitoredSession,
     MonitoredTrainingSession,
+    Scaffold,
     SessionRunArgs,
     SessionRunContext,
     SessionRunHook,
     SessionRunValues,
+    SingularMonitoredSession,
     StopAtStepHook,
+    WorkerSessionCreator,
 )
 from .moving_averages import ExponentialMovingAverage
 from .optimizers import (
@@ -74,7 +79,8 @@ __all__ = [
     "cosine_decay", "cosine_decay_restarts", "get_global_step", "create_global_step",
     "get_or_create_global_step",
     "global_step", "Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
-    "CheckpointState", "MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs",
+    "CheckpointState", "MonitoredTrainingSession", "MonitoredSession", "SingularMonitoredSession", "Scaffold",
+    "ChiefSessionCreator", "WorkerSessionCreator", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",
     "replica_device_setter", "GreedyLoadBalancingStrategy", "byte_size_load_fn",
     "SyncReplicasOptimizer", "ClusterSpec", "Server", "AllReduceOptimizer", "BroadcastGlobalVariablesHook",

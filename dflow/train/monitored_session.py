@@ -44,7 +44,8 @@ from .summary_saver import monitored_session_hooks
 from .training_util import get_global_step
 
 __all__ = ["MonitoredTrainingSession", "SessionRunHook", "SessionRunArgs", "SessionRunContext",
-           "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook"]
+           "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook", "Scaffold", "ChiefSessionCreator",
+           "WorkerSessionCreator", "MonitoredSession", "SingularMonitoredSession"]
 
 log = logging.getLogger("dflow")
 
@@ -184,22 +185,26 @@ class MonitoredTrainingSession:
         graph = get_default_graph()
         self._hooks = list(hooks or []) + (list(chief_only_hooks or []) if is_chief else [])
         self._saver = None
+        scaffold = scaffold or Scaffold()
         if checkpoint_dir:
-            self._saver = getattr(scaffold, "saver", None) or Saver()
-            if is_chief:
+            self._saver = scaffold.saver or Saver()
+            saves = save_checkpoint_steps or save_checkpoint_secs  # both None: TF saves no checkpoints
+            if is_chief and saves:
                 every = ({"save_steps": save_checkpoint_steps} if save_checkpoint_steps
-                         else {"save_secs": save_checkpoint_secs or 600})
+                         else {"save_secs": save_checkpoint_secs})
                 self._hooks.append(CheckpointSaverHook(checkpoint_dir, saver=self._saver, **every))
         if is_chief:  # TF's default: merge_all written to checkpoint_dir every 100 steps
             self._hooks += monitored_session_hooks(checkpoint_dir, scaffold, **_ignored)
         for hook in self._hooks:
             hook.begin()
         variables = global_variables()
-        self._init_op = global_variables_initializer()
+        self._init_op = global_variables_initializer() if scaffold.init_op is None else scaffold.init_op
+        self._scaffold = scaffold
         self._not_ready = report_uninitialized_variables(variables)
-        self._local_init = [local_variables_initializer(),  # and, as TF's Scaffold, the lookup tables
-                            graph.get_collection(GraphKeys.LOCAL_INIT_OP) +
-                            graph.get_collection(GraphKeys.TABLE_INITIALIZERS)]
+        self._local_init = ([local_variables_initializer(),  # and, as TF's Scaffold, the lookup tables
+                             graph.get_collection(GraphKeys.LOCAL_INIT_OP) +
+                             graph.get_collection(GraphKeys.TABLE_INITIALIZERS)]
+                            if scaffold.local_init_op is None else [scaffold.local_init_op, []])
         self._master, self._graph, self._config = master, graph, config
         self._is_chief, self._checkpoint_dir, self._max_wait_s = is_chief, checkpoint_dir, max_wait_secs
         self._grace_s = stop_grace_period_secs
@@ -223,7 +228,9 @@ class MonitoredTrainingSession:
                 self._saver.restore(self._session, restored)
                 log.info("restored %s", restored)
             else:
-                self._session.run(self._init_op)
+                self._session.run(self._init_op, self._scaffold.init_feed_dict)
+                if self._scaffold.init_fn is not None:
+                    self._scaffold.init_fn(self._scaffold, self._session)
         else:
             self._wait_until_ready(self._not_ready, self._max_wait_s if wait_s is None else wait_s)
         # each replica's own variables, then (a run later: after, not beside, their initializers)
@@ -364,3 +371,92 @@ class MonitoredTrainingSession:
         clean = exc_type is None or issubclass(exc_type, OutOfRangeError | StopIteration)
         self._close(run_end_hooks=clean)
         return exc_type is not None and clean
+
+
+class Scaffold:
+    """What a monitored session builds its model's session from (``tf.train.Scaffold``): the
+    initializers (``init_op``, run with ``init_feed_dict``, then ``init_fn(scaffold, session)``),
+    ``local_init_op`` (default: local variables, ``LOCAL_INIT_OP`` and the lookup tables),
+    ``saver`` and ``summary_op``; None means the session's default."""
+
+    def __init__(self, init_op=None, init_feed_dict=None, init_fn=None, ready_op=None,
+                 ready_for_local_init_op=None, local_init_op=None, summary_op=None, saver=None,
+                 copy_from_scaffold=None):
+        given = {"init_op": init_op, "init_feed_dict": init_feed_dict, "init_fn": init_fn,
+                 "local_init_op": local_init_op, "summary_op": summary_op, "saver": saver}
+        for field, value in given.items():  # what is not given is copy_from_scaffold's
+            setattr(self, field, getattr(copy_from_scaffold, field) if value is None and copy_from_scaffold
+                    else value)
+        self.ready_op, self.ready_for_local_init_op = ready_op, ready_for_local_init_op
+
+    def finalize(self) -> Scaffold:
+        """Fills the defaults TF fills here (the summary op, a saver) and freezes the graph's
+        additions no further: dflow's graphs are not finalized."""
+        from ..summary import merge_all
+
+        if self.summary_op is None:
+            self.summary_op = merge_all()
+        if self.saver is None:
+            self.saver = Saver()
+        return self
+
+
+class ChiefSessionCreator:
+    """How a ``MonitoredSession`` makes the chief's session: restore ``checkpoint_dir``'s latest
+    checkpoint, or initialize (``scaffold``)."""
+
+    def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
+                 checkpoint_filename_with_path=None):
+        if checkpoint_filename_with_path is not None:
+            raise ValueError("ChiefSessionCreator(checkpoint_filename_with_path=...) is not supported by "
+                             "dflow: give checkpoint_dir, whose latest checkpoint is restored")
+        self.scaffold, self.master, self.config = scaffold, master, config
+        self.checkpoint_dir, self.is_chief = checkpoint_dir, True
+
+
+class WorkerSessionCreator(ChiefSessionCreator):
+    """How a ``MonitoredSession`` makes a non-chief's session: wait (up to ``max_wait_secs``)
+    for the chief to initialize the shared variables."""
+
+    def __init__(self, scaffold=None, master="", config=None, max_wait_secs=30 * 60):
+        super().__init__(scaffold, master, config)
+        self.is_chief, self.max_wait_secs = False, max_wait_secs
+
+
+class MonitoredSession(MonitoredTrainingSession):
+    """``tf.train.MonitoredSession``: a monitored session made by ``session_creator`` (default:
+    a chief's), with ``hooks`` and none of its own (no checkpoint or summary saving, unlike
+    ``MonitoredTrainingSession``); it recovers from a lost task as that one does.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     step = tf.train.get_or_create_global_step()
+    ...     count = tf.assign_add(step, 1)
+    ...     with tf.train.MonitoredSession(hooks=[tf.train.StopAtStepHook(last_step=2)]) as sess:
+    ...         while not sess.should_stop():
+    ...             value = sess.run(count)
+    >>> int(value)
+    2
+    """
+
+    def __init__(self, session_creator=None, hooks=None, stop_grace_period_secs=120):
+        creator = session_creator or ChiefSessionCreator()
+        super().__init__(creator.master, creator.is_chief, creator.checkpoint_dir, creator.scaffold, hooks,
+                         config=creator.config, save_checkpoint_secs=None, save_checkpoint_steps=None,
+                         save_summaries_steps=None, log_step_count_steps=None,
+                         max_wait_secs=getattr(creator, "max_wait_secs", 7200),
+                         stop_grace_period_secs=stop_grace_period_secs)
+
+    def raw_session(self) -> Session:
+        """The underlying ``tf.Session``."""
+        return self._session
+
+
+class SingularMonitoredSession(MonitoredSession):
+    """``tf.train.SingularMonitoredSession``: a ``MonitoredSession`` of one process, made as the
+    chief's from ``scaffold``, ``master``, ``config`` and ``checkpoint_dir``."""
+
+    def __init__(self, hooks=None, scaffold=None, master="", config=None, checkpoint_dir=None,
+                 stop_grace_period_secs=120, checkpoint_filename_with_path=None):
+        super().__init__(ChiefSessionCreator(scaffold, master, config, checkpoint_dir,
+                                             checkpoint_filename_with_path), hooks, stop_grace_period_secs)
