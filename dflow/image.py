@@ -11,6 +11,7 @@ from .ops.image_color_ops import (
     adjust_hue,
     adjust_saturation,
     hsv_to_rgb,
+    non_max_suppression,
     random_hue,
     random_saturation,
     rgb_to_hsv,
@@ -52,4 +53,4 @@ __all__ = ["ResizeMethod", "adjust_brightness", "adjust_contrast", "central_crop
            "resize_image_with_crop_or_pad",
            "resize_images", "resize_nearest_neighbor", "rgb_to_grayscale", "rgb_to_hsv", "hsv_to_rgb",
            "adjust_saturation", "adjust_hue", "random_saturation", "random_hue", "rot90", "transpose_image",
-           "sample_distorted_bounding_box"]
+           "sample_distorted_bounding_box", "non_max_suppression"]

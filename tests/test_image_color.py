@@ -86,3 +86,21 @@ def test_slice_at_run_time_offsets_and_its_gradient():
     expected = np.zeros_like(x)
     expected[1:2, :, 1:3] = 2 * x[1:2, :, 1:3]
     np.testing.assert_array_equal(got_grad, expected)
+
+
+def test_non_max_suppression_selects_as_tensorflow_does():
+    """TensorFlow 2.21's selections for the same 40 boxes (one with its corners swapped, two with
+    equal scores) at several output sizes, IoU and score thresholds."""
+    rng = np.random.default_rng(3)
+    centers, sizes = rng.random((40, 2)), rng.random((40, 2)) * 0.3
+    boxes = np.concatenate([centers - sizes, centers + sizes], axis=1).astype(np.float32)
+    boxes[5] = boxes[5][[2, 3, 0, 1]]
+    scores = rng.random(40).astype(np.float32)
+    scores[7] = scores[3]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        picked = [sess.run(tf.image.non_max_suppression(boxes, scores, *args)).tolist()
+                  for args in [(10, 0.5), (5, 0.7, 0.5), (40, 0.0), (40, 1.0)]]
+    assert picked[0] == [25, 4, 32, 23, 9, 19, 28, 7, 17, 14]
+    assert picked[1] == [25, 4, 32, 23, 9]
+    assert picked[2] == [25, 32, 28, 7, 17, 31, 34, 13, 10, 0]
+    assert picked[3][:10] == [25, 4, 32, 23, 9, 19, 28, 3, 7, 17] and len(picked[3]) == 40

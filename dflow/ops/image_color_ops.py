@@ -1,7 +1,8 @@
 """The colour and box ops of Inception-style preprocessing (slim's and tf_cnn_benchmarks'
 ``distort_color`` and ``distorted_bounding_box_crop``): ``tf.image.rgb_to_hsv`` /
 ``hsv_to_rgb`` (TF's formulas, of graph ops), ``adjust_saturation``, ``adjust_hue``,
-their random forms, ``rot90``, ``transpose_image``, ``sample_distorted_bounding_box``.
+their random forms, ``rot90``, ``transpose_image``, ``sample_distorted_bounding_box``; and
+detectors' ``non_max_suppression``.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -26,7 +27,7 @@ from .registry import ShapeError, Spec, defop
 from .state_ops import op_seed, random_uniform
 
 __all__ = ["rgb_to_hsv", "hsv_to_rgb", "adjust_saturation", "adjust_hue", "random_saturation", "random_hue",
-           "rot90", "transpose_image", "sample_distorted_bounding_box"]
+           "rot90", "transpose_image", "sample_distorted_bounding_box", "non_max_suppression"]
 
 
 def _float_rgb(images, what: str) -> Tensor:
@@ -205,3 +206,53 @@ def sample_distorted_bounding_box(image_size, bounding_boxes, seed=None, seed2=N
                                          convert_to_tensor(bounding_boxes, dtype=dtypes.float32)], attrs,
         name=name or "sample_distorted_bounding_box").outputs
     return begin, size, box
+
+
+# ---- non-maximum suppression ------------------------------------------------------------------------
+def _iou(box, others):
+    """Intersection over union of ``box`` with each row of ``others`` (corners in any order)."""
+    lo = numpy.minimum(box[:2], box[2:]), numpy.minimum(others[:, :2], others[:, 2:])
+    hi = numpy.maximum(box[:2], box[2:]), numpy.maximum(others[:, :2], others[:, 2:])
+    inner = numpy.clip(numpy.minimum(hi[0], hi[1]) - numpy.maximum(lo[0], lo[1]), 0, None).prod(axis=1)
+    areas = (hi[0] - lo[0]).prod(), (hi[1] - lo[1]).prod(axis=1)
+    union = areas[0] + areas[1] - inner
+    return numpy.where((areas[0] > 0) & (areas[1] > 0), inner / numpy.where(union > 0, union, 1), 0.0)
+
+
+def _nms_kernel(xp, boxes, scores, max_output_size, iou_threshold, score_threshold):
+    boxes = numpy.asarray(to_namespace(boxes, numpy_namespace), dtype=numpy.float64)
+    scores = numpy.asarray(to_namespace(scores, numpy_namespace), dtype=numpy.float64)
+    limit = int(numpy.asarray(to_namespace(max_output_size, numpy_namespace)))
+    threshold = float(numpy.asarray(to_namespace(iou_threshold, numpy_namespace)))
+    floor = float(numpy.asarray(to_namespace(score_threshold, numpy_namespace)))
+    selected = []
+    for index in numpy.argsort(-scores, kind="stable"):  # highest first; ties: the lower index first
+        if len(selected) >= limit or scores[index] <= floor:
+            break
+        if not selected or (_iou(boxes[index], boxes[selected]) <= threshold).all():
+            selected.append(int(index))
+    return xp.asarray(numpy.asarray(selected, dtype=numpy.int32))
+
+
+def _nms_infer(inputs):
+    boxes, scores = inputs[:2]
+    if boxes.shape is not None and (len(boxes.shape) != 2 or boxes.shape[1] not in (None, 4)):
+        raise ShapeError(f"non_max_suppression's boxes are [N, 4] (y1, x1, y2, x2), got shape {boxes.shape}")
+    return [Spec((None,), dtypes.int32)]
+
+
+defop("NonMaxSuppressionV3", _nms_infer, _nms_kernel, gpu=False)
+
+
+def non_max_suppression(boxes, scores, max_output_size, iou_threshold=0.5, score_threshold=float("-inf"),
+                        name=None) -> Tensor:
+    """The indices of at most ``max_output_size`` boxes, highest score first, each overlapping
+    every one chosen before it by an IoU of at most ``iou_threshold``; boxes scoring no more than
+    ``score_threshold`` are left out (TF's greedy selection, ties to the lower index)."""
+    return get_default_graph().create_op(
+        "NonMaxSuppressionV3", [convert_to_tensor(boxes, dtype=dtypes.float32),
+                                convert_to_tensor(scores, dtype=dtypes.float32),
+                                convert_to_tensor(max_output_size, dtype=dtypes.int32),
+                                convert_to_tensor(iou_threshold, dtype=dtypes.float32),
+                                convert_to_tensor(score_threshold, dtype=dtypes.float32)],
+        name=name or "non_max_suppression").outputs[0]
