@@ -77,3 +77,22 @@ def test_ctc_errors_say_what_to_change():
             sess.run(labels.values, {labels: np.zeros(3)})
     with pytest.raises(TypeError, match="labels must be a tf.SparseTensor"):
         tf.nn.ctc_loss(tf.constant([[0]]), logits, [2])
+
+
+def test_beam_search_decodes_as_tensorflow_does():
+    """TensorFlow 2.21's beams for the same logits: paths, their order and log probabilities, with
+    narrow and wide beams, several paths, and merge_repeated both ways."""
+    logits = tf.constant(np.random.default_rng(5).standard_normal((7, 3, 4)).astype(np.float32) * 2)
+    lengths = tf.constant([7, 5, 2])
+    wide, wide_logp = tf.nn.ctc_beam_search_decoder(logits, lengths, beam_width=100, top_paths=3)
+    narrow, narrow_logp = tf.nn.ctc_beam_search_decoder(logits, lengths, beam_width=2, top_paths=1,
+                                                        merge_repeated=False)
+    with tf.Session() as sess:
+        wide, wide_logp, narrow, narrow_logp = sess.run([wide, wide_logp, narrow, narrow_logp])
+    assert wide[2].values.tolist() == [1, 0, 2, 0, 2, 0, 2, 0, 0, 1]
+    assert wide[2].dense_shape.tolist() == [3, 5]
+    assert wide[1].values.tolist() == [1, 2, 1, 2, 0, 1, 2]  # merged: [0, 0] became [0]
+    np.testing.assert_allclose(wide_logp, [[-1.831, -1.8434, -2.6221], [-1.1357, -1.4459, -2.552],
+                                           [-0.5014, -1.8341, -2.3732]], atol=1e-4)
+    assert narrow[0].values.tolist() == [1, 2, 0, 2, 0, 0, 1]
+    np.testing.assert_allclose(narrow_logp, [[-2.0635], [-1.6558], [-0.5043]], atol=1e-4)

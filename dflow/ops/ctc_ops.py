@@ -1,5 +1,6 @@
-"""Connectionist temporal classification: ``tf.nn.ctc_loss``, ``tf.nn.ctc_greedy_decoder`` and
-``tf.edit_distance``, as TF 1.x's speech-recognition scripts use them.
+"""Connectionist temporal classification: ``tf.nn.ctc_loss``, ``tf.nn.ctc_greedy_decoder``,
+``tf.nn.ctc_beam_search_decoder`` and ``tf.edit_distance``, as TF 1.x's speech-recognition
+scripts use them.
 
 ``ctc_loss`` runs the forward-backward recursion of Graves et al. (2006) on the host, in log
 space and float64, for each sequence: its first output is ``-log p(labels | logits)``, its
@@ -28,7 +29,7 @@ from .array_ops import expand_dims, transpose
 from .registry import ShapeError, Spec, defop
 from .sparse_ops import SparseTensor
 
-__all__ = ["ctc_loss", "ctc_greedy_decoder", "edit_distance"]
+__all__ = ["ctc_loss", "ctc_greedy_decoder", "ctc_beam_search_decoder", "edit_distance"]
 
 
 def _host(value) -> numpy.ndarray:
@@ -177,6 +178,82 @@ def ctc_greedy_decoder(inputs, sequence_length, merge_repeated: bool = True) -> 
         "CTCGreedyDecoder", [logits, convert_to_tensor(sequence_length, dtype=dtypes.int32)],
         {"merge_repeated": bool(merge_repeated)}, name="CTCGreedyDecoder")
     return [SparseTensor(*op.outputs[:3])], op.outputs[3]
+
+
+# ---- beam search ---------------------------------------------------------------------------------
+def _prefix_beam_search(log_probs: numpy.ndarray, width: int, top: int) -> list[tuple[tuple, float]]:
+    """The ``top`` likeliest label sequences of one sequence's ``[T, C]`` log-probabilities (the
+    blank last), each summed over its alignments, keeping ``width`` prefixes a step (Hannun et
+    al.'s prefix beam search, as TF's decoder keeps its beams)."""
+    blank = log_probs.shape[1] - 1
+    beams = {(): (0.0, -numpy.inf)}  # prefix -> (log p ending in a blank, log p ending in its label)
+    for step in log_probs:
+        grown: dict[tuple, list] = {}
+        for prefix, (blank_end, label_end) in beams.items():
+            total = numpy.logaddexp(blank_end, label_end)
+            _add(grown, prefix, 0, total + step[blank])
+            if prefix:  # its last label again, with no blank between: the same prefix
+                _add(grown, prefix, 1, label_end + step[prefix[-1]])
+            for label in range(blank):  # a repeat of the last label needs a blank before it
+                before = blank_end if prefix and label == prefix[-1] else total
+                _add(grown, prefix + (label,), 1, before + step[label])
+        ranked = sorted(grown.items(), key=lambda item: -numpy.logaddexp(*item[1]))
+        beams = dict(ranked[:width])
+    ranked = sorted(beams.items(), key=lambda item: -numpy.logaddexp(*item[1]))[:top]
+    return [(prefix, float(numpy.logaddexp(*scores))) for prefix, scores in ranked]
+
+
+def _add(grown: dict, prefix: tuple, ending: int, value: float) -> None:
+    scores = grown.setdefault(prefix, [-numpy.inf, -numpy.inf])
+    scores[ending] = numpy.logaddexp(scores[ending], value)
+
+
+def _beam_kernel(xp, logits, sequence_length, beam_width, top_paths, merge_repeated):
+    logits, lengths = _host(logits).astype(numpy.float64), _host(sequence_length)
+    batch = logits.shape[1]
+    paths = [[] for _ in range(top_paths)]
+    log_probability = numpy.full((batch, top_paths), -numpy.inf, numpy.float32)
+    for b in range(batch):
+        found = _prefix_beam_search(_log_softmax(logits[:int(lengths[b]), b]), beam_width, top_paths)
+        for k, (prefix, score) in enumerate(found):
+            labels = [c for i, c in enumerate(prefix) if not (merge_repeated and i and prefix[i - 1] == c)]
+            paths[k].append(labels)
+            log_probability[b, k] = score
+        for k in range(len(found), top_paths):
+            paths[k].append([])
+    outputs = []
+    for rows in paths:
+        indices = [(b, i) for b, labels in enumerate(rows) for i in range(len(labels))]
+        outputs += [xp.asarray(numpy.asarray(indices, numpy.int64).reshape(-1, 2)),
+                    xp.asarray(numpy.asarray([c for labels in rows for c in labels], numpy.int64)),
+                    xp.asarray(numpy.asarray([batch, max(map(len, rows), default=0)], numpy.int64))]
+    return (*outputs, xp.asarray(log_probability))
+
+
+def _beam_infer(inputs, beam_width, top_paths, merge_repeated):
+    batch = None if inputs[0].shape is None else inputs[0].shape[1]
+    path = [Spec((None, 2), dtypes.int64), Spec((None,), dtypes.int64), Spec((2,), dtypes.int64)]
+    return path * top_paths + [Spec((batch, top_paths), dtypes.float32)]
+
+
+defop("CTCBeamSearchDecoder", _beam_infer, _beam_kernel, num_outputs=None, gpu=False)
+
+
+def ctc_beam_search_decoder(inputs, sequence_length, beam_width: int = 100, top_paths: int = 1,
+                            merge_repeated: bool = True) -> tuple[list, Tensor]:
+    """``([decoded per path], log_probability)``: the ``top_paths`` likeliest label sequences per
+    sequence, each summed over its alignments, by a prefix beam search keeping ``beam_width``
+    prefixes (with ``merge_repeated``, equal labels next to each other in a result are merged, as
+    TF 1.x's default does); ``log_probability`` ``[batch, top_paths]``."""
+    if top_paths < 1 or beam_width < top_paths:
+        raise ValueError(f"ctc_beam_search_decoder needs 1 <= top_paths <= beam_width, got "
+                         f"top_paths={top_paths} and beam_width={beam_width}")
+    logits = convert_to_tensor(inputs, dtype=dtypes.float32)
+    outputs = get_default_graph().create_op(
+        "CTCBeamSearchDecoder", [logits, convert_to_tensor(sequence_length, dtype=dtypes.int32)],
+        {"beam_width": int(beam_width), "top_paths": int(top_paths), "merge_repeated": bool(merge_repeated)},
+        name="CTCBeamSearchDecoder").outputs
+    return [SparseTensor(*outputs[3 * k:3 * k + 3]) for k in range(top_paths)], outputs[-1]
 
 
 # ---- edit distance -------------------------------------------------------------------------------
