@@ -226,3 +226,27 @@ def test_learning_rate_schedules_are_tensorflows():
                 assert [round(float(r), 7) for r in sess.run(rates, {step: at})] == want, at
         with pytest.raises(ValueError, match="one more value than boundaries"):
             tf.train.piecewise_constant(step, [1, 2], [1.0, 2.0])
+
+
+def test_decoupled_weight_decay_optimizers_shrink_then_step():
+    """tf.contrib.opt.AdamWOptimizer: var -= weight_decay * var, then Adam's step on it (TF's
+    DecoupledWeightDecayExtension), three steps against NumPy."""
+    start, grad_scale, decay = np.array([1.0, -2.0, 3.0], np.float32), np.float32(0.5), 0.01
+    with tf.Graph().as_default():
+        w = tf.Variable(start)
+        loss = tf.reduce_sum(w * w) * grad_scale
+        train = tf.contrib.opt.AdamWOptimizer(decay, learning_rate=0.1).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(3):
+                sess.run(train)
+            got = sess.run(w)
+    var, m, v = start.astype(np.float64), 0.0, 0.0
+    for t in range(1, 4):
+        grad = 2 * var * grad_scale  # the gradient at the step's start, before the decay
+        var = var - decay * var
+        m, v = 0.9 * m + 0.1 * grad, 0.999 * v + 0.001 * grad * grad
+        var = var - 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-8)
+    np.testing.assert_allclose(got, var, rtol=1e-5)
+    with pytest.raises(AttributeError, match="tf.contrib.opt.LazyAdamOptimizer is not supported by dflow"):
+        _ = tf.contrib.opt.LazyAdamOptimizer

@@ -13,9 +13,9 @@ AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary ins
 """
 
 from .. import lookup
-from . import data, factorization, layers, learn, legacy_seq2seq, rnn, seq2seq, slim
+from . import data, factorization, layers, learn, legacy_seq2seq, opt, rnn, seq2seq, slim
 
-__all__ = ["data", "factorization", "layers", "learn", "legacy_seq2seq", "lookup", "rnn", "seq2seq",
+__all__ = ["data", "factorization", "layers", "learn", "legacy_seq2seq", "lookup", "opt", "rnn", "seq2seq",
            "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
@@ -25,7 +25,6 @@ _INSTEAD = {
     "losses": "tf.losses",
     "keras": "tf.layers",
     "training": "tf.train (Supervisor, MonitoredTrainingSession, SyncReplicasOptimizer)",
-    "opt": "the optimizers of tf.train",
     "optimizer_v2": "the optimizers of tf.train",
     "distribute": "tf.train.replica_device_setter, SyncReplicasOptimizer or AllReduceOptimizer",
     "summary": "tf.summary",
