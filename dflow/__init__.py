@@ -274,7 +274,14 @@ from .ops.parsing_ops import (
 from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.script_ops import py_func
 from .ops.sort_ops import argsort, sort, unique
-from .ops.sparse_ops import SparseTensor, SparseTensorValue, sparse_placeholder, sparse_tensor_to_dense
+from .ops.sparse_ops import (
+    SparseTensor,
+    SparseTensorValue,
+    sparse_placeholder,
+    sparse_retain,
+    sparse_tensor_dense_matmul,
+    sparse_tensor_to_dense,
+)
 from .ops.special_math_ops import einsum, tensordot
 from .ops.state_ops import (
     assign,

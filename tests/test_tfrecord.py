@@ -300,3 +300,30 @@ def test_sharded_files_interleave_in_tensorflows_order(tmp_path):
     assert [v.decode() for v in got[4]] == ["0:0", "1:0", "0:1", "1:1", "1:2", "2:0", "2:1", "2:2", "2:3"]
     with pytest.raises(ValueError, match="no files match"):
         tf.data.Dataset.list_files(str(tmp_path / "nothing-*"))
+
+
+def test_sparse_matmul_retain_and_scaling_as_graph_convolutions_use_them():
+    """A GCN layer's sparse ops (tkipf/gcn's sparse dropout and dot): TensorFlow 2.21's products and
+    gradients for the same sparse matrix fed through a sparse_placeholder of a given shape."""
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((4, 5)) * (rng.random((4, 5)) < 0.4)
+    indices, values = np.argwhere(dense).astype(np.int64), dense[dense != 0].astype(np.float32)
+    sparse = tf.sparse_placeholder(tf.float32, shape=tf.constant([4, 5], dtype=tf.int64))
+    b = tf.constant(rng.standard_normal((5, 3)).astype(np.float32))
+    b2 = tf.constant(rng.standard_normal((4, 2)).astype(np.float32))
+    kept = tf.sparse_retain(sparse, tf.constant(np.arange(len(values)) % 2 == 0)) * (1.0 / 0.5)
+    product = tf.sparse_tensor_dense_matmul(kept, b)
+    transposed = tf.sparse_tensor_dense_matmul(sparse, b2, adjoint_a=True)
+    plain = tf.sparse_tensor_dense_matmul(sparse, b)
+    grads = [*tf.gradients(tf.reduce_sum(product * product) + tf.reduce_sum(transposed)
+                           + tf.reduce_sum(plain * plain), [b, b2]),
+             *tf.gradients(tf.reduce_sum(plain * plain) + tf.reduce_sum(transposed), [sparse.values])]
+    with tf.Session() as sess:
+        got = sess.run([product, transposed, *grads], {sparse: (indices, values, np.array([4, 5], np.int64))})
+    tensorflow = [[-0.31661, 0.38069, 0.33843, -0.91054, 1.09485, 0.97332, -6.77989, -9.11532],
+                  [1.15797, -1.64781, -0.07954, -0.07482, 1.53848, 1.01473, 0.0, 0.0],
+                  [-3.21469, 2.83128, 5.39336, -0.20842, -0.41686, -0.40296, 78.66708, 105.91621],
+                  [-0.00637, -0.00637, 0.3616, 0.3616, -2.2837, -2.2837, 0.31025, 0.31025],
+                  [2.5212, 0.36625, 3.62586, -6.1116, -43.85506, -9.29305, 6.00477]]
+    for value, want in zip(got, tensorflow):
+        np.testing.assert_allclose(np.asarray(value).ravel()[:8], want, rtol=2e-5, atol=2e-5)

@@ -25,7 +25,8 @@ from ..graph import Tensor, TensorShape, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
 from .registry import ShapeError, Spec, defop
 
-__all__ = ["SparseTensor", "SparseTensorValue", "sparse_tensor_to_dense", "to_dense", "sparse_placeholder"]
+__all__ = ["SparseTensor", "SparseTensorValue", "sparse_tensor_to_dense", "to_dense", "sparse_placeholder",
+           "sparse_retain", "sparse_tensor_dense_matmul"]
 
 
 class SparseTensorValue(NamedTuple):
@@ -72,6 +73,18 @@ class SparseTensor:
     def __repr__(self) -> str:
         return (f"SparseTensor(indices={self.indices.name}, values={self.values.name}, "
                 f"dense_shape={self.dense_shape.name})")
+
+    def __mul__(self, scalar) -> SparseTensor:
+        """Each value times a scalar (a sparse dropout's ``1 / keep_prob``)."""
+        from .math_ops import multiply
+
+        scalar = convert_to_tensor(scalar, dtype=self.dtype)
+        if scalar.shape.ndims != 0:
+            raise TypeError("dflow multiplies a SparseTensor by a scalar only: make it dense "
+                            "(tf.sparse_tensor_to_dense) to multiply by a tensor")
+        return SparseTensor(self.indices, multiply(self.values, scalar), self.dense_shape)
+
+    __rmul__ = __mul__
 
 
 def _to_dense_infer(inputs, validate_indices):
@@ -134,11 +147,44 @@ to_dense = sparse_tensor_to_dense  # tf.sparse.to_dense
 
 def sparse_placeholder(dtype, shape=None, name=None) -> SparseTensor:
     """A SparseTensor to feed: ``feed_dict={sparse: (indices, values, dense_shape)}`` (or a
-    ``tf.SparseTensorValue``), as CTC scripts feed their labels."""
-    from .array_ops import placeholder
+    ``tf.SparseTensorValue``), as CTC scripts feed their labels; a given ``shape`` (a list or a
+    tensor) is its dense shape, which the feed may repeat."""
+    from .array_ops import placeholder, placeholder_with_default
 
-    rank = None if shape is None else len(shape)
     with get_default_graph().name_scope(name or "SparsePlaceholder"):
+        if shape is None:
+            dense_shape = placeholder(dtypes.int64, [None], name="shape")
+        else:
+            known = convert_to_tensor(shape, dtype=dtypes.int64)
+            dense_shape = placeholder_with_default(known, known.shape, name="shape")
+        rank = dense_shape.shape.as_list()[0]
         return SparseTensor(placeholder(dtypes.int64, [None, rank], name="indices"),
-                            placeholder(dtype, [None], name="values"),
-                            placeholder(dtypes.int64, [rank], name="shape"))
+                            placeholder(dtype, [None], name="values"), dense_shape)
+
+
+def sparse_retain(sp_input: SparseTensor, to_retain) -> SparseTensor:
+    """The entries of ``sp_input`` where the boolean vector ``to_retain`` is true."""
+    from .embedding_ops import boolean_mask
+
+    keep = convert_to_tensor(to_retain, dtype=dtypes.bool)
+    return SparseTensor(boolean_mask(sp_input.indices, keep), boolean_mask(sp_input.values, keep),
+                        sp_input.dense_shape)
+
+
+def sparse_tensor_dense_matmul(sp_a: SparseTensor, b, adjoint_a=False, adjoint_b=False, name=None) -> Tensor:
+    """The 2-d SparseTensor ``sp_a`` times the dense matrix ``b``: each entry's row of ``b``
+    scaled by its value, summed into its row of the result (gathers and a segment sum, whose
+    gradients are those of the values and of ``b``)."""
+    from .array_ops import expand_dims, transpose, unstack
+    from .embedding_ops import gather, unsorted_segment_sum
+
+    if not isinstance(sp_a, SparseTensor):
+        raise TypeError(f"sparse_tensor_dense_matmul takes a tf.SparseTensor first, got {sp_a!r}")
+    b = convert_to_tensor(b, dtype=sp_a.dtype)
+    b = transpose(b) if adjoint_b else b
+    with get_default_graph().name_scope(name or "SparseTensorDenseMatMul"):
+        rows, columns = unstack(sp_a.indices, 2, axis=1)
+        if adjoint_a:
+            rows, columns = columns, rows
+        count = sp_a.dense_shape[1 if adjoint_a else 0]
+        return unsorted_segment_sum(expand_dims(sp_a.values, 1) * gather(b, columns), rows, count)
