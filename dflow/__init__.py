@@ -98,6 +98,7 @@ from .ops.array_extras import (
     matrix_diag_part,
     meshgrid,
     roll,
+    scatter_nd,
     segment_mean,
     segment_sum,
     trace,

@@ -43,3 +43,22 @@ def test_array_functions_give_tensorflows_values_and_gradients():
     for value, want in zip(got, TENSORFLOW, strict=True):
         value = [np.asarray(v) for v in value] if isinstance(value, list) else np.round(np.asarray(value), 5)
         np.testing.assert_allclose(np.asarray(value, dtype=float), np.asarray(want, dtype=float), rtol=1e-5)
+
+
+def test_scatter_nd_is_tensorflows_with_its_gradient():
+    """TensorFlow 2.21's results: repeated index tuples add up, slices of trailing dims, a shape
+    known only when the step runs, and the gradient of the updates (the values gathered back)."""
+    with tf.Graph().as_default():
+        updates = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        rows = tf.scatter_nd([[0, 1], [2, 0], [0, 1]], updates, [3, 2, 2])
+        vector = tf.scatter_nd([[4], [1]], tf.constant([9, 10]), [6])
+        x = tf.placeholder(tf.float32, [None, 4])
+        run_time = tf.scatter_nd([[1, 3], [0, 0]], tf.constant([7.0, 8.0]), tf.shape(x))
+        weights = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 2, 2))
+        (grad,) = tf.gradients(tf.reduce_sum(rows * weights), [updates])
+        with tf.Session() as sess:
+            got = sess.run([rows, vector, run_time, grad], {x: np.zeros((2, 4))})
+    assert got[0].tolist() == [[[0.0, 0.0], [6.0, 8.0]], [[0.0, 0.0], [0.0, 0.0]], [[3.0, 4.0], [0.0, 0.0]]]
+    assert got[1].tolist() == [0, 10, 0, 0, 9, 0]
+    assert got[2].tolist() == [[8.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 7.0]]
+    assert got[3].tolist() == [[2.0, 3.0], [8.0, 9.0], [2.0, 3.0]]

@@ -15,12 +15,12 @@ from __future__ import annotations
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import math_ops
-from .array_ops import concat, expand_dims, ones_like, range_, reshape, shape, stack, zeros
+from .array_ops import concat, constant, expand_dims, ones_like, range_, reshape, shape, stack, zeros
 from .embedding_ops import gather, static_dim, unsorted_segment_sum
 
 __all__ = ["matrix_band_part", "matrix_diag", "matrix_diag_part", "diag", "diag_part", "trace", "roll",
            "meshgrid", "segment_sum", "segment_mean", "unsorted_segment_mean", "bincount", "confusion_matrix",
-           "swish", "crelu", "atrous_conv2d"]
+           "scatter_nd", "swish", "crelu", "atrous_conv2d"]
 
 
 def _dim(x: Tensor, axis: int):
@@ -179,6 +179,27 @@ def confusion_matrix(labels, predictions, num_classes=None, weights=None, dtype=
         counted = (ones_like(cells, dtype=dtype) if weights is None
                    else reshape(convert_to_tensor(weights, dtype=dtype), [-1]))
         return reshape(unsorted_segment_sum(counted, cells, count * count), stack([count, count]))
+
+
+def scatter_nd(indices, updates, shape, name=None) -> Tensor:
+    """A tensor of ``shape``, zeros but for ``updates`` at the index tuples ``indices[..., k]``
+    (repeated tuples add up): the inverse of ``tf.gather_nd`` (SegNet's unpooling). Built of a
+    segment sum over the tuples' positions in the flattened tensor, so ``updates`` has a gradient."""
+    indices, updates = convert_to_tensor(indices), convert_to_tensor(updates)
+    depth = static_dim(indices, -1)
+    if depth is None:
+        raise ValueError(f"scatter_nd needs the length of each index tuple when the graph is built, got "
+                         f"indices of shape {indices.shape}")
+    with get_default_graph().name_scope(name or "ScatterNd"):
+        shape = math_ops.cast(convert_to_tensor(shape), dtypes.int64)
+        positions = math_ops.cast(indices, dtypes.int64)
+        linear = 0
+        for k in range(depth):  # row-major position of each tuple among the first `depth` dims
+            linear = linear * shape[k] + positions[..., k]
+        row_shape = concat([constant([-1], dtypes.int64), shape[depth:]], 0)
+        rows = unsorted_segment_sum(reshape(updates, row_shape), reshape(linear, [-1]),
+                                    math_ops.reduce_prod(shape[:depth]))
+        return reshape(rows, shape)
 
 
 def swish(features, name=None) -> Tensor:
