@@ -307,8 +307,8 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
         function, _, _ = _trace(captured_of, self, "interleave")
         inner = made["dataset"]
         return DatasetV1("interleave", inner._structure, inner._specs, inputs=[self], params={
-            "function": function, "dataset": made["plan"], "cycle_length": _positive(cycle_length or 1,
-                                                                                      "cycle_length"),
+            "function": function, "dataset": made["plan"],
+            "cycle_length": _positive(cycle_length or 1, "cycle_length"),
             "block_length": _positive(block_length, "block_length")})
 
     def __iter__(self):
