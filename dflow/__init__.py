@@ -274,7 +274,7 @@ from .ops.parsing_ops import (
 )
 from .ops.queue_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.script_ops import py_func
-from .ops.sort_ops import argsort, sort, unique
+from .ops.sort_ops import argsort, setdiff1d, sort, unique
 from .ops.sparse_ops import (
     SparseTensor,
     SparseTensorValue,

@@ -619,10 +619,26 @@ class Graph:
         self.version = 0  # bumps on every new op; sessions key plan caches on it
         self._lock = threading.RLock()
         self.seed = None
+        self._finalized = False
 
     # ---- building ---------------------------------------------------------
+    def finalize(self) -> None:
+        """Make the graph read-only: adding an op is then an error (TF's guard against a training
+        loop that grows the graph every step)."""
+        self._finalized = True
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def _unsafe_unfinalize(self) -> None:
+        self._finalized = False
+
     def create_op(self, op_type: str, inputs=(), attrs=None, name=None) -> Operation:
         """Add an op, infer its outputs, and apply the scopes in force (name, control, device)."""
+        if self._finalized:
+            raise RuntimeError(f"Graph is finalized and cannot be modified: a {op_type} op was being added "
+                               "(build every op before graph.finalize(), e.g. outside the training loop)")
         attrs = dict(attrs or {})
         inputs = [convert_to_tensor(t) for t in inputs]
         for t in inputs:

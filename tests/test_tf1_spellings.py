@@ -685,3 +685,42 @@ def test_sort_argsort_unique_as_tensorflow_gives_them():
         tf.sort(x, direction="UP")
     with pytest.raises(ValueError, match="needs the length of the sorted axis"):
         tf.sort(tf.placeholder(tf.float32, [None]))
+
+
+def test_names_held_out_scripts_reached_for():
+    """What a second batch of held-out public scripts needed (docs/tf1_corpus.md): a finalized
+    graph, strings added in a scan, a cast SparseTensor, constant paddings, setdiff1d, hooks under
+    tf.estimator and FeedFnHook, a lookup table's hasher_spec."""
+    with tf.Graph().as_default() as graph:
+        spelled = tf.scan(lambda a, x: a + x, np.array(["T", "e", "n"]))
+        values, positions = tf.setdiff1d([1, 2, 3, 4, 2, 5], [2, 4])
+        padded = tf.pad(tf.ones([1, 2]), tf.constant([[1, 0], [0, 1]]))
+        as_float = tf.cast(tf.SparseTensor([[0, 1]], [3], [1, 2]), tf.float32)
+        table = tf.contrib.lookup.index_table_from_tensor(tf.constant(["a", "b"]),
+                                                          hasher_spec=tf.contrib.lookup.FastHashSpec)
+        ids = table.lookup(tf.constant(["b"]))
+        counted = tf.placeholder(tf.float32, [])
+        step = tf.train.get_or_create_global_step()
+        increment = tf.assign_add(step, 1)
+        graph.finalize()
+        with pytest.raises(RuntimeError, match="Graph is finalized and cannot be modified"):
+            tf.constant(1)
+        with tf.Session() as sess:
+            got = sess.run([spelled, values, positions, padded, as_float.values])
+        seen = []
+
+        class Seen(tf.estimator.SessionRunHook):
+            def before_run(self, run_context):
+                return tf.estimator.SessionRunArgs(counted)
+
+            def after_run(self, run_context, run_values):
+                seen.append(float(run_values.results))
+
+        graph._unsafe_unfinalize()  # MonitoredSession adds its initializers
+        feed = tf.train.FeedFnHook(lambda: {counted: 7.0})
+        with tf.train.MonitoredSession(hooks=[feed, Seen()]) as sess:  # its local init: the tables too
+            _, looked_up = sess.run([increment, ids])
+    assert got[0].tolist() == [b"T", b"Te", b"Ten"]
+    assert (got[1].tolist(), got[2].tolist()) == ([1, 3, 5], [0, 2, 5])
+    assert got[3].tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]] and got[4].dtype == np.float32
+    assert seen == [7.0] and looked_up.tolist() == [1]

@@ -2,6 +2,18 @@
 ``RunConfig``, ``train_and_evaluate`` and ``inputs.numpy_input_fn``. TF's canned
 estimators (``DNNClassifier``...) are not supported: the error says what to write instead."""
 
+from ..train import (
+    CheckpointSaverHook,
+    FeedFnHook,
+    LoggingTensorHook,
+    NanTensorHook,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    StopAtStepHook,
+    SummarySaverHook,
+)
 from . import export, inputs
 from .estimator import (
     Estimator,
@@ -14,7 +26,10 @@ from .estimator import (
 )
 
 __all__ = ["Estimator", "EstimatorSpec", "ModeKeys", "RunConfig", "TrainSpec", "EvalSpec",
-           "train_and_evaluate", "inputs", "export"]
+           "train_and_evaluate", "inputs", "export",
+           # the session hooks, which TF 1.x also exports here
+           "SessionRunHook", "SessionRunArgs", "SessionRunContext", "SessionRunValues", "StopAtStepHook",
+           "CheckpointSaverHook", "LoggingTensorHook", "NanTensorHook", "SummarySaverHook", "FeedFnHook"]
 
 _CANNED = {"DNNClassifier", "DNNRegressor", "LinearClassifier", "LinearRegressor",
            "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor", "BaselineClassifier",

@@ -599,6 +599,11 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0) -> Tens
     """Pad with ``constant_values``; ``paddings[i] = [before, after]`` for axis ``i``."""
     if mode.upper() != "CONSTANT":
         raise NotImplementedError(f"pad mode {mode!r}: only 'CONSTANT' is supported")
+    if isinstance(paddings, Tensor):  # a constant's value (TF also takes paddings computed at run time)
+        if paddings.spec.value is None:
+            raise NotImplementedError(f"tf.pad with paddings computed when the step runs ({paddings.name}) "
+                                      "is not supported by dflow: give them as a list or a constant")
+        paddings = paddings.spec.value
     paddings = [[int(a), int(b)] for a, b in np.asarray(paddings).tolist()]
     return _out("Pad", [tensor], {"paddings": paddings, "constant_values": constant_values}, name)
 
@@ -823,8 +828,12 @@ defop("Cast", lambda inputs, dtype: [Spec(inputs[0].shape, dtype)],
 
 
 def cast(x, dtype, name=None) -> Tensor:
-    """``x`` converted to ``dtype``."""
+    """``x`` converted to ``dtype`` (a SparseTensor: its values)."""
     dtype = dtypes.as_dtype(dtype)
+    if hasattr(x, "dense_shape"):  # a SparseTensor
+        from .sparse_ops import SparseTensor
+
+        return SparseTensor(x.indices, cast(x.values, dtype, name), x.dense_shape)
     x = convert_to_tensor(x)
     if dtypes.string in (x.dtype, dtype) and x.dtype != dtype:
         raise TypeError(f"tf.cast between {x.dtype!r} and {dtype!r} is not supported (TF has no such "

@@ -19,6 +19,8 @@ before it is a ``FailedPreconditionError``, as TF's "Table not initialized".
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy
 
 from .. import dtypes
@@ -27,12 +29,28 @@ from ..graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
 from .registry import ShapeError, Spec, defop
 
-__all__ = ["HashTable", "StaticHashTable", "KeyValueTensorInitializer", "TextFileInitializer",
+__all__ = ["HasherSpec", "FastHashSpec", "StrongHashSpec", "HashTable", "StaticHashTable",
+           "KeyValueTensorInitializer", "TextFileInitializer",
            "TextFileIndex", "index_table_from_file", "index_table_from_tensor",
            "index_to_string_table_from_file", "index_to_string_table_from_tensor", "tables_initializer",
            "TABLE_INITIALIZERS"]
 
 TABLE_INITIALIZERS = GraphKeys.TABLE_INITIALIZERS
+
+
+class HasherSpec(NamedTuple):
+    """Which hash puts unknown words in out-of-vocabulary buckets (accepted: dflow has no buckets)."""
+
+    hasher: str
+    key: tuple | None
+
+
+FastHashSpec = HasherSpec("fasthash", None)
+
+
+class StrongHashSpec(HasherSpec):
+    def __new__(cls, key):
+        return super().__new__(cls, "stronghash", tuple(key))
 
 
 class TextFileIndex:

@@ -97,7 +97,16 @@ def _both(op, gx, gy):
     return [None if gx is None else _unbroadcast(gx, x), None if gy is None else _unbroadcast(gy, y)]
 
 
-add = _binary("Add", lambda xp, a, b: a + b, lambda op, g: _both(op, g, g))
+_add = _binary("Add", lambda xp, a, b: a + b, lambda op, g: _both(op, g, g))
+
+
+def add(x, y, name=None) -> Tensor:
+    """``x + y``; of two string tensors, their concatenation (as TF's ``Add`` of strings)."""
+    if dtypes.string in (getattr(x, "dtype", None), getattr(y, "dtype", None)):
+        from .string_ops import string_join
+
+        return string_join([x, y], name=name)
+    return _add(x, y, name=name)
 subtract = _binary("Sub", lambda xp, a, b: a - b, lambda op, g: _both(op, g, -g))
 multiply = _binary("Mul", lambda xp, a, b: a * b,
                    lambda op, g: _both(op, g * op.inputs[1], g * op.inputs[0]))

@@ -21,7 +21,7 @@ from .array_ops import transpose
 from .nn_ops import top_k
 from .registry import ShapeError, Spec, defop
 
-__all__ = ["sort", "argsort", "unique"]
+__all__ = ["sort", "argsort", "unique", "setdiff1d"]
 
 
 def sort(values, axis=-1, direction="ASCENDING", name=None) -> Tensor:
@@ -84,4 +84,24 @@ def unique(x, out_idx=dtypes.int32, name=None) -> tuple[Tensor, Tensor]:
     each element of ``x`` its value's index in ``y`` (``x == tf.gather(y, idx)``)."""
     op = get_default_graph().create_op("Unique", [convert_to_tensor(x)],
                                        {"out_idx": dtypes.as_dtype(out_idx)}, name=name or "Unique")
+    return op.outputs[0], op.outputs[1]
+
+
+def _setdiff_kernel(xp, x, y, index_dtype):
+    values, removed = (numpy.asarray(to_namespace(v, numpy_namespace)) for v in (x, y))
+    keep = numpy.flatnonzero(~numpy.isin(values, removed))  # x's order, repeats kept, as TF's
+    chosen = values[keep]
+    return (chosen if values.dtype == object else xp.asarray(chosen),
+            xp.asarray(keep.astype(index_dtype.as_numpy_dtype)))
+
+
+defop("ListDiff", lambda inputs, index_dtype: [Spec((None,), inputs[0].dtype), Spec((None,), index_dtype)],
+      _setdiff_kernel, lambda op, *grads: [None, None], num_outputs=2, gpu=False)
+
+
+def setdiff1d(x, y, index_dtype=dtypes.int32, name=None) -> tuple[Tensor, Tensor]:
+    """``(out, idx)``: the elements of the vector ``x`` not in ``y``, in ``x``'s order, and
+    their positions in ``x``."""
+    op = get_default_graph().create_op("ListDiff", [convert_to_tensor(x), convert_to_tensor(y)],
+                                       {"index_dtype": dtypes.as_dtype(index_dtype)}, name=name or "ListDiff")
     return op.outputs[0], op.outputs[1]

@@ -15,6 +15,7 @@
 from ..cluster import ClusterSpec, Server
 from .allreduce import AllReduceOptimizer, BroadcastGlobalVariablesHook, ElasticGroup
 from .basic_session_run_hooks import (
+    FeedFnHook,
     LoggingTensorHook,
     NanLossDuringTrainingError,
     NanTensorHook,
@@ -113,4 +114,4 @@ def __getattr__(name: str):
 from .summary_saver import StepCounterHook, SummarySaverHook  # noqa: E402 - after the hooks it builds on
 
 __all__ += ["SummarySaverHook", "StepCounterHook", "NanTensorHook", "NanLossDuringTrainingError",
-            "LoggingTensorHook"]
+            "LoggingTensorHook", "FeedFnHook"]

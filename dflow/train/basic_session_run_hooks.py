@@ -22,7 +22,7 @@ import numpy
 
 from .session_run_hook import SessionRunArgs, SessionRunHook
 
-__all__ = ["NanTensorHook", "NanLossDuringTrainingError", "LoggingTensorHook"]
+__all__ = ["NanTensorHook", "NanLossDuringTrainingError", "LoggingTensorHook", "FeedFnHook"]
 
 log = logging.getLogger("dflow")
 
@@ -116,3 +116,13 @@ class LoggingTensorHook(SessionRunHook):
             log.info(self._formatter(values))
         else:
             log.info(", ".join(f"{tag} = {values[tag]}" for tag in self._tensors))
+
+
+class FeedFnHook(SessionRunHook):
+    """Adds ``feed_fn()``'s dict to every run's feeds."""
+
+    def __init__(self, feed_fn):
+        self.feed_fn = feed_fn
+
+    def before_run(self, run_context):
+        return SessionRunArgs(fetches=None, feed_dict=self.feed_fn())
