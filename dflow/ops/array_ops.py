@@ -830,10 +830,8 @@ defop("Cast", lambda inputs, dtype: [Spec(inputs[0].shape, dtype)],
 def cast(x, dtype, name=None) -> Tensor:
     """``x`` converted to ``dtype`` (a SparseTensor: its values)."""
     dtype = dtypes.as_dtype(dtype)
-    if hasattr(x, "dense_shape"):  # a SparseTensor
-        from .sparse_ops import SparseTensor
-
-        return SparseTensor(x.indices, cast(x.values, dtype, name), x.dense_shape)
+    if hasattr(x, "dense_shape"):  # a SparseTensor: the same one of cast values
+        return type(x)(x.indices, cast(x.values, dtype, name), x.dense_shape)
     x = convert_to_tensor(x)
     if dtypes.string in (x.dtype, dtype) and x.dtype != dtype:
         raise TypeError(f"tf.cast between {x.dtype!r} and {dtype!r} is not supported (TF has no such "

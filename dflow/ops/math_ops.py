@@ -102,10 +102,9 @@ _add = _binary("Add", lambda xp, a, b: a + b, lambda op, g: _both(op, g, g))
 
 def add(x, y, name=None) -> Tensor:
     """``x + y``; of two string tensors, their concatenation (as TF's ``Add`` of strings)."""
-    if dtypes.string in (getattr(x, "dtype", None), getattr(y, "dtype", None)):
-        from .string_ops import string_join
-
-        return string_join([x, y], name=name)
+    if dtypes.string in (getattr(x, "dtype", None), getattr(y, "dtype", None)):  # string_ops' op
+        return _out("StringJoin", [convert_to_tensor(x, dtype=dtypes.string),
+                                   convert_to_tensor(y, dtype=dtypes.string)], {"separator": ""}, name)
     return _add(x, y, name=name)
 subtract = _binary("Sub", lambda xp, a, b: a - b, lambda op, g: _both(op, g, -g))
 multiply = _binary("Mul", lambda xp, a, b: a * b,
