@@ -86,8 +86,10 @@ def test_string_constants_are_fetched_as_bytes_like_tf1():
         assert sess.run(hello) == b"Hello, TensorFlow!"
         assert sess.run(words).tolist() == [b"a", b"bc"]
         assert sess.run(tf.identity(name), {name: b"dflow"}) == b"dflow"
+    with tf.Session() as sess:  # adding strings joins them, as TF's Add does
+        assert sess.run(hello + hello) == b"Hello, TensorFlow!Hello, TensorFlow!"
     with pytest.raises(ValueError, match="dflow does not compute on tf.string"):
-        hello + hello
+        hello * hello
     with pytest.raises(ValueError, match="dflow does not compute on tf.string"):
         tf.reduce_sum(words)
     with pytest.raises(TypeError, match="tf.cast between tf.string and tf.float32 is not supported"):
