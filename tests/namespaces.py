@@ -38,3 +38,21 @@ def assert_of_namespace(value, xp, name: str = "") -> None:
         assert type(value).__module__.startswith("array_api_strict"), name
     else:
         assert array_api_compat.is_cupy_array(value), name
+
+
+def assert_same_on(xp, fetches, feeds=None, rtol=1e-7) -> None:
+    """Run ``fetches`` in a NumPy reference session, then their plan again on ``xp``: each value an
+    array of ``xp``, equal to NumPy's within ``rtol``. ``feeds``: placeholder -> NumPy value."""
+    from dflow.runtime.executor import execute
+    from dflow.runtime.state import SessionState
+
+    feeds = feeds or {}
+    with reference_session() as sess:
+        expected = sess.run(fetches, feeds)
+        plan = sess.runner.plans.values()[-1].schedule
+    strings = {t.name for t in feeds if t.dtype == tf.string}  # bytes stay NumPy object arrays
+    fed = {t.name: v if t.name in strings else xp.asarray(v) for t, v in feeds.items()}
+    out = execute(plan, fed, SessionState(), {"CPU": xp})
+    for tensor, want in zip(fetches, expected):
+        assert_of_namespace(out[tensor.name], xp, tensor.name)
+        np.testing.assert_allclose(to_host(out[tensor.name]), want, rtol=rtol, err_msg=tensor.name)
