@@ -31,6 +31,7 @@ record and the key.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy
@@ -38,6 +39,7 @@ import numpy
 from .. import dtypes
 from ..errors import InvalidArgumentError
 from ..graph import Tensor, convert_to_tensor, get_default_graph
+from ..runtime.devices import numpy_namespace, to_namespace
 from .registry import ShapeError, Spec, defop
 from .sparse_ops import SparseTensor
 
@@ -108,8 +110,13 @@ def _parse_kernel(xp, serialized, *defaults, keys, kinds, types, shapes, single)
         except Exception as error:  # protobuf's DecodeError, or a str where bytes belong
             raise InvalidArgumentError(f"parse_example: record {index} is not a serialized tf.train.Example "
                                        f"({type(error).__name__}: {error})") from None
-    return tuple(_parse_features(xp, [example.features.feature for example in examples], iter(defaults),
+    return tuple(_parse_features(xp, [example.features.feature for example in examples], _host(defaults),
                                  keys, kinds, types, shapes, single))
+
+
+def _host(defaults) -> Iterator:
+    """The dense features' default inputs as NumPy arrays (strings are NumPy's already)."""
+    return iter([numpy.asarray(to_namespace(d, numpy_namespace)) for d in defaults])
 
 
 def _parse_features(xp, feature_maps, defaults, keys, kinds, types, shapes, single) -> list:
@@ -227,7 +234,7 @@ def _sequence_kernel(xp, serialized, *defaults, context, sequence):
     except Exception as error:  # protobuf's DecodeError, or a str where bytes belong
         raise InvalidArgumentError(f"parse_single_sequence_example: the record is not a serialized "
                                    f"tf.train.SequenceExample ({type(error).__name__}: {error})") from None
-    outputs = _parse_features(xp, [record.context.feature], iter(defaults), single=True, **context)
+    outputs = _parse_features(xp, [record.context.feature], _host(defaults), single=True, **context)
     lists = record.feature_lists.feature_list
     for key, kind, dtype, shape, required in zip(*sequence.values()):
         if key not in lists and required:
