@@ -240,10 +240,10 @@ def test_a_sparse_element_in_a_dataset_says_to_make_it_dense():
 def test_parsing_runs_on_other_namespaces(xp):
     records = tf.placeholder(tf.string, [None])
     sequence = tf.FixedLenSequenceFeature([], tf.int64, allow_missing=True, default_value=-1)
+    missing = tf.FixedLenFeature([2], tf.float32, default_value=[0.5, 1.5])
     parsed = tf.parse_example(records, {"label": tf.FixedLenFeature([2], tf.int64),
                                         "pixels": tf.FixedLenFeature([3], tf.float32),
-                                        "tags": tf.VarLenFeature(tf.int64), "seq": sequence,
-                                        "gone": tf.FixedLenFeature([2], tf.float32, default_value=[0.5, 1.5])})
+                                        "tags": tf.VarLenFeature(tf.int64), "seq": sequence, "gone": missing})
     fetches = [parsed["label"], parsed["pixels"], tf.sparse_tensor_to_dense(parsed["tags"]), parsed["seq"],
                parsed["gone"]]
     serialized = np.array(list(tf.python_io.tf_record_iterator(DATA)), dtype=object)
