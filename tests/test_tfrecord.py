@@ -321,3 +321,12 @@ def test_sparse_matmul_retain_and_scaling_as_graph_convolutions_use_them():
                   [2.5212, 0.36625, 3.62586, -6.1116, -43.85506, -9.29305, 6.00477]]
     for value, want in zip(got, tensorflow):
         np.testing.assert_allclose(np.asarray(value).ravel()[:8], want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_parsing_serving_receiver_parses_fed_examples():
+    spec = {"x": tf.FixedLenFeature([2], tf.float32), "n": tf.FixedLenFeature([], tf.int64, default_value=0)}
+    receiver = tf.estimator.export.build_parsing_serving_input_receiver_fn(spec)()
+    records = [_example(x=[1.0, 2.0], n=[3]).SerializeToString(), _example(x=[4.0, 5.0]).SerializeToString()]
+    with tf.Session() as sess:
+        got = sess.run(receiver.features, {receiver.receiver_tensors["examples"]: records})
+    assert got["x"].tolist() == [[1.0, 2.0], [4.0, 5.0]] and got["n"].tolist() == [3, 0]

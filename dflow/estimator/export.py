@@ -1,6 +1,7 @@
 """``tf.estimator.export``: what a ``model_fn`` names as its serving outputs, and serving input
-receivers. dflow's Estimator predicts from ``model_dir``'s checkpoints; writing a SavedModel
-(``Estimator.export_savedmodel``) is not supported, and says so.
+receivers (raw placeholders, or serialized ``tf.train.Example`` records parsed). dflow's Estimator
+predicts from ``model_dir``'s checkpoints; writing a SavedModel (``Estimator.export_savedmodel``)
+is not supported, and says so.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -78,7 +79,15 @@ def build_raw_serving_input_receiver_fn(features, default_batch_size=None):
     return serving_input_receiver_fn
 
 
-def build_parsing_serving_input_receiver_fn(*args, **kwargs):
-    raise NotImplementedError("tf.estimator.export.build_parsing_serving_input_receiver_fn is not supported "
-                              "by dflow (it parses tf.Example protos, which dflow does not read): use "
-                              "build_raw_serving_input_receiver_fn with a placeholder per feature")
+def build_parsing_serving_input_receiver_fn(feature_spec: dict, default_batch_size=None):
+    """A function that makes, in the graph being built, a placeholder of serialized
+    ``tf.train.Example`` records (``input_example_tensor``, fed as ``examples``) and the features
+    ``tf.parse_example`` gets from them by ``feature_spec``, as a ServingInputReceiver."""
+    from .. import dtypes
+    from ..ops.array_ops import placeholder
+    from ..ops.parsing_ops import parse_example
+
+    def serving_input_receiver_fn() -> ServingInputReceiver:
+        serialized = placeholder(dtypes.string, [default_batch_size], name="input_example_tensor")
+        return ServingInputReceiver(parse_example(serialized, feature_spec), {"examples": serialized})
+    return serving_input_receiver_fn
