@@ -60,10 +60,11 @@ def _pair(x, y):
 
 
 def _numeric(*specs) -> None:
-    """Strings in dflow are values to print, not to compute on: say so at build time."""
+    """Strings take the string ops, not arithmetic: say so at build time."""
     if any(spec.dtype == dtypes.string for spec in specs):
-        raise ShapeError("dflow does not compute on tf.string tensors (only constants, placeholders, "
-                         "identity and fetches hold strings); decode them outside the graph")
+        raise ShapeError("dflow does not compute on tf.string tensors with arithmetic: use the string ops "
+                         "(tf.string_join or +, tf.string_split, tf.string_to_number, tf.strings.*) or "
+                         "tf.decode_raw")
 
 
 def _binary_infer(inputs, **_):
