@@ -335,3 +335,29 @@ def test_scan_foldl_foldr_and_their_gradients_are_tensorflows():
         np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="returns a tuple of 2, but the accumulated value is a tensor"):
         tf.scan(lambda a, e: (a, e), x)
+
+
+def test_while_loop_gradient_reuses_the_forward_runs_iterations():
+    """A step's gradient takes the iterations' values the forward loop kept instead of running the
+    loop again, and lets them go."""
+    calls = []
+
+    def counted(x):
+        calls.append(1)
+        return x
+
+    w = tf.Variable(1.5)
+
+    def body(i, v):
+        seen = tf.py_func(counted, [v], tf.float32)  # counts the body's runs; no gradient flows in it
+        seen.set_shape(v.shape)
+        return i + 1, v * w + 0.0 * tf.stop_gradient(seen)
+
+    _, v = tf.while_loop(lambda i, v: i < 4, body, [0, tf.constant(1.0)])
+    (d_w,) = tf.gradients(v, [w])
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        value, grad = sess.run([v, d_w])
+        assert [k for k in sess.runner.state.resources if k.startswith("WhileHistory")] == []
+    assert (float(value), float(grad)) == pytest.approx((1.5 ** 4, 4 * 1.5 ** 3))
+    assert len(calls) == 4  # the forward loop's (8 if the gradient ran the loop again)

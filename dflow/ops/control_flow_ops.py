@@ -26,7 +26,10 @@ branch is the one the forward pass drew).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+
+import numpy
 
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
@@ -397,9 +400,11 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
     most ``maximum_iterations`` times); the loop variables after the loop, a tensor where there
     is one (unless ``return_same_structure``). ``cond`` and ``body`` are traced once; a ``While``
     op runs them. A variable whose shape changes between iterations needs its
-    ``shape_invariants`` entry (``tf.TensorShape([None, 2])``). Its gradient (``back_prop=True``)
-    runs the loop again, keeping each iteration's loop values, then the body's gradient from the
-    last iteration to the first (a random op in ``body`` draws anew there, as in ``map_fn``'s).
+    ``shape_invariants`` entry (``tf.TensorShape([None, 2])``). With ``back_prop=True`` (the
+    default) the loop keeps each iteration's loop values in the session (the last run's only), and
+    its gradient runs the body's gradient on them from the last iteration to the first (a random
+    op in ``body`` draws anew there, as in ``map_fn``'s); where the gradient runs on another task,
+    it runs the loop again to have them.
 
     >>> import dflow as tf
     >>> with tf.Graph().as_default():
@@ -434,7 +439,9 @@ def while_loop(cond: Callable, body: Callable, loop_vars, shape_invariants=None,
                                       if name not in loop_names))
         attrs = {"test": test.function, "step": step.function, "loop": loop_names, "captured": captured,
                  "maximum_iterations": None if maximum_iterations is None else int(maximum_iterations),
-                 "output_specs": [_spec(t) for t in loop], "back_prop": back_prop}
+                 "output_specs": [_spec(t) for t in loop], "back_prop": back_prop,
+                 # where a differentiable loop keeps its iterations' values for its gradient
+                 "history": f"WhileHistory:{scope}" if back_prop else None}
         with graph.control_dependencies(test.control_captures + step.control_captures):
             op = graph.create_op("While", [*leaves, *(graph.get_tensor_by_name(n) for n in captured)], attrs,
                                  name="While")
@@ -534,15 +541,26 @@ def _check_loop(test: _Branch, step: _Branch, structure, loop: list) -> None:
                              f"{new.shape}; give shape_invariants with None where it may change")
 
 
-def _while_infer(inputs, test, step, loop, captured, maximum_iterations, output_specs, back_prop):
-    return _cond_infer(inputs, None, None, None, output_specs)
+def _while_infer(inputs, test, step, loop, captured, maximum_iterations, output_specs, back_prop, history):
+    token = [Spec((), dtypes.string)] if history else []  # the kept iterations' name, for WhileGrad
+    return _cond_infer(inputs, None, None, None, output_specs) + token
+
+
+_RUNS = itertools.count()
 
 
 def _while_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, output_specs,
-                  back_prop):
+                  back_prop, history):
+    """The loop; a differentiable one keeps each iteration's starting values in the session (the
+    last run's only) for its gradient, under a token the gradient takes as an input."""
     outer = dict(zip(captured, inputs[len(loop):]))
-    _, final = _iterations(state, xp, inputs[:len(loop)], outer, test, step, loop, maximum_iterations)
-    return tuple(final)
+    started, final = _iterations(state, xp, inputs[:len(loop)], outer, test, step, loop, maximum_iterations,
+                                 keep=bool(history))
+    if not history:
+        return tuple(final)
+    token = f"{history}#{next(_RUNS)}"
+    state.resources[history] = (token, started)
+    return (*final, numpy.array(token, dtype=object))
 
 
 def _iterations(state, xp, initial, outer: dict, test: dict, step: dict, loop: list, maximum_iterations,
@@ -595,13 +613,15 @@ def _while_grad(op, *grads):
         output_grads = [grads[k] if grads[k] is not None else zeros_like(op.outputs[k]) for k in carried]
         names = {t.name for t in [*loop, *dys, *captured]}
         reads = [graph.get_tensor_by_name(n) for n in backward.function["args"] if n not in names]
-        attrs = {**{key: attrs[key] for key in ("test", "step", "loop", "captured", "maximum_iterations")},
+        attrs = {**{key: attrs[key] for key in ("test", "step", "loop", "captured", "maximum_iterations",
+                                                "history")},
                  "backward": backward.function, "carried": carried, "grad_loop": [t.name for t in dys],
                  "backward_reads": [t.name for t in reads],
                  "wrt_captured": [t.name for t in wrt[len(carried):]],
                  "output_specs": [_spec(t) for t in wrt]}
         with graph.control_dependencies(backward.control_captures):
-            grad_op = graph.create_op("WhileGrad", [*op.inputs, *output_grads, *reads], attrs,
+            token = op.outputs[count:]  # the forward run's kept iterations, where it has them
+            grad_op = graph.create_op("WhileGrad", [*op.inputs, *output_grads, *reads, *token], attrs,
                                       name="WhileGrad")
     per_input = dict(zip([t.name for t in wrt], grad_op.outputs))
     loop_grads = [grad_op.outputs[carried.index(k)] if k in carried else None for k in range(count)]
@@ -612,18 +632,25 @@ def _while_grad_infer(inputs, output_specs, **_):
     return _cond_infer(inputs, None, None, None, output_specs)
 
 
-def _while_grad_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, backward, carried,
-                       grad_loop, backward_reads, wrt_captured, output_specs):
+def _while_grad_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, history, backward,
+                       carried, grad_loop, backward_reads, wrt_captured, output_specs):
     from ..runtime.executor import execute
 
+    token = str(numpy.asarray(inputs[-1], dtype=object).item()) if history else None
+    inputs = inputs[:-1] if history else inputs
     initial = inputs[:len(loop)]
     outer = dict(zip(captured, inputs[len(loop):len(loop) + len(captured)]))
     rest = inputs[len(loop) + len(captured):]
     dys, reads = list(rest[:len(carried)]), dict(zip(backward_reads, rest[len(carried):]))
-    history, _ = _iterations(state, xp, initial, outer, test, step, loop, maximum_iterations, keep=True)
+    kept = state.resources.get(history) if history else None
+    if kept is not None and kept[0] == token:  # this step's forward run kept them (same task)
+        del state.resources[history]
+        started = kept[1]
+    else:  # run the loop again to have them (another task ran the forward loop)
+        started, _ = _iterations(state, xp, initial, outer, test, step, loop, maximum_iterations, keep=True)
     plan, namespaces = _schedule(backward), {"CPU": xp, "GPU": xp}
     grads_captured = None
-    for values in reversed(history):
+    for values in reversed(started):
         feeds = {**outer, **reads, **dict(zip(loop, values)), **dict(zip(grad_loop, dys))}
         made = execute(plan, {name: feeds[name] for name in backward["args"]}, state, namespaces)
         found = [made[name] for name in backward["outputs"][:len(carried) + len(wrt_captured)]]
