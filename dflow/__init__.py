@@ -20,6 +20,7 @@ from . import (
     dtypes,
     errors,
     estimator,
+    feature_column,
     flags,
     gfile,
     image,  # tf.image
