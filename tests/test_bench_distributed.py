@@ -52,6 +52,11 @@ def test_cifar10_comparison_moves_exactly_the_parameters_each_way(input_mode):
         result["distributed"]["median_step_seconds"] / result["dask"]["median_step_seconds"])
     assert result["pipelined_vs_direct"] == pytest.approx(
         result["distributed"]["median_step_seconds"] / result["dask_pipelined"]["median_step_seconds"])
+    between = result["between_graph"]  # the same turns, run by a replica inside the worker
+    assert len(between["step_seconds"]) == len(between["local"]["step_seconds"]) == 3
+    assert between["ratio"] == pytest.approx(
+        between["local"]["median_step_seconds"] / between["median_step_seconds"])
+    assert len(between["ratio_by_turn"]) == 2
     assert set(result["compute_ms"]) == set(result["waited_ms"]) == {PS0, W0}
     assert result["blas_threads"]["cluster"].keys() == {"ps/0", "worker/0"}
     assert result["blas_threads"]["cluster"]["ps/0"] == 1
@@ -84,6 +89,8 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
               "blas_threads": {"local": 2, "cluster": {"ps/0": 1, "worker/0": 2}},
               "local": {"median_step_seconds": 0.1, "images_per_sec": 1000.0},
               "distributed": {"median_step_seconds": 0.111, "images_per_sec": 900.0},
+              "between_graph": {"median_step_seconds": 0.104, "images_per_sec": 960.0, "ratio": 0.96,
+                                "ratio_by_turn": [0.95, 0.97], "local": {"median_step_seconds": 0.1}},
               "compute_ms": {W0: 100.0}, "waited_ms": {W0: 5.0}, "not_computing_ms": 11.0,
               "parameter_bytes": 16, "links": [row, back]}
     lines = []
@@ -92,6 +99,7 @@ def test_the_printed_comparison_names_both_sessions_ratio_and_waste():
     assert "local Session" in text and "1 PS + 1 worker, direct" in text and "0.90" in text
     assert "0.90  [0.87-0.93 over 2 turns]" in text and "0.80  [0.80-0.80 over 1 turns]" in text
     assert "1 PS + 1 worker, Dask" in text and "0.89 x the images/sec" in text
+    assert "between-graph replica" in text and "0.96  [0.95-0.97 over 2 turns]" in text
     assert "2 steps in flight" in text and "0.97 x with 2 steps in flight" in text
     assert "4 bytes of waste" in text and "worker/0 2" in text
 
@@ -109,9 +117,13 @@ def test_bad_numbers_are_refused_by_name():
 def test_main_runs_both_measurements_in_fresh_processes_and_writes_json(tmp_path, capsys):
     output = tmp_path / "bench.json"
     assert bench.main(["--batch_size", "2", "--num_warmup_batches", "1", "--num_batches", "2",
-                       "--block_steps", "1", "--overhead_steps", "3", "--output", str(output)]) == 0
+                       "--block_steps", "1", "--overhead_steps", "3", "--output", str(output), "--peers"]) == 0
     printed = capsys.readouterr().out
     assert "1 PS + 1 worker" in printed and "per-step overhead, 1 PS + 2 workers" in printed
     written = json.loads(output.read_text())
-    assert written.keys() == {"machine", "cifar10", "overhead"}
+    assert written.keys() == {"machine", "cifar10", "overhead", "tensorflow"}
+    if written["tensorflow"] is None:  # --peers: TensorFlow's own cluster, where it is installed
+        assert "TensorFlow is not installed" in printed
+    else:
+        assert written["tensorflow"]["distributed"]["ps"] == 1 and "1 PS + 1 worker, gRPC" in printed
     assert written["cifar10"]["parameter_bytes"] == 4_273_192

@@ -35,13 +35,14 @@ def test_peers_refuse_what_they_cannot_run(tmp_path):
         peers.run([2], rounds=0)
 
 
-def test_peers_need_local(capsys):
+def test_peers_need_a_fixed_benchmark(capsys):
     from dflow.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "--peers"])
     assert exit_.value.code == 2
-    assert "--peers compares frameworks in the local benchmark: add --local" in capsys.readouterr().err
+    assert "--peers compares frameworks in the fixed benchmarks: add --local or --distributed" \
+        in capsys.readouterr().err
 
 
 def test_steps_per_round_grow_for_small_batches():

@@ -132,7 +132,8 @@ def _add_legacy_arguments(p: argparse.ArgumentParser) -> None:
     legacy.add_argument("--peers", action="store_true",
                         help="--local: dflow, PyTorch and TensorFlow compat.v1 (those installed) in "
                              "interleaved rounds, images/sec with spread and ratios (default batch "
-                             "sizes 1,10,100)")
+                             "sizes 1,10,100); --distributed: TensorFlow's own local and 1 PS + 1 "
+                             "worker steps beside dflow's")
     legacy.add_argument("--lrn", action=argparse.BooleanOptionalAction, default=None,
                         help="--local --peers, the cifar10 model only: with its two LRN layers (default) "
                              "or without")
@@ -160,8 +161,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = getattr(args, "bench_command", None)
     if command is not None:
         return _module(SUBCOMMANDS[command][1]).main(args)
-    if args.peers and not args.local:
-        parser.error("--peers compares frameworks in the local benchmark: add --local")
+    if args.peers and not (args.local or args.distributed):
+        parser.error("--peers compares frameworks in the fixed benchmarks: add --local or --distributed")
     if not args.peers and (args.memory or args.lrn is not None or args.device):
         flag = "--memory" if args.memory else "--device" if args.device else "--lrn/--no-lrn"
         parser.error(f"{flag} belongs to --local --peers: add --local --peers")

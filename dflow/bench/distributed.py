@@ -34,7 +34,10 @@ The local session also gets the glibc malloc thresholds dflow's workers set
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import multiprocessing
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -150,6 +153,13 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
             result = _cifar10_result(batch_size, input_mode, times, stats["direct"],
                                      parameter_bytes(remote_graph), remote_feeds, block)
             result["placement"] = direct.describe_placement(remote_op, remote_feeds)
+            between = tf.replicate(_between_graph_turns, cluster, cluster.target, cluster.spec, batch_size,
+                                   warmup, steps, block, input_mode, store)[0]
+            result["between_graph"] = {
+                **_summary(batch_size, between["distributed"]), "ps": 1, "workers": 1, "runner": "direct",
+                "local": _summary(batch_size, between["local"]),
+                "ratio": statistics.median(between["local"]) / statistics.median(between["distributed"]),
+                "ratio_by_turn": _ratio_by_turn(between["local"], between["distributed"], block)}
             result["blas_threads"] = {"local": _blas_threads(), "cluster": _cluster_blas_threads(cluster)}
             result["allocator_tuned"] = allocator_tuned
         finally:
@@ -158,6 +168,30 @@ def compare_cifar10(batch_size: int = 100, warmup: int = 5, steps: int = 60, blo
             dask.close()
             pipelined.close()
     return result
+
+
+def _between_graph_turns(task_index: int, target: str, spec, batch_size: int, warmup: int, steps: int,
+                         block: int, input_mode: str, store: str | None) -> dict:
+    """The turns of :func:`compare_cifar10` run by a between-graph replica, inside the worker's
+    process as TF 1.x's distributed scripts run their client: a local Session there against the
+    same step on 1 PS + this worker (``tf.replicate`` runs it). Step seconds by session."""
+    import dflow as tf
+
+    local_graph, remote_graph = tf.Graph(), tf.Graph()
+    with local_graph.as_default():
+        local_op, local_feeds = _cifar10_step(batch_size, input_mode, store)
+    setter = tf.train.replica_device_setter(worker_device=f"/job:worker/task:{task_index}", cluster=spec)
+    with remote_graph.as_default(), tf.device(setter):
+        remote_op, remote_feeds = _cifar10_step(batch_size, input_mode, store)
+    local, remote = _session(local_graph), _session(remote_graph, target, "direct")
+    try:
+        times, _ = _take_turns({"local": lambda: local.run(local_op, local_feeds),
+                                "distributed": lambda: remote.run(remote_op, remote_feeds)},
+                               warmup, steps, block)
+    finally:
+        local.close()
+        remote.close()
+    return times
 
 
 def _run_with_stats(sess, op, feeds):
@@ -201,10 +235,8 @@ def _timed(step, n: int) -> tuple[list[float], list]:
 def _cifar10_result(batch_size, input_mode, times: dict, remote_stats, params, feeds, block: int) -> dict:
     medians = {name: statistics.median(t) for name, t in times.items()}
 
-    def by_turn(name: str) -> list[float]:  # the ratio in each turn: how much the machine's load moved it
-        local, other = times["local"], times[name]
-        return [statistics.median(local[i:i + block]) / statistics.median(other[i:i + block])
-                for i in range(0, len(local), block)]
+    def by_turn(name: str) -> list[float]:
+        return _ratio_by_turn(times["local"], times[name], block)
 
     tasks = sorted(remote_stats[-1].compute_s)
     idle = [wall - max(s.compute_s.values()) for wall, s in zip(times["direct"], remote_stats)]
@@ -229,6 +261,12 @@ def _cifar10_result(batch_size, input_mode, times: dict, remote_stats, params, f
         "feed_bytes": sum(int(v.nbytes) for v in feeds.values()),
         "links": link_report(remote_stats[-1].bytes_sent, params),
     }
+
+
+def _ratio_by_turn(local: list[float], other: list[float], block: int) -> list[float]:
+    """The ratio in each turn of ``block`` steps: how much the machine's load moved it."""
+    return [statistics.median(local[i:i + block]) / statistics.median(other[i:i + block])
+            for i in range(0, len(local), block)]
 
 
 def _summary(batch_size: int, times: list[float]) -> dict:
@@ -331,16 +369,88 @@ def _cluster_blas_threads(cluster) -> dict:
     return {str(workers[address]["name"]): threads for address, threads in by_address.items()}
 
 
+# ---- TensorFlow's own cluster on the same machine: what the ratio can be here ------------------------
+def _tensorflow_ps(spec: dict) -> None:
+    """A TensorFlow PS task's process: serves its variables until it is killed."""
+    import tensorflow.compat.v1 as tf
+
+    tf.train.Server(tf.train.ClusterSpec(spec), job_name="ps", task_index=0).join()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def compare_cifar10_tensorflow(batch_size: int = 100, warmup: int = 5, steps: int = 60, block: int = 10,
+                               timeout_s: float = 120.0) -> dict:
+    """TensorFlow ``compat.v1``'s local session against its own 1 PS + 1 worker (``tf.train.Server``
+    tasks over gRPC, the variables placed by ``replica_device_setter``, the client in the
+    worker's process as TF 1.x's between-graph scripts run it), the same CIFAR-10 CNN with LRN
+    and SGD fed the same way, taking turns as :func:`compare_cifar10`'s sessions do. Each TF
+    task keeps its default threads. Run it in a fresh process: it starts the PS's.
+    """
+    import tensorflow.compat.v1 as tf
+
+    from .peers import graph_session
+
+    tf.disable_v2_behavior()
+    spec = {"ps": [f"localhost:{_free_port()}"], "worker": [f"localhost:{_free_port()}"]}
+    ps = multiprocessing.get_context("spawn").Process(target=_tensorflow_ps, args=(spec,), daemon=True)
+    ps.start()
+    try:
+        server = tf.train.Server(tf.train.ClusterSpec(spec), job_name="worker", task_index=0)
+        setter = tf.train.replica_device_setter(worker_device="/job:worker/task:0",
+                                                cluster=tf.train.ClusterSpec(spec))
+        # a PS that died fails the step after timeout_s instead of hanging it
+        config = tf.ConfigProto(operation_timeout_in_ms=int(1000 * timeout_s))
+        local, local_op, local_feeds = graph_session(tf, batch_size, lrn=True)
+        remote, remote_op, remote_feeds = graph_session(tf, batch_size, lrn=True, device=setter,
+                                                        target=server.target, config=config)
+        times, _ = _take_turns({"local": lambda: local.run(local_op, local_feeds),
+                                "distributed": lambda: remote.run(remote_op, remote_feeds)},
+                               warmup, steps, block)
+        local.close()
+        remote.close()
+    finally:
+        ps.kill()
+        ps.join()
+    return {"framework": "tensorflow", "version": tf.__version__,
+            "batch_size": batch_size, "steps": steps,
+            "local": _summary(batch_size, times["local"]),
+            "distributed": {**_summary(batch_size, times["distributed"]), "ps": 1, "workers": 1},
+            "ratio": statistics.median(times["local"]) / statistics.median(times["distributed"]),
+            "ratio_by_turn": _ratio_by_turn(times["local"], times["distributed"], block)}
+
+
+def _print_tensorflow(r: dict, dflow_ratio: float, echo) -> None:
+    local, remote = r["local"], r["distributed"]
+    echo(f"TensorFlow {r['version']} compat.v1, the same model and batch, taking turns the same way:")
+    echo(f"{'local Session':24}{1000 * local['median_step_seconds']:>9.1f}{local['images_per_sec']:>12.1f}"
+         f"{1.0:>7.2f}")
+    echo(f"{'1 PS + 1 worker, gRPC':24}{1000 * remote['median_step_seconds']:>9.1f}"
+         f"{remote['images_per_sec']:>12.1f}{r['ratio']:>7.2f}  {_spread(r['ratio_by_turn'])}")
+    echo(f"dflow's ratio (direct path) / TensorFlow's: {dflow_ratio / r['ratio']:.2f}")
+
+
 # ---- the whole benchmark --------------------------------------------------------------------------
 def run_benchmark(batch_size: int = 100, warmup: int = 5, steps: int = 60, block: int = 10,
                   input_mode: str = "feed", overhead_steps: int = 200, output: str | None = None,
-                  echo=print) -> dict:
-    """Run both measurements, each in a fresh process; print the comparison; return (and write) it."""
+                  echo=print, peers: bool = False) -> dict:
+    """Run both measurements, each in a fresh process; print the comparison; return (and write) it.
+    With ``peers``, TensorFlow's own local and 1 PS + 1 worker steps too, where it is installed."""
     cifar = in_fresh_process(compare_cifar10, batch_size, warmup, steps, block, input_mode)
     _print_cifar10(cifar, warmup, block, echo)
+    tensorflow = None
+    if peers and importlib.util.find_spec("tensorflow") is None:
+        echo("TensorFlow is not installed: its own 1 PS + 1 worker ratio is left out")
+    elif peers:
+        tensorflow = in_fresh_process(compare_cifar10_tensorflow, batch_size, warmup, steps, block)
+        _print_tensorflow(tensorflow, cifar["ratio"], echo)
     overhead = in_fresh_process(measure_overhead, 2, 20, overhead_steps)
     _print_overhead(overhead, echo)
-    results = {"machine": machine_info(), "cifar10": cifar, "overhead": overhead}
+    results = {"machine": machine_info(), "cifar10": cifar, "overhead": overhead, "tensorflow": tensorflow}
     write_results(results, output, echo)
     return results
 
@@ -364,6 +474,11 @@ def _print_cifar10(r: dict, warmup: int, block: int, echo) -> None:
     echo(f"{'1 PS + 1 worker, Dask':24}{1000 * dask['median_step_seconds']:>9.1f}"
          f"{dask['images_per_sec']:>12.1f}{r['dask_ratio']:>7.2f}  {_spread(r['dask_ratio_by_turn'])} "
          f"(target >= {DASK_LOCAL_TARGET})")
+    between = r["between_graph"]
+    echo(f"{'between-graph replica':24}{1000 * between['median_step_seconds']:>9.1f}"
+         f"{between['images_per_sec']:>12.1f}{between['ratio']:>7.2f}  {_spread(between['ratio_by_turn'])} "
+         f"(its client in the worker's process, as TF 1.x scripts run; against a local Session there, "
+         f"{1000 * between['local']['median_step_seconds']:.1f} ms)")
     pipelined = r["dask_pipelined"]
     echo(f"{'  2 steps in flight':24}{1000 * pipelined['median_step_seconds']:>9.1f}"
          f"{pipelined['images_per_sec']:>12.1f}{r['pipelined_ratio']:>7.2f}")
@@ -410,6 +525,9 @@ def add_arguments(parser: argparse.ArgumentParser, common: bool = True) -> None:
     parser.add_argument("--input", choices=INPUTS, default="feed",
                         help="feed: placeholders fed by the client; dataset: the in-graph DatasetNext op")
     if common:
+        parser.add_argument("--peers", action="store_true",
+                            help="also TensorFlow compat.v1's own local and 1 PS + 1 worker steps "
+                                 "(where it is installed)")
         parser.add_argument("--num_warmup_batches", type=int, default=5)
         parser.add_argument("--num_batches", type=int, default=60, help="timed steps per session")
         parser.add_argument("--output", help="write the results as JSON here")
@@ -421,7 +539,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be at least 1, got {getattr(args, name)}")
     run_benchmark(args.batch_size, args.num_warmup_batches, args.num_batches, args.block_steps, args.input,
-                  args.overhead_steps, args.output, echo=lambda line: print(line, flush=True))
+                  args.overhead_steps, args.output, echo=lambda line: print(line, flush=True),
+                  peers=args.peers)
     return 0
 
 

@@ -95,19 +95,20 @@ def _graph_step(tf, batch_size: int, lrn: bool, model: str = "cifar10", device: 
 
 
 def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10",
-                  device: str | None = "cpu"):
+                  device="cpu", target: str = "", config=None):
     """``model``'s training step (:data:`PEER_MODELS`) written once in the TF 1.x API, built
     with ``tf`` = ``dflow`` or ``tensorflow.compat.v1``: the same graph for both, every op of
     it on ``/cpu:0`` or ``/gpu:0`` (``device`` "cpu" or "gpu"; None: where the framework
-    places ops of no device, a GPU where there is one). Returns the initialized session, the
-    train op and the feeds of a synthetic batch.
+    places ops of no device, a GPU where there is one; a device function such as
+    ``replica_device_setter``'s: where it says), in a session on ``target`` with ``config``.
+    Returns the initialized session, the train op and the feeds of a synthetic batch.
 
     >>> import dflow
     >>> session, train_op, feeds = graph_session(dflow, 2, model="mnist_dnn")
     >>> session.run(train_op, feeds)
     """
     graph = tf.Graph()
-    with graph.as_default(), tf.device(device and f"/{device}:0"):
+    with graph.as_default(), tf.device(device if callable(device) else device and f"/{device}:0"):
         images = tf.placeholder(tf.float32, [batch_size, *PEER_MODELS[model][1]])
         labels = tf.placeholder(tf.int32, [batch_size])
         logits, decayed = _LOGITS[model](tf, images, lrn)
@@ -118,7 +119,7 @@ def graph_session(tf, batch_size: int, lrn: bool = True, model: str = "cifar10",
         train_op = (tf.train.AdamOptimizer(learning_rate) if optimizer == "adam"
                     else tf.train.GradientDescentOptimizer(learning_rate)).minimize(loss)
         init = tf.global_variables_initializer()
-    session = tf.Session(graph=graph)
+    session = tf.Session(target, graph=graph, config=config)
     session.run(init)
     x, y = _synthetic_batch(batch_size, model)
     return session, train_op, {images: x, labels: y}
