@@ -24,7 +24,7 @@ import operator
 
 from . import dtypes
 from .graph import GraphKeys, Tensor, TensorShape, convert_to_tensor, get_default_graph
-from .ops import array_ops, math_ops, nn_ops, state_ops
+from .ops import array_ops, batch_norm_ops, control_flow_ops, math_ops, nn_ops, state_ops
 from .variables import (
     Variable,
     VariableScope,
@@ -636,9 +636,11 @@ class BatchNormalization(Layer):
     (a bool or a bool tensor), with moving averages of them otherwise.
 
     While training, ``moving -= (moving - batch) * (1 - momentum)`` is added to
-    ``GraphKeys.UPDATE_OPS``: run those with the train op, as in TF 1.x. For 4-D inputs
-    normalized over axis 1 or 3 (TF's fused kernel) the moving variance averages the
-    unbiased batch variance (``n / (n - 1)``), as TF's fused kernel does.
+    ``GraphKeys.UPDATE_OPS``: run those with the train op, as in TF 1.x. 4-D inputs
+    normalized over axis 1 or 3 take one ``FusedBatchNorm`` op unless ``fused=False``, as in
+    TF 1.x (where ``training`` is a tensor, in a ``tf.cond``: the step runs one of the two);
+    then the moving variance averages the unbiased batch variance (``n / (n - 1)``), as TF's
+    fused kernel's does.
     """
 
     _base_name = "batch_normalization"
@@ -664,6 +666,7 @@ class BatchNormalization(Layer):
         self.initializers = (gamma_initializer, beta_initializer, moving_mean_initializer,
                              moving_variance_initializer)
         self.beta_regularizer, self.gamma_regularizer = beta_regularizer, gamma_regularizer
+        self.fused = fused
 
     def build(self, input_shape):
         if input_shape.ndims is None:
@@ -681,6 +684,8 @@ class BatchNormalization(Layer):
 
     def call(self, inputs, training=False):
         rank = inputs.shape.ndims
+        if rank == 4 and self.axis in (1, 3) and self.fused is not False:
+            return self._fused_call(inputs, training)
         reduce_axes = [a for a in range(rank) if a != self.axis]
         moving = (self.moving_mean.value(), self.moving_variance.value())
         if isinstance(training, (Tensor, Variable)) or training:
@@ -694,6 +699,30 @@ class BatchNormalization(Layer):
             mean, variance = (batch_mean, batch_variance) if training else moving
         return self._normalize(inputs, mean, variance)
 
+    def _fused_call(self, inputs, training):
+        data_format = "NCHW" if self.axis == 1 else "NHWC"
+        # read once, outside any branch: the branches take the values
+        scale = convert_to_tensor(self.gamma) if self.gamma is not None else None
+        offset = convert_to_tensor(self.beta) if self.beta is not None else None
+        channels = self.moving_mean.value()
+        scale = array_ops.ones_like(channels) if scale is None else scale
+        offset = array_ops.zeros_like(channels) if offset is None else offset
+        moving_mean, moving_variance = self.moving_mean.value(), self.moving_variance.value()
+
+        def normalized(is_training: bool):
+            return lambda: batch_norm_ops.fused_batch_norm(
+                inputs, scale, offset, None if is_training else moving_mean,
+                None if is_training else moving_variance, self.epsilon, data_format, is_training)
+
+        if isinstance(training, (Tensor, Variable)):
+            outputs, mean, variance = control_flow_ops.cond(
+                convert_to_tensor(training), normalized(True), normalized(False))
+        else:
+            outputs, mean, variance = normalized(bool(training))()
+        if isinstance(training, (Tensor, Variable)) or training:
+            self._add_updates(inputs, mean, variance, training)
+        return outputs
+
     def _normalize(self, inputs, mean, variance):
         """``inputs * factor + (beta - mean * factor)``: one per-channel factor, computed once."""
         broadcast = [1] * inputs.shape.ndims
@@ -705,10 +734,6 @@ class BatchNormalization(Layer):
         return inputs * array_ops.reshape(factor, broadcast) + array_ops.reshape(shift, broadcast)
 
     def _add_updates(self, inputs, batch_mean, batch_variance, training):
-        rank = inputs.shape.ndims
-        if rank == 4 and self.axis in (1, 3):  # TF's fused kernel: Bessel's correction
-            count = math_ops.cast(math_ops.size(inputs), inputs.dtype) / float(inputs.shape[self.axis])
-            batch_variance = batch_variance * (count / math_ops.maximum(count - 1.0, 1.0))
         decay = 1.0 - self.momentum
         if isinstance(training, (Tensor, Variable)):  # no update where training is fed False
             decay = math_ops.cast(math_ops.where(convert_to_tensor(training), decay, 0.0), inputs.dtype)

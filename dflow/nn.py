@@ -3,6 +3,7 @@
 from . import rnn_cell
 from .ops.array_extras import atrous_conv2d, crelu, swish
 from .ops.array_ops import depth_to_space, space_to_depth
+from .ops.batch_norm_ops import fused_batch_norm
 from .ops.ctc_ops import ctc_beam_search_decoder, ctc_greedy_decoder, ctc_loss
 from .ops.embedding_ops import (
     embedding_lookup,

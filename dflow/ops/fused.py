@@ -232,6 +232,38 @@ def _compile(numba) -> dict:
                 value = rows[i, k] + bias[k]
                 out[i, k] = 0 if value < 0 else value  # NaN stays NaN, as np.maximum(NaN, 0)
 
+    # batch normalization over the rows of a channels-last array (a piece of them: each core
+    # sums its own rows into its own accumulators, in float64 so that no row's weight is lost)
+    @jit
+    def channel_sums_into(rows, sums, squares):
+        for i in range(rows.shape[0]):
+            for k in range(rows.shape[1]):
+                value = rows[i, k]
+                sums[k] += value
+                squares[k] += value * value
+
+    # (x - mean) first, not x * factor + (offset - mean * factor): where the mean is large
+    # against the spread, the two products would cancel and leave their rounding errors
+    @jit
+    def normalize_into(rows, mean, factor, offset, out):
+        for i in range(rows.shape[0]):
+            for k in range(rows.shape[1]):
+                out[i, k] = (rows[i, k] - mean[k]) * factor[k] + offset[k]
+
+    @jit
+    def batch_norm_grad_sums_into(dy, x, mean, sum_dy, sum_dy_centered):
+        for i in range(dy.shape[0]):
+            for k in range(dy.shape[1]):
+                g = dy[i, k]
+                sum_dy[k] += g
+                sum_dy_centered[k] += g * (x[i, k] - mean[k])
+
+    @jit
+    def batch_norm_grad_into(dy, x, mean, a, b, c, dx):
+        for i in range(dy.shape[0]):
+            for k in range(dy.shape[1]):
+                dx[i, k] = dy[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k]
+
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
         adam_into(*[one] * 7, *one.repeat(4))
@@ -250,6 +282,11 @@ def _compile(numba) -> dict:
         max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0, False)
         relu_grad_into(one, one, one.copy())
         bias_add_relu_into(one.reshape(1, 1), one, one.reshape(1, 1).copy())
+        row, wide = one.reshape(1, 1), numpy.zeros(1)
+        channel_sums_into(row, wide.copy(), wide.copy())
+        normalize_into(row, one, one, one, row.copy())
+        batch_norm_grad_sums_into(row, row, one, wide.copy(), wide.copy())
+        batch_norm_grad_into(row, row, one, one, one, one, row.copy())
         for labels_dtype in (numpy.int32, numpy.int64):
             row = one.reshape(1, 1)
             sparse_xent_into(row, numpy.zeros(1, labels_dtype), one.copy(), row.copy())
@@ -260,7 +297,10 @@ def _compile(numba) -> dict:
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_grad_into": relu_grad_into, "bias_add_relu_into": bias_add_relu_into,
             "sparse_xent_into": sparse_xent_into, "rms_prop_into": rms_prop_into,
-            "momentum_into": momentum_into, "dropout_into": dropout_into}
+            "momentum_into": momentum_into, "dropout_into": dropout_into,
+            "channel_sums_into": channel_sums_into, "normalize_into": normalize_into,
+            "batch_norm_grad_sums_into": batch_norm_grad_sums_into,
+            "batch_norm_grad_into": batch_norm_grad_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -483,6 +523,66 @@ def bias_add_relu(value, bias, out=None):
         parallel.map_pieces(numpy, lambda piece: kernel(rows[piece], bias, out_rows[piece]),
                             parallel.pieces_for(rows.shape[0], rows.shape[0]))
     return out
+
+
+def _row_pieces(rows) -> list[slice]:
+    """One piece of ``rows`` per core where they are many (a memory-bound pass the cores share)."""
+    n = rows.shape[0]
+    return parallel.pieces_for(n, n) if rows.size >= FLAT_PIECES_FROM else [slice(0, n)]
+
+
+def _channel_totals(kernel, arrays: list, *args, channels: int):
+    """``kernel(*pieces, *args, total_a, total_b)`` over each core's piece of the ``(rows,
+    channels)`` arrays, into float64 accumulators of its own; the pieces' totals summed."""
+    def piece(rows):
+        totals = numpy.zeros(channels), numpy.zeros(channels)
+        kernel(*(a[rows] for a in arrays), *args, *totals)
+        return totals
+
+    parts = parallel.map_pieces(numpy, piece, _row_pieces(arrays[0]))
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def _rows_into(kernel, arrays: list, per_channel: list, out) -> None:
+    parallel.map_pieces(numpy, lambda rows: kernel(*(a[rows] for a in arrays), *per_channel, out[rows]),
+                        _row_pieces(arrays[0]))
+
+
+def batch_norm_training(x, scale, offset, epsilon):
+    """TF's ``FusedBatchNorm`` while training, for a channels-last ``x`` that :func:`compiled_for`
+    takes: ``(y, mean, variance, inverse std)`` of each channel over every other axis, in two
+    passes over ``x`` (its sums, then ``y``)."""
+    channels = x.shape[-1]
+    rows = x.reshape(-1, channels)
+    kernels = compiled_kernels()
+    sums, squares = _channel_totals(kernels["channel_sums_into"], [rows], channels=channels)
+    count = max(rows.shape[0], 1)
+    mean = sums / count
+    variance = numpy.maximum(squares / count - mean * mean, 0.0)  # float64: no cancellation to fear
+    inverse_std = 1.0 / numpy.sqrt(variance + epsilon)
+    mean, factor = mean.astype(x.dtype), (inverse_std * scale).astype(x.dtype)
+    y = numpy.empty(x.shape, x.dtype)
+    _rows_into(kernels["normalize_into"], [rows], [mean, factor, offset], y.reshape(-1, channels))
+    return y, mean, variance.astype(x.dtype), inverse_std.astype(x.dtype)
+
+
+def batch_norm_training_grad(dy, x, scale, mean, inverse_std):
+    """``(dx, dscale, doffset)`` of :func:`batch_norm_training` from ``dy``, in two passes over
+    ``dy`` and ``x`` (the channels' sums, then ``dx = dy * a + (x - mean) * b + c``)."""
+    channels = x.shape[-1]
+    dy_rows, x_rows = dy.reshape(-1, channels), x.reshape(-1, channels)
+    kernels = compiled_kernels()
+    sum_dy, sum_dy_centered = _channel_totals(kernels["batch_norm_grad_sums_into"], [dy_rows, x_rows], mean,
+                                              channels=channels)
+    count = max(x_rows.shape[0], 1)
+    inverse_std64, scale64 = inverse_std.astype(numpy.float64), scale.astype(numpy.float64)
+    a = scale64 * inverse_std64
+    b = -a * inverse_std64 * inverse_std64 * sum_dy_centered / count
+    c = -a * sum_dy / count
+    dx = numpy.empty(x.shape, x.dtype)
+    _rows_into(kernels["batch_norm_grad_into"], [dy_rows, x_rows],
+               [mean, a.astype(x.dtype), b.astype(x.dtype), c.astype(x.dtype)], dx.reshape(-1, channels))
+    return dx, (sum_dy_centered * inverse_std64).astype(x.dtype), sum_dy.astype(x.dtype)
 
 
 def max_pool(x, ksize, strides, top, left, out_hw):

@@ -1,0 +1,176 @@
+"""Batch normalization as one op: TF's ``FusedBatchNorm`` and its gradient.
+
+``tf.nn.moments`` + ``tf.nn.batch_normalization`` spell batch normalization as a dozen
+elementwise ops and reductions, and their gradients as twice as many: a dozen passes over
+a layer's activations each way. ``FusedBatchNorm`` (what ``tf.layers.batch_normalization``
+and ``tf.contrib.layers.batch_norm`` build for 4-D inputs, as TF 1.x's do) reads ``x`` twice
+and writes ``y`` once while training; its gradient reads ``dy`` and ``x`` twice and writes
+``dx`` once (:func:`dflow.ops.fused.batch_norm_training`, over the channels-last view of
+the array, each pass split over the cores). The namespaces other than NumPy's (CuPy,
+``array_api_strict``) run the same math as array expressions.
+
+Its outputs are TF's: ``y``, the batch's mean and variance (the variance Bessel-corrected,
+``n / (n - 1)``, for the moving averages), and two saved for the gradient (the mean and the
+inverse standard deviation). Normalizing uses the uncorrected variance.
+
+>>> import dflow as tf
+>>> import numpy as np
+>>> with tf.Graph().as_default():
+...     x = tf.constant(np.arange(8, dtype=np.float32).reshape(2, 2, 1, 2))
+...     y, mean, variance = tf.nn.fused_batch_norm(x, tf.ones([2]), tf.zeros([2]))
+...     with tf.Session() as sess:
+...         sess.run(mean).tolist(), [round(float(v), 4) for v in sess.run(variance)]
+([3.0, 4.0], [6.6667, 6.6667])
+"""
+
+from __future__ import annotations
+
+from ..graph import Tensor, convert_to_tensor, get_default_graph
+from . import fused
+from .array_ops import zeros_like
+from .registry import ShapeError, Spec, defop
+from .shape_rules import fmt
+
+__all__ = ["fused_batch_norm"]
+
+MIN_EPSILON = 1.001e-5  # TF's kernels (cuDNN's floor) refuse less; its Python raises epsilon to it
+_FORMATS = ("NHWC", "NCHW")
+
+
+def _reduced_axes(data_format: str) -> tuple[int, int, int]:
+    return (0, 1, 2) if data_format == "NHWC" else (0, 2, 3)
+
+
+def _per_channel(xp, vector, data_format: str):
+    """A channel vector shaped to broadcast against the 4-D array."""
+    return xp.reshape(vector, (1, 1, 1, -1) if data_format == "NHWC" else (1, -1, 1, 1))
+
+
+def _channels_last(xp, x, data_format: str):
+    """``x`` as NHWC: an NCHW array that is a transposed NHWC one (as the convolutions make
+    them) becomes that array again, a view, so both layouts compute alike."""
+    return x if data_format == "NHWC" else xp.permute_dims(x, (0, 2, 3, 1))
+
+
+def _channels_back(xp, y, data_format: str):
+    return y if data_format == "NHWC" else xp.permute_dims(y, (0, 3, 1, 2))
+
+
+def _channels_of(x_shape, data_format: str):
+    return None if x_shape is None else x_shape[3 if data_format == "NHWC" else 1]
+
+
+def _batch_norm_infer(inputs, epsilon, data_format, is_training):
+    x = inputs[0]
+    if x.shape is not None and len(x.shape) != 4:
+        raise ShapeError(f"fused_batch_norm takes a 4-D input, got shape {fmt(x.shape)}")
+    channels = _channels_of(x.shape, data_format)
+    for what, vector in zip(("scale", "offset", "mean", "variance"), inputs[1:]):
+        if vector.shape is not None and (len(vector.shape) != 1 or None not in (channels, vector.shape[0])
+                                         and vector.shape[0] != channels):
+            raise ShapeError(f"fused_batch_norm's {what} must be a vector of the input's {channels} channels "
+                             f"({data_format}), got shape {fmt(vector.shape)}")
+    vector = Spec((channels,), x.dtype)
+    return [Spec(x.shape, x.dtype), vector, vector, vector, vector]
+
+
+def _batch_norm_kernel(xp, x, scale, offset, mean, variance, epsilon, data_format, is_training):
+    """``(y, batch mean, batch variance (corrected), saved mean, saved inverse std)``."""
+    if not is_training:
+        inverse_std = 1 / xp.sqrt(variance + epsilon)
+        factor, shift = inverse_std * scale, offset - mean * inverse_std * scale
+        y = x * _per_channel(xp, factor, data_format) + _per_channel(xp, shift, data_format)
+        return y, mean, variance, mean, inverse_std
+    if fused.compiled_for(xp, x, scale, offset):
+        y, batch_mean, batch_variance, inverse_std = fused.batch_norm_training(
+            _channels_last(xp, x, data_format), scale, offset, epsilon)
+        y = _channels_back(xp, y, data_format)
+    else:
+        axes = _reduced_axes(data_format)
+        batch_mean = xp.mean(x, axis=axes)
+        centered = x - _per_channel(xp, batch_mean, data_format)
+        batch_variance = xp.mean(centered * centered, axis=axes)
+        inverse_std = 1 / xp.sqrt(batch_variance + epsilon)
+        factor = _per_channel(xp, inverse_std * scale, data_format)
+        y = centered * factor + _per_channel(xp, offset, data_format)
+    count = x.size // max(x.shape[3 if data_format == "NHWC" else 1], 1)
+    corrected = batch_variance * (count / max(count - 1, 1))
+    return y, batch_mean, corrected, batch_mean, inverse_std
+
+
+def _batch_norm_grad(op, dy, *_):
+    """dx, dscale, doffset from ``dy`` (TF's rule: the gradients of the batch statistics'
+    outputs are not propagated; the moving averages built from them are not differentiated)."""
+    if dy is None:
+        return [None] * 5
+    x, scale = op.inputs[0], op.inputs[1]
+    grads = get_default_graph().create_op(
+        "FusedBatchNormGrad", [dy, x, scale, op.outputs[3], op.outputs[4]],
+        {key: op.attrs[key] for key in ("data_format", "is_training")}).outputs
+    return [*grads, None, None]
+
+
+def _batch_norm_grad_infer(inputs, data_format, is_training):
+    dy, x, scale = inputs[:3]
+    vector = Spec(scale.shape, x.dtype)
+    return [Spec(x.shape if x.shape is not None else dy.shape, x.dtype), vector, vector]
+
+
+def _batch_norm_grad_kernel(xp, dy, x, scale, mean, inverse_std, data_format, is_training):
+    if is_training and fused.compiled_for(xp, dy, x, scale, mean, inverse_std):
+        dx, dscale, doffset = fused.batch_norm_training_grad(
+            _channels_last(xp, dy, data_format), _channels_last(xp, x, data_format), scale, mean, inverse_std)
+        return _channels_back(xp, dx, data_format), dscale, doffset
+    axes = _reduced_axes(data_format)
+    centered = x - _per_channel(xp, mean, data_format)
+    sum_dy = xp.sum(dy, axis=axes)
+    sum_dy_centered = xp.sum(dy * centered, axis=axes)
+    factor = _per_channel(xp, scale * inverse_std, data_format)
+    if is_training:
+        count = x.size // max(scale.shape[0], 1)
+        pulled = _per_channel(xp, inverse_std * inverse_std * sum_dy_centered / count, data_format)
+        dx = factor * (dy - _per_channel(xp, sum_dy / count, data_format) - centered * pulled)
+    else:
+        dx = dy * factor
+    return dx, sum_dy_centered * inverse_std, sum_dy
+
+
+defop("FusedBatchNorm", _batch_norm_infer, _batch_norm_kernel, _batch_norm_grad, num_outputs=5)
+defop("FusedBatchNormGrad", _batch_norm_grad_infer, _batch_norm_grad_kernel, num_outputs=3)
+
+
+def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon: float = 0.001,
+                     data_format: str = "NHWC", is_training: bool = True, name=None,
+                     exponential_avg_factor: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
+    """Batch normalization of a 4-D ``x`` in one op: ``(y, batch_mean, batch_variance)``.
+
+    While training, ``y`` is normalized with the batch's moments over every axis but the
+    channels', and ``batch_variance`` is Bessel-corrected for moving averages; with
+    ``exponential_avg_factor < 1`` the two come back averaged into the given ``mean`` and
+    ``variance`` by that factor (TF 2's form). Otherwise ``mean`` and ``variance`` (required)
+    normalize, and come back unchanged.
+
+    >>> y, batch_mean, batch_variance = tf.nn.fused_batch_norm(x, gamma, beta)  # doctest: +SKIP
+    """
+    if data_format not in _FORMATS:
+        raise ValueError(f"fused_batch_norm's data_format must be 'NHWC' or 'NCHW', got {data_format!r}")
+    if not is_training and (mean is None or variance is None):
+        raise ValueError("fused_batch_norm with is_training=False normalizes with the given mean and "
+                         "variance: pass both (the moving averages)")
+    graph = get_default_graph()
+    with graph.name_scope(name or "FusedBatchNorm") as scope:
+        x = convert_to_tensor(x)
+        if not x.dtype.is_floating:
+            raise TypeError(f"fused_batch_norm takes a floating-point input, got {x.dtype.name}")
+        scale, offset = convert_to_tensor(scale, dtype=x.dtype), convert_to_tensor(offset, dtype=x.dtype)
+        given_mean = zeros_like(scale) if mean is None else convert_to_tensor(mean, dtype=x.dtype)
+        given_variance = zeros_like(scale) if variance is None else convert_to_tensor(variance, dtype=x.dtype)
+        attrs = {"epsilon": max(float(epsilon), MIN_EPSILON), "data_format": data_format,
+                 "is_training": bool(is_training)}
+        y, batch_mean, batch_variance, _, _ = graph.create_op(
+            "FusedBatchNorm", [x, scale, offset, given_mean, given_variance], attrs, name=scope).outputs
+        if is_training and exponential_avg_factor != 1.0:
+            keep = 1.0 - float(exponential_avg_factor)
+            batch_mean = given_mean * keep + batch_mean * float(exponential_avg_factor)
+            batch_variance = given_variance * keep + batch_variance * float(exponential_avg_factor)
+        return y, batch_mean, batch_variance

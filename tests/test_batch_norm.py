@@ -1,0 +1,158 @@
+"""Batch normalization as one op (FusedBatchNorm): TensorFlow 2.21's values, both layouts alike,
+every namespace alike, and the layers that build it."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+from namespaces import OTHER_NAMESPACES, assert_same_on
+
+import dflow as tf
+from dflow.ops import fused
+
+# TF 2.21 compat.v1's tf.nn.fused_batch_norm of these inputs (NHWC, epsilon 0.01)
+TENSORFLOW = json.loads(
+    (pathlib.Path(__file__).parent / "data" / "fused_batch_norm_tensorflow.json").read_text())
+
+
+def _arrays(*names):
+    return [np.asarray(TENSORFLOW[name], np.float32) for name in names]
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_fused_batch_norm_gives_tensorflows_values_and_gradients(mode, data_format):
+    x, dy, scale, offset, mean, variance = _arrays("x", "dy", "scale", "offset", "mean", "variance")
+    to_layout = (lambda a: a) if data_format == "NHWC" else (lambda a: np.moveaxis(a, 3, 1).copy())
+    training = mode == "training"
+    with tf.Graph().as_default():
+        x_t, scale_t, offset_t = tf.constant(to_layout(x)), tf.constant(scale), tf.constant(offset)
+        y, batch_mean, batch_variance = tf.nn.fused_batch_norm(
+            x_t, scale_t, offset_t, None if training else mean, None if training else variance, epsilon=0.01,
+            data_format=data_format, is_training=training)
+        grads = tf.gradients(tf.reduce_sum(y * to_layout(dy)), [x_t, scale_t, offset_t])
+        with tf.Session() as sess:
+            got = sess.run([y, batch_mean, batch_variance, *grads])
+    want = TENSORFLOW[mode]
+    got[0], got[3] = np.moveaxis(got[0], 1, 3) if data_format == "NCHW" else got[0], \
+        np.moveaxis(got[3], 1, 3) if data_format == "NCHW" else got[3]
+    for name, value in zip(["y", "mean", "variance", "dx", "dscale", "doffset"], got):
+        np.testing.assert_allclose(value, want[name], rtol=2e-5, atol=2e-5, err_msg=name)
+
+
+def test_the_batch_variance_is_corrected_and_averaged_as_tensorflows():
+    x, scale, offset, mean, variance = _arrays("x", "scale", "offset", "mean", "variance")
+    with tf.Graph().as_default():
+        _, batch_mean, batch_variance = tf.nn.fused_batch_norm(x, scale, offset, mean, variance, epsilon=0.01,
+                                                               exponential_avg_factor=0.25)
+        with tf.Session() as sess:
+            got_mean, got_variance = sess.run([batch_mean, batch_variance])
+    np.testing.assert_allclose(got_mean, TENSORFLOW["averaged"]["mean"], rtol=1e-6)
+    np.testing.assert_allclose(got_variance, TENSORFLOW["averaged"]["variance"], rtol=1e-6)
+    n = x.size // x.shape[-1]  # the training variance is the unbiased one: n / (n - 1) of the plain
+    np.testing.assert_allclose(TENSORFLOW["training"]["variance"], x.reshape(-1, 4).var(0) * n / (n - 1),
+                               rtol=1e-5)
+
+
+def test_a_transposed_nhwc_array_normalizes_exactly_as_in_nhwc():
+    """Convolutions hand NCHW layers transposed NHWC arrays: both layouts must agree bit for bit
+    (Inception's NCHW logits equal its NHWC ones only so: 2 examples at 1 x 1 amplify any rounding)."""
+    x = np.random.default_rng(0).normal(3.0, 0.5, (4, 5, 5, 8)).astype(np.float32)
+    with tf.Graph().as_default():
+        nhwc = tf.constant(x)
+        nchw = tf.transpose(nhwc, [0, 3, 1, 2])
+        ones, zeros = tf.ones([8]), tf.zeros([8])
+        y_nhwc = tf.nn.fused_batch_norm(nhwc, ones, zeros)[0]
+        y_nchw = tf.transpose(tf.nn.fused_batch_norm(nchw, ones, zeros, data_format="NCHW")[0], [0, 2, 3, 1])
+        grads = [tf.gradients(tf.reduce_sum(tf.square(y)), [nhwc])[0] for y in (y_nhwc, y_nchw)]
+        with tf.Session() as sess:
+            a, b, grad_a, grad_b = sess.run([y_nhwc, y_nchw, *grads])
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(grad_a, grad_b)
+
+
+def test_the_cores_pieces_sum_as_one_pass_does():
+    """Above fused.FLAT_PIECES_FROM elements each core sums its own rows: the same moments and
+    gradients as the array expressions (float64 totals, so no piece loses precision)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(5.0, 2.0, (64, 32, 32, 33)).astype(np.float32)
+    assert x.size >= fused.FLAT_PIECES_FROM
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    scale, offset = np.linspace(0.5, 2, 33, dtype=np.float32), np.linspace(-1, 1, 33, dtype=np.float32)
+    y, mean, variance, inverse_std = fused.batch_norm_training(x, scale, offset, 1e-3)
+    rows = x.reshape(-1, 33).astype(np.float64)
+    np.testing.assert_allclose(mean, rows.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(variance, rows.var(0), rtol=1e-5)
+    want_y = (rows - rows.mean(0)) / np.sqrt(rows.var(0) + 1e-3) * scale + offset
+    np.testing.assert_allclose(y.reshape(-1, 33), want_y, rtol=1e-4, atol=1e-5)
+    dx, dscale, doffset = fused.batch_norm_training_grad(dy, x, scale, mean, inverse_std)
+    g = dy.reshape(-1, 33).astype(np.float64)
+    normalized = (rows - rows.mean(0)) / np.sqrt(rows.var(0) + 1e-3)
+    want_dx = scale / np.sqrt(rows.var(0) + 1e-3) * (g - g.mean(0) - normalized * (g * normalized).mean(0))
+    np.testing.assert_allclose(doffset, g.sum(0), rtol=1e-4)
+    np.testing.assert_allclose(dscale, (g * normalized).sum(0), rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(dx.reshape(-1, 33), want_dx, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_the_kernels_run_on_other_namespaces(xp, data_format):
+    x, dy, scale, offset = _arrays("x", "dy", "scale", "offset")
+    to_layout = (lambda a: a) if data_format == "NHWC" else (lambda a: np.moveaxis(a, 3, 1).copy())
+    with tf.Graph().as_default():
+        x_t = tf.constant(to_layout(x))
+        outputs = tf.nn.fused_batch_norm(x_t, scale, offset, data_format=data_format)
+        loss = tf.reduce_sum(outputs[0] * to_layout(dy))
+        assert_same_on(xp, [*outputs, *tf.gradients(loss, [x_t])], rtol=1e-5)
+
+
+def test_layers_batch_normalization_runs_one_op_in_a_cond_and_updates_the_moving_averages():
+    x = np.random.default_rng(2).normal(1.0, 3.0, (6, 3, 3, 2)).astype(np.float32)
+    with tf.Graph().as_default():
+        inputs = tf.constant(x)
+        training = tf.placeholder_with_default(True, [])
+        y = tf.layers.batch_normalization(inputs, momentum=0.5, training=training)
+        updates = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+        graph = tf.get_default_graph()
+        assert [op.type for op in graph.get_operations() if op.type == "Cond"] == ["Cond"]
+        (grad,) = tf.gradients(tf.reduce_sum(y * y * inputs), [inputs])
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            trained, _ = sess.run([y, updates])
+            moving_mean, moving_variance = sess.run(tf.global_variables()[2:])
+            inferred = sess.run(y, {training: False})
+            assert np.isfinite(sess.run(grad)).all()
+    rows = x.reshape(-1, 2).astype(np.float64)
+    np.testing.assert_allclose(trained.reshape(-1, 2), (rows - rows.mean(0)) / np.sqrt(rows.var(0) + 1e-3),
+                               rtol=1e-4, atol=1e-5)
+    n = rows.shape[0]
+    np.testing.assert_allclose(moving_mean, 0.5 * rows.mean(0), rtol=1e-5)  # from 0, momentum 0.5
+    np.testing.assert_allclose(moving_variance, 0.5 + 0.5 * rows.var(0) * n / (n - 1), rtol=1e-5)
+    np.testing.assert_allclose(inferred, (x - moving_mean) / np.sqrt(moving_variance + 1e-3), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_unfused_layers_keep_the_plain_variance_as_tensorflows_do():
+    x = np.random.default_rng(3).normal(size=(4, 2, 2, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        tf.layers.batch_normalization(tf.constant(x), momentum=0.0, training=True, fused=False)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+            moving_variance = sess.run(tf.global_variables()[3])
+        assert not [op for op in tf.get_default_graph().get_operations() if op.type == "FusedBatchNorm"]
+    np.testing.assert_allclose(moving_variance, x.reshape(-1, 3).var(0), rtol=1e-5)
+
+
+def test_bad_calls_say_what_to_pass():
+    with tf.Graph().as_default():
+        x, vector = tf.zeros([2, 3, 3, 4]), tf.ones([4])
+        with pytest.raises(ValueError, match="is_training=False normalizes with the given mean and variance"):
+            tf.nn.fused_batch_norm(x, vector, vector, is_training=False)
+        with pytest.raises(ValueError, match="data_format must be 'NHWC' or 'NCHW'"):
+            tf.nn.fused_batch_norm(x, vector, vector, data_format="NDHWC")
+        with pytest.raises(ValueError, match="takes a 4-D input, got shape"):
+            tf.nn.fused_batch_norm(tf.zeros([2, 4]), vector, vector)
+        with pytest.raises(ValueError, match="scale must be a vector of the input's 4 channels"):
+            tf.nn.fused_batch_norm(x, tf.ones([3]), vector)
