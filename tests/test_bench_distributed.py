@@ -117,7 +117,8 @@ def test_bad_numbers_are_refused_by_name():
 def test_main_runs_both_measurements_in_fresh_processes_and_writes_json(tmp_path, capsys):
     output = tmp_path / "bench.json"
     assert bench.main(["--batch_size", "2", "--num_warmup_batches", "1", "--num_batches", "2",
-                       "--block_steps", "1", "--overhead_steps", "3", "--output", str(output), "--peers"]) == 0
+                       "--block_steps", "1", "--overhead_steps", "3", "--output", str(output),
+                       "--peers"]) == 0
     printed = capsys.readouterr().out
     assert "1 PS + 1 worker" in printed and "per-step overhead, 1 PS + 2 workers" in printed
     written = json.loads(output.read_text())
