@@ -7,9 +7,11 @@ import pathlib
 import numpy as np
 import pytest
 from namespaces import OTHER_NAMESPACES, assert_same_on
+from test_fusion import op_types
 
 import dflow as tf
 from dflow.ops import fused
+from dflow.runtime.passes import Devices, make_plan
 
 # TF 2.21 compat.v1's tf.nn.fused_batch_norm of these inputs (NHWC, epsilon 0.01)
 TENSORFLOW = json.loads(
@@ -105,6 +107,37 @@ def test_the_kernels_run_on_other_namespaces(xp, data_format):
         outputs = tf.nn.fused_batch_norm(x_t, scale, offset, data_format=data_format)
         loss = tf.reduce_sum(outputs[0] * to_layout(dy))
         assert_same_on(xp, [*outputs, *tf.gradients(loss, [x_t])], rtol=1e-5)
+
+
+def _relu_after_batch_norm(data_format):
+    x, dy, scale, offset = _arrays("x", "dy", "scale", "offset")
+    to_layout = (lambda a: a) if data_format == "NHWC" else (lambda a: np.moveaxis(a, 3, 1).copy())
+    x_t = tf.constant(to_layout(x))
+    normalized = tf.nn.fused_batch_norm(x_t, scale, offset, data_format=data_format)[0]
+    relu = tf.nn.relu(normalized)
+    return x_t, normalized, relu, tf.gradients(tf.reduce_sum(relu * to_layout(dy)), [x_t])[0]
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_a_relu_after_a_batch_norm_runs_in_its_passes_with_the_same_numbers(data_format):
+    with tf.Graph().as_default() as graph:
+        x, normalized, relu, grad = _relu_after_batch_norm(data_format)
+        types = op_types(make_plan(graph, [relu, grad], set(), Devices.this_process(gpus=0)))
+        assert {"_FusedBatchNormRelu", "_FusedBatchNormGradRelu"} <= set(types)
+        assert not {"Relu", "ReluGrad", "FusedBatchNorm", "FusedBatchNormGrad"} & set(types)
+        with tf.Session() as sess:
+            fused_values = sess.run([relu, grad])
+            unfused_values = sess.run([relu, grad, normalized])  # y fetched: nothing fuses
+    assert (unfused_values[0] == 0).any() and (unfused_values[0] > 0).any()
+    np.testing.assert_array_equal(fused_values[0], unfused_values[0])
+    np.testing.assert_allclose(fused_values[1], unfused_values[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+def test_the_fused_relu_kernels_run_on_other_namespaces(xp):
+    with tf.Graph().as_default():
+        _, _, relu, grad = _relu_after_batch_norm("NHWC")
+        assert_same_on(xp, [relu, grad], rtol=1e-5)
 
 
 def test_layers_batch_normalization_runs_one_op_in_a_cond_and_updates_the_moving_averages():

@@ -74,16 +74,21 @@ def _batch_norm_infer(inputs, epsilon, data_format, is_training):
     return [Spec(x.shape, x.dtype), vector, vector, vector, vector]
 
 
-def _batch_norm_kernel(xp, x, scale, offset, mean, variance, epsilon, data_format, is_training):
-    """``(y, batch mean, batch variance (corrected), saved mean, saved inverse std)``."""
+def _relu(xp, y):
+    return xp.where(y < 0, xp.zeros_like(y), y)  # NaN stays NaN, as Relu's
+
+
+def _batch_norm_kernel(xp, x, scale, offset, mean, variance, epsilon, data_format, is_training, relu=False):
+    """``(y, batch mean, batch variance (corrected), saved mean, saved inverse std)``; with
+    ``relu``, ``max(y, 0)`` instead of ``y`` (``_FusedBatchNormRelu``)."""
     if not is_training:
         inverse_std = 1 / xp.sqrt(variance + epsilon)
         factor, shift = inverse_std * scale, offset - mean * inverse_std * scale
         y = x * _per_channel(xp, factor, data_format) + _per_channel(xp, shift, data_format)
-        return y, mean, variance, mean, inverse_std
+        return _relu(xp, y) if relu else y, mean, variance, mean, inverse_std
     if fused.compiled_for(xp, x, scale, offset):
         y, batch_mean, batch_variance, inverse_std = fused.batch_norm_training(
-            _channels_last(xp, x, data_format), scale, offset, epsilon)
+            _channels_last(xp, x, data_format), scale, offset, epsilon, relu)
         y = _channels_back(xp, y, data_format)
     else:
         axes = _reduced_axes(data_format)
@@ -93,6 +98,7 @@ def _batch_norm_kernel(xp, x, scale, offset, mean, variance, epsilon, data_forma
         inverse_std = 1 / xp.sqrt(batch_variance + epsilon)
         factor = _per_channel(xp, inverse_std * scale, data_format)
         y = centered * factor + _per_channel(xp, offset, data_format)
+        y = _relu(xp, y) if relu else y
     count = x.size // max(x.shape[3 if data_format == "NHWC" else 1], 1)
     corrected = batch_variance * (count / max(count - 1, 1))
     return y, batch_mean, corrected, batch_mean, inverse_std
@@ -121,6 +127,22 @@ def _batch_norm_grad_kernel(xp, dy, x, scale, mean, inverse_std, data_format, is
         dx, dscale, doffset = fused.batch_norm_training_grad(
             _channels_last(xp, dy, data_format), _channels_last(xp, x, data_format), scale, mean, inverse_std)
         return _channels_back(xp, dx, data_format), dscale, doffset
+    return _batch_norm_grad_of(xp, dy, x, scale, mean, inverse_std, data_format, is_training)
+
+
+def _batch_norm_relu_grad_kernel(xp, g, relu_output, x, scale, mean, inverse_std, data_format, is_training):
+    """FusedBatchNormGrad(ReluGrad(g, relu_output), x, ...) in the same passes."""
+    if is_training and fused.compiled_for(xp, g, relu_output, x, scale, mean, inverse_std):
+        dx, dscale, doffset = fused.batch_norm_training_grad(
+            _channels_last(xp, g, data_format), _channels_last(xp, x, data_format), scale, mean, inverse_std,
+            _channels_last(xp, relu_output, data_format))
+        return _channels_back(xp, dx, data_format), dscale, doffset
+    dy = xp.where(relu_output > 0, g, xp.zeros_like(g))
+    return _batch_norm_grad_of(xp, dy, x, scale, mean, inverse_std, data_format, is_training)
+
+
+def _batch_norm_grad_of(xp, dy, x, scale, mean, inverse_std, data_format, is_training):
+    """The gradient as array expressions, on any namespace."""
     axes = _reduced_axes(data_format)
     centered = x - _per_channel(xp, mean, data_format)
     sum_dy = xp.sum(dy, axis=axes)
@@ -137,6 +159,13 @@ def _batch_norm_grad_kernel(xp, dy, x, scale, mean, inverse_std, data_format, is
 
 defop("FusedBatchNorm", _batch_norm_infer, _batch_norm_kernel, _batch_norm_grad, num_outputs=5)
 defop("FusedBatchNormGrad", _batch_norm_grad_infer, _batch_norm_grad_kernel, num_outputs=3)
+# Relu(FusedBatchNorm) and FusedBatchNormGrad(ReluGrad), fused when a stage is lowered
+# (runtime/fusion.py), as Grappler's remapper makes TF's _FusedBatchNormEx: no pass of their own
+defop("_FusedBatchNormRelu", _batch_norm_infer,
+      lambda xp, *arrays, **attrs: _batch_norm_kernel(xp, *arrays, **attrs, relu=True), num_outputs=5)
+defop("_FusedBatchNormGradRelu",
+      lambda inputs, **attrs: _batch_norm_grad_infer([inputs[0], *inputs[2:]], **attrs),
+      _batch_norm_relu_grad_kernel, num_outputs=3)
 
 
 def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon: float = 0.001,

@@ -250,6 +250,15 @@ def _compile(numba) -> dict:
             for k in range(rows.shape[1]):
                 out[i, k] = (rows[i, k] - mean[k]) * factor[k] + offset[k]
 
+    # (zero: the arrays' own type, so that a select between it and a value stays in that type
+    # and vectorizes; a literal 0 made numba compute in float64)
+    @jit
+    def normalize_relu_into(rows, mean, factor, offset, zero, out):
+        for i in range(rows.shape[0]):
+            for k in range(rows.shape[1]):
+                value = (rows[i, k] - mean[k]) * factor[k] + offset[k]
+                out[i, k] = zero if value < zero else value  # NaN stays NaN, as Relu's
+
     @jit
     def batch_norm_grad_sums_into(dy, x, mean, sum_dy, sum_dy_centered):
         for i in range(dy.shape[0]):
@@ -263,6 +272,22 @@ def _compile(numba) -> dict:
         for i in range(dy.shape[0]):
             for k in range(dy.shape[1]):
                 dx[i, k] = dy[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k]
+
+    # the same two passes behind a ReLU: dy is the ReLU's gradient where its output y is positive
+    @jit
+    def batch_norm_relu_grad_sums_into(g, y, x, mean, zero, sum_dy, sum_dy_centered):
+        for i in range(g.shape[0]):
+            for k in range(g.shape[1]):
+                dy = g[i, k] if y[i, k] > zero else zero
+                sum_dy[k] += dy
+                sum_dy_centered[k] += dy * (x[i, k] - mean[k])
+
+    @jit
+    def batch_norm_relu_grad_into(g, y, x, mean, zero, a, b, c, dx):
+        for i in range(g.shape[0]):
+            for k in range(g.shape[1]):
+                dy = g[i, k] if y[i, k] > zero else zero
+                dx[i, k] = dy * a[k] + (x[i, k] - mean[k]) * b[k] + c[k]
 
     for dtype in _FLOATS:  # compile now (or load numba's cache): the first step should not wait
         one = numpy.ones(1, dtype)
@@ -285,8 +310,11 @@ def _compile(numba) -> dict:
         row, wide = one.reshape(1, 1), numpy.zeros(1)
         channel_sums_into(row, wide.copy(), wide.copy())
         normalize_into(row, one, one, one, row.copy())
+        normalize_relu_into(row, one, one, one, one[0], row.copy())
         batch_norm_grad_sums_into(row, row, one, wide.copy(), wide.copy())
         batch_norm_grad_into(row, row, one, one, one, one, row.copy())
+        batch_norm_relu_grad_sums_into(row, row, row, one, one[0], wide.copy(), wide.copy())
+        batch_norm_relu_grad_into(row, row, row, one, one[0], one, one, one, row.copy())
         for labels_dtype in (numpy.int32, numpy.int64):
             row = one.reshape(1, 1)
             sparse_xent_into(row, numpy.zeros(1, labels_dtype), one.copy(), row.copy())
@@ -300,7 +328,9 @@ def _compile(numba) -> dict:
             "momentum_into": momentum_into, "dropout_into": dropout_into,
             "channel_sums_into": channel_sums_into, "normalize_into": normalize_into,
             "batch_norm_grad_sums_into": batch_norm_grad_sums_into,
-            "batch_norm_grad_into": batch_norm_grad_into}
+            "batch_norm_grad_into": batch_norm_grad_into, "normalize_relu_into": normalize_relu_into,
+            "batch_norm_relu_grad_sums_into": batch_norm_relu_grad_sums_into,
+            "batch_norm_relu_grad_into": batch_norm_relu_grad_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -548,10 +578,10 @@ def _rows_into(kernel, arrays: list, per_channel: list, out) -> None:
                         _row_pieces(arrays[0]))
 
 
-def batch_norm_training(x, scale, offset, epsilon):
+def batch_norm_training(x, scale, offset, epsilon, relu=False):
     """TF's ``FusedBatchNorm`` while training, for a channels-last ``x`` that :func:`compiled_for`
     takes: ``(y, mean, variance, inverse std)`` of each channel over every other axis, in two
-    passes over ``x`` (its sums, then ``y``)."""
+    passes over ``x`` (its sums, then ``y``; with ``relu``, ``max(y, 0)`` in the same pass)."""
     channels = x.shape[-1]
     rows = x.reshape(-1, channels)
     kernels = compiled_kernels()
@@ -562,26 +592,33 @@ def batch_norm_training(x, scale, offset, epsilon):
     inverse_std = 1.0 / numpy.sqrt(variance + epsilon)
     mean, factor = mean.astype(x.dtype), (inverse_std * scale).astype(x.dtype)
     y = numpy.empty(x.shape, x.dtype)
-    _rows_into(kernels["normalize_into"], [rows], [mean, factor, offset], y.reshape(-1, channels))
+    zero = [x.dtype.type(0)] if relu else []
+    _rows_into(kernels["normalize_relu_into" if relu else "normalize_into"], [rows],
+               [mean, factor, offset, *zero], y.reshape(-1, channels))
     return y, mean, variance.astype(x.dtype), inverse_std.astype(x.dtype)
 
 
-def batch_norm_training_grad(dy, x, scale, mean, inverse_std):
+def batch_norm_training_grad(dy, x, scale, mean, inverse_std, relu_output=None):
     """``(dx, dscale, doffset)`` of :func:`batch_norm_training` from ``dy``, in two passes over
-    ``dy`` and ``x`` (the channels' sums, then ``dx = dy * a + (x - mean) * b + c``)."""
+    ``dy`` and ``x`` (the channels' sums, then ``dx = dy * a + (x - mean) * b + c``); with
+    ``relu_output`` (a ReLU's ``y`` after it), ``dy`` is the ReLU's gradient, taken where ``y`` is
+    positive in the same passes."""
     channels = x.shape[-1]
     dy_rows, x_rows = dy.reshape(-1, channels), x.reshape(-1, channels)
     kernels = compiled_kernels()
-    sum_dy, sum_dy_centered = _channel_totals(kernels["batch_norm_grad_sums_into"], [dy_rows, x_rows], mean,
-                                              channels=channels)
+    masks = [] if relu_output is None else [relu_output.reshape(-1, channels)]
+    zero = [] if relu_output is None else [x.dtype.type(0)]
+    prefix = "batch_norm_grad" if relu_output is None else "batch_norm_relu_grad"
+    sum_dy, sum_dy_centered = _channel_totals(kernels[prefix + "_sums_into"], [dy_rows, *masks, x_rows], mean,
+                                              *zero, channels=channels)
     count = max(x_rows.shape[0], 1)
     inverse_std64, scale64 = inverse_std.astype(numpy.float64), scale.astype(numpy.float64)
     a = scale64 * inverse_std64
     b = -a * inverse_std64 * inverse_std64 * sum_dy_centered / count
     c = -a * sum_dy / count
     dx = numpy.empty(x.shape, x.dtype)
-    _rows_into(kernels["batch_norm_grad_into"], [dy_rows, x_rows],
-               [mean, a.astype(x.dtype), b.astype(x.dtype), c.astype(x.dtype)], dx.reshape(-1, channels))
+    _rows_into(kernels[prefix + "_into"], [dy_rows, *masks, x_rows],
+               [mean, *zero, *(v.astype(x.dtype) for v in (a, b, c))], dx.reshape(-1, channels))
     return dx, (sum_dy_centered * inverse_std64).astype(x.dtype), sum_dy.astype(x.dtype)
 
 

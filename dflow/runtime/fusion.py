@@ -22,6 +22,10 @@ place and under its name, so every consumer and every fetch of its value is unch
   window's maximum was (oneDNN's pass for training), and ``_MaxPoolGradWithWorkspace(x, y,
   dy, workspace)``, which routes by it without reading ``x`` again; ``LRN`` and ``LRNGrad``
   likewise pass the forward's window sums (TF's oneDNN ops pass the same workspaces);
+- ``Relu(FusedBatchNorm(x, ...))`` -> ``_FusedBatchNormRelu(x, ...)`` (the Relu's place an
+  ``Identity`` of it), and ``FusedBatchNormGrad(ReluGrad(g, y), x, ...)`` ->
+  ``_FusedBatchNormGradRelu(g, y, x, ...)``: the ReLU in the batch norm's passes, as TF's
+  ``_FusedBatchNormEx``;
 - ``ApplyGradientDescent(var, lr, AddN(g, Mul(x, s)))`` -> ``_ApplyDecayedGradientDescent(var,
   lr, g, x, s)``: an L2 weight decay's gradient (``s * x``, x the weights) summed into the update
   in its one pass over the variable, where the Mul, the AddN and the update made three (the
@@ -94,6 +98,7 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
+    kept = _with_batch_norm_relus(kept, needed)
     return _with_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
 
 
@@ -128,6 +133,29 @@ def _sole_producers(nodes: list[OpNode], needed: Collection[str]):
         return first
 
     return producer
+
+
+def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
+    """``Relu(FusedBatchNorm)`` and ``FusedBatchNormGrad(ReluGrad)`` each as one op (:func:`fuse`).
+    The batch norm has other outputs (its moments, for the updates and the gradient): it keeps
+    its name and place, and the Relu's becomes an ``Identity`` of its first output."""
+    sole_producer = _sole_producers(nodes, needed)
+    replaced, absorbed = {}, set()
+    for node in nodes:
+        first = sole_producer(node.inputs[0], node.device_type) if node.inputs else None
+        if first is None:
+            continue
+        if node.type == "Relu" and first.type == "FusedBatchNorm" and node.inputs[0] == f"{first.name}:0":
+            replaced[first.name] = OpNode(first.name, "_FusedBatchNormRelu", first.attrs, first.inputs,
+                                          first.control_inputs, 5, first.device_type)
+            replaced[node.name] = OpNode(node.name, "Identity", {}, node.inputs, node.control_inputs, 1,
+                                         node.device_type)
+        elif node.type == "FusedBatchNormGrad" and first.type == "ReluGrad":
+            control = tuple(dict.fromkeys(first.control_inputs + node.control_inputs))
+            replaced[node.name] = OpNode(node.name, "_FusedBatchNormGradRelu", node.attrs,
+                                         (*first.inputs, *node.inputs[1:]), control, 3, node.device_type)
+            absorbed.add(first.name)
+    return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
 
 def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
