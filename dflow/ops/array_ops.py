@@ -800,8 +800,9 @@ def _sum_to_shape_kernel(xp, g, target):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(target) if d == 1 and g.shape[lead + i] != 1
     )
-    if axes == tuple(range(g.ndim - 1)) and len(target) == 1 and xp.isdtype(g.dtype, "real floating"):
-        return parallel.sum_rows(xp, g)  # a channel bias's gradient: relu(conv + b)'s b
+    if axes == tuple(range(g.ndim - 1)) and xp.isdtype(g.dtype, "real floating"):
+        # a channel bias's gradient (relu(conv + b)'s b), or a per-channel factor's (batch norm's)
+        return xp.reshape(parallel.sum_rows(xp, g), target)
     return xp.reshape(xp.sum(g, axis=axes), target)
 
 

@@ -402,6 +402,13 @@ def _reduce_args(axis, keepdims, reduction_indices, keep_dims):
 def _reduction(op_type, xp_name, grad, infer=_reduce_infer):
     def kernel(xp, x, axis, keepdims):
         axes = normalize_axis(axis, x.ndim)
+        if xp_name in ("sum", "mean") and _per_channel(x, axes) and xp.isdtype(x.dtype, "real floating"):
+            # per channel, over every other axis (batch norm's moments): one BLAS product over the
+            # cores, where NumPy's sum adds the rows one after another on one
+            total = parallel.sum_rows(xp, x)
+            if xp_name == "mean":
+                total = total / (x.size // x.shape[-1])
+            return xp.reshape(total, (1,) * (x.ndim - 1) + (x.shape[-1],)) if keepdims else total
         return getattr(xp, xp_name)(x, axis=axes, keepdims=keepdims)
 
     defop(op_type, infer, kernel, grad)
@@ -413,6 +420,10 @@ def _reduction(op_type, xp_name, grad, infer=_reduce_infer):
 
     build.__name__ = build.__qualname__ = f"reduce_{xp_name}"
     return build
+
+
+def _per_channel(x, axes) -> bool:
+    return x.ndim >= 2 and tuple(sorted(axes)) == tuple(range(x.ndim - 1)) and x.size > 0
 
 
 def _unreduce(op, g, mean=False):
