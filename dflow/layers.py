@@ -702,12 +702,9 @@ class BatchNormalization(Layer):
     def _fused_call(self, inputs, training):
         data_format = "NCHW" if self.axis == 1 else "NHWC"
         # read once, outside any branch: the branches take the values
-        scale = convert_to_tensor(self.gamma) if self.gamma is not None else None
-        offset = convert_to_tensor(self.beta) if self.beta is not None else None
-        channels = self.moving_mean.value()
-        scale = array_ops.ones_like(channels) if scale is None else scale
-        offset = array_ops.zeros_like(channels) if offset is None else offset
         moving_mean, moving_variance = self.moving_mean.value(), self.moving_variance.value()
+        scale = convert_to_tensor(self.gamma) if self.gamma is not None else array_ops.ones_like(moving_mean)
+        offset = convert_to_tensor(self.beta) if self.beta is not None else array_ops.zeros_like(moving_mean)
 
         def normalized(is_training: bool):
             return lambda: batch_norm_ops.fused_batch_norm(
