@@ -189,3 +189,20 @@ def test_bad_calls_say_what_to_pass():
             tf.nn.fused_batch_norm(tf.zeros([2, 4]), vector, vector)
         with pytest.raises(ValueError, match="scale must be a vector of the input's 4 channels"):
             tf.nn.fused_batch_norm(x, tf.ones([3]), vector)
+
+
+def test_contrib_batch_norm_without_gamma_normalizes_in_one_op_and_updates_inline():
+    x = np.random.default_rng(4).normal(2.0, 3.0, (4, 3, 3, 5)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        y = tf.contrib.layers.batch_norm(tf.constant(x), decay=0.5, updates_collections=None,
+                                         is_training=True)
+        assert [op.type for op in graph.get_operations() if op.type.startswith("FusedBatchNorm")] == \
+            ["FusedBatchNorm"]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            got = sess.run(y)
+            moving_mean = sess.run(graph.get_tensor_by_name("BatchNorm/moving_mean:0"))
+    rows = x.reshape(-1, 5).astype(np.float64)
+    np.testing.assert_allclose(got.reshape(-1, 5), (rows - rows.mean(0)) / np.sqrt(rows.var(0) + 1e-3),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(moving_mean, 0.5 * rows.mean(0), rtol=1e-5)
