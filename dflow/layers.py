@@ -721,14 +721,16 @@ class BatchNormalization(Layer):
         return outputs
 
     def _normalize(self, inputs, mean, variance):
-        """``inputs * factor + (beta - mean * factor)``: one per-channel factor, computed once."""
-        broadcast = [1] * inputs.shape.ndims
-        broadcast[self.axis] = -1
-        factor = math_ops.rsqrt(variance + self.epsilon)
-        if self.gamma is not None:
-            factor = factor * self.gamma
-        shift = -mean * factor if self.beta is None else self.beta - mean * factor
-        return inputs * array_ops.reshape(factor, broadcast) + array_ops.reshape(shift, broadcast)
+        """``tf.nn.batch_normalization``, the channel vectors shaped to broadcast where the channels
+        are not the last axis (where they are, it is one op)."""
+        rank = inputs.shape.ndims
+        vectors = [mean, variance, self.beta, self.gamma]
+        if self.axis % rank != rank - 1:
+            broadcast = [1] * rank
+            broadcast[self.axis] = -1
+            vectors = [None if v is None else array_ops.reshape(v, broadcast) for v in vectors]
+        mean, variance, offset, scale = vectors
+        return nn_ops.batch_normalization(inputs, mean, variance, offset, scale, self.epsilon)
 
     def _add_updates(self, inputs, batch_mean, batch_variance, training):
         decay = 1.0 - self.momentum

@@ -206,3 +206,68 @@ def test_contrib_batch_norm_without_gamma_normalizes_in_one_op_and_updates_inlin
     np.testing.assert_allclose(got.reshape(-1, 5), (rows - rows.mean(0)) / np.sqrt(rows.var(0) + 1e-3),
                                rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(moving_mean, 0.5 * rows.mean(0), rtol=1e-5)
+
+
+# TF 2.21 compat.v1's tf.nn.moments + tf.nn.batch_normalization, values and gradients
+# (data/moments_tensorflow.py: a dense layer, a conv layer with keep_dims and no offset, one with no scale)
+MOMENTS = json.loads((pathlib.Path(__file__).parent / "data" / "moments_tensorflow.json").read_text())
+
+
+def _moments_graph(case, given: bool):
+    """The case's graph: batch normalization with the batch's moments, or with given statistics."""
+    x, dy = tf.constant(np.float32(case["x"])), np.float32(case["dy"])
+    offset = tf.constant(np.float32(case["offset"])) if case["with_offset"] else None
+    scale = tf.constant(np.float32(case["scale"])) if case["with_scale"] else None
+    if given:
+        mean, variance = (tf.constant(np.float32(case[key])) for key in ("given_mean", "given_variance"))
+        y = tf.nn.batch_normalization(x, mean, variance, offset, scale, case["epsilon"])
+        return [y, *tf.gradients(tf.reduce_sum(y * dy), [x, mean, variance])]
+    mean, variance = tf.nn.moments(x, case["axes"], keep_dims=case["keep_dims"])
+    y = tf.nn.batch_normalization(x, mean, variance, offset, scale, case["epsilon"])
+    loss = tf.reduce_sum(y * dy) + tf.reduce_sum(mean * np.float32(case["dmean"])) \
+        + tf.reduce_sum(variance * np.float32(case["dvariance"]))
+    return [y, mean, variance, *tf.gradients(loss, [x] + [t for t in (offset, scale) if t is not None])]
+
+
+@pytest.mark.parametrize("case", sorted(MOMENTS))
+def test_moments_and_batch_normalization_are_one_op_each_with_tensorflows_values_and_gradients(case):
+    case = MOMENTS[case]
+    names = ["y", "mean", "variance", "dx"] + ["doffset"] * case["with_offset"] \
+        + ["dscale"] * case["with_scale"] + ["y_given", "dx_given", "dmean_given", "dvariance_given"]
+    with tf.Graph().as_default() as graph:
+        fetches = _moments_graph(case, given=False)
+        given_fetches = _moments_graph(case, given=True)
+        types = [op.type for op in graph.get_operations()]
+        assert types.count("Moments") == 1 and types.count("BatchNormalization") == 2
+        assert not {"Mean", "Rsqrt", "Square", "SquaredDifference"} & set(types)
+        lowered = op_types(make_plan(graph, fetches, set(), Devices.this_process(gpus=0)))
+        assert "_MomentsGradAdd" in lowered and "MomentsGrad" not in lowered  # dx's two terms in one pass
+        with tf.Session() as sess:
+            got, got_given = sess.run([fetches, given_fetches])
+    want = case["tensorflow"]
+    for name, value in zip(names, got + got_given):
+        assert value.shape == np.shape(want[name]), name
+        np.testing.assert_allclose(value, want[name], rtol=2e-5, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+def test_the_moments_kernels_run_on_other_namespaces(xp):
+    with tf.Graph().as_default():
+        assert_same_on(xp, _moments_graph(MOMENTS["conv_keep_dims"], given=False), rtol=1e-5)
+
+
+def test_moments_over_other_axes_and_other_types_stay_composed():
+    """Layer norm's moments (over the last axis), half precision, or statistics of another shape
+    than one per channel: the composed ops, which broadcast as TF's."""
+    with tf.Graph().as_default() as graph:
+        x = tf.constant(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+        mean, variance = tf.nn.moments(x, [2], keep_dims=True)
+        y = tf.nn.batch_normalization(x, mean, variance, None, None, 1e-3)
+        half_mean, _ = tf.nn.moments(tf.cast(x, tf.float16), [0, 1])
+        assert not {"Moments", "BatchNormalization"} & {op.type for op in graph.get_operations()}
+        with tf.Session() as sess:
+            got, got_half = sess.run([y, half_mean])
+    rows = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    want = (rows - rows.mean(2, keepdims=True)) / np.sqrt(rows.var(2, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_array_equal(got_half, rows.mean((0, 1)))

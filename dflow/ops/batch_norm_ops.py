@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ..graph import Tensor, convert_to_tensor, get_default_graph
 from . import fused
-from .array_ops import zeros_like
+from .array_ops import reshape, zeros_like
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 
@@ -203,3 +203,151 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon: float 
             batch_mean = given_mean * keep + batch_mean * float(exponential_avg_factor)
             batch_variance = given_variance * keep + batch_variance * float(exponential_avg_factor)
         return y, batch_mean, batch_variance
+
+
+# ---- tf.nn.moments + tf.nn.batch_normalization over channels ----------------------------------
+# TF 1.x scripts write batch normalization by hand far more often than they call
+# fused_batch_norm: ``tf.nn.moments(x, [0])`` (or ``[0, 1, 2]``) and ``tf.nn.batch_normalization``.
+# Where the moments are over every axis but the last and the per-channel operands are vectors of
+# its channels, each is one op here (two passes over ``x`` forward, four back with the AddN that
+# joins their gradients, against a dozen composed ops and reductions each way).
+def channel_form(x: Tensor, vectors) -> bool:
+    """Whether ``x`` has channels last, known, in float32/64, and each of ``vectors`` (None: absent)
+    is one value per channel in ``x``'s dtype (shape ``[C]`` or ``[1, ..., 1, C]``)."""
+    shape = x.shape.as_list() if x.shape.ndims is not None else None
+    if not shape or len(shape) < 2 or shape[-1] is None or x.dtype.name not in ("float32", "float64"):
+        return False
+    for vector in vectors:
+        if vector is None:
+            continue
+        vector_shape = vector.shape.as_list() if vector.shape.ndims is not None else None
+        if (vector_shape is None or vector.dtype != x.dtype or not 1 <= len(vector_shape) <= len(shape)
+                or vector_shape[-1] != shape[-1] or any(d != 1 for d in vector_shape[:-1])):
+            return False
+    return True
+
+
+def _vector(xp, array):
+    return xp.reshape(array, (array.shape[-1],))
+
+
+def _vector_shape(x_spec, keep_dims: bool):
+    channels = x_spec.shape[-1]
+    return (1,) * (len(x_spec.shape) - 1) + (channels,) if keep_dims else (channels,)
+
+
+def _moments_kernel(xp, x, keep_dims):
+    if fused.compiled_for(xp, x):
+        mean, variance = (v.astype(x.dtype) for v in fused.channel_moments(x))
+    else:
+        axes = tuple(range(x.ndim - 1))
+        mean = xp.mean(x, axis=axes)
+        centered = x - mean
+        variance = xp.mean(centered * centered, axis=axes)
+    shape = (1,) * (x.ndim - 1) + mean.shape if keep_dims else mean.shape
+    return xp.reshape(mean, shape), xp.reshape(variance, shape)
+
+
+def _moments_grad(op, dmean, dvariance):
+    """``dmean / n + dvariance * 2 (x - mean) / n``: the variance's gradient does not go through the
+    mean (at the mean it is zero), as TF's ``moments`` stops it."""
+    mean = op.outputs[0]
+    dmean = zeros_like(mean) if dmean is None else dmean
+    dvariance = zeros_like(mean) if dvariance is None else dvariance
+    return get_default_graph().create_op("MomentsGrad", [op.inputs[0], mean, dmean, dvariance]).outputs
+
+
+def _moments_grad_kernel(xp, x, mean, dmean, dvariance, addend=None, out=None):
+    """With ``addend`` (``_MomentsGradAdd``: the AddN that joins it to the normalization's
+    gradient, fused when a stage is lowered), ``addend + `` the gradient in the same pass, into
+    ``out`` (the addend's own buffer) where the executor hands it over."""
+    count = max(x.size // max(x.shape[-1], 1), 1)
+    mean, slope, shift = _vector(xp, mean), _vector(xp, dvariance) * (2 / count), _vector(xp, dmean) / count
+    if addend is None:
+        if fused.compiled_for(xp, x, mean, slope, shift):
+            return fused.normalize(x, mean, slope, shift)
+        return (x - mean) * slope + shift
+    if fused.compiled_for(xp, addend, x, mean, slope, shift):
+        in_place = out is addend and addend.flags.c_contiguous  # its rows are views of it
+        return fused.add_centered(addend, x, mean, slope, shift, out if in_place else None)
+    return addend + (x - mean) * slope + shift
+
+
+defop("Moments", lambda inputs, keep_dims: [Spec(_vector_shape(inputs[0], keep_dims), inputs[0].dtype)] * 2,
+      _moments_kernel, _moments_grad, num_outputs=2)
+defop("MomentsGrad", lambda inputs: [Spec(inputs[0].shape, inputs[0].dtype)], _moments_grad_kernel)
+defop("_MomentsGradAdd", lambda inputs: [Spec(inputs[0].shape, inputs[0].dtype)], _moments_grad_kernel,
+      in_place=4)
+
+
+def moments(x: Tensor, keep_dims: bool, name: str) -> tuple[Tensor, Tensor]:
+    """``tf.nn.moments`` over every axis but the last of an ``x`` in :func:`channel_form`."""
+    attrs = {"keep_dims": bool(keep_dims)}
+    return tuple(get_default_graph().create_op("Moments", [x], attrs, name=name).outputs)
+
+
+def _normalization_parts(xp, mean, variance, params, variance_epsilon, has_offset, has_scale):
+    """``(mean, 1 / sqrt(variance + epsilon), scale, offset)`` as channel vectors (1 and 0 where absent)."""
+    mean, variance = _vector(xp, mean), _vector(xp, variance)
+    offset = _vector(xp, params[0]) if has_offset else xp.zeros_like(mean)
+    scale = _vector(xp, params[-1]) if has_scale else xp.ones_like(mean)
+    return mean, 1 / xp.sqrt(variance + variance_epsilon), scale, offset
+
+
+def _batch_normalization_kernel(xp, x, mean, variance, *params, variance_epsilon, has_offset, has_scale):
+    mean, inverse, scale, offset = _normalization_parts(xp, mean, variance, params, variance_epsilon,
+                                                        has_offset, has_scale)
+    if fused.compiled_for(xp, x, mean, scale, offset):
+        return fused.normalize(x, mean, inverse * scale, offset)
+    return (x - mean) * (inverse * scale) + offset
+
+
+def _batch_normalization_grad(op, dy):
+    """dx, dmean, dvariance and the offset's and scale's gradients, each shaped as its input."""
+    if dy is None:
+        return [None] * len(op.inputs)
+    x, mean, variance, *params = op.inputs
+    scale = [params[-1]] if op.attrs["has_scale"] else []
+    dx, dmean, dvariance, doffset, dscale = get_default_graph().create_op(
+        "BatchNormalizationGrad", [dy, x, mean, variance, *scale], dict(op.attrs)).outputs
+    vector_grads = [dmean, dvariance] + [doffset] * op.attrs["has_offset"] + [dscale] * op.attrs["has_scale"]
+    return [dx] + [grad if vector.shape.ndims == 1 else reshape(grad, vector.shape.as_list())
+                   for grad, vector in zip(vector_grads, op.inputs[1:])]
+
+
+def _batch_normalization_grad_kernel(xp, dy, x, mean, variance, *scale, variance_epsilon, has_offset,
+                                     has_scale):
+    mean, inverse, scale, _ = _normalization_parts(xp, mean, variance, [scale[0]] if scale else [],
+                                                   variance_epsilon, False, has_scale)
+    factor = inverse * scale
+    if fused.compiled_for(xp, dy, x, mean, factor):
+        sum_dy, sum_dy_centered = (v.astype(x.dtype) for v in fused.batch_norm_grad_sums(dy, x, mean))
+        dx = fused.normalize(dy, xp.zeros_like(mean), factor, xp.zeros_like(mean))
+    else:
+        axes = tuple(range(x.ndim - 1))
+        sum_dy, sum_dy_centered = xp.sum(dy, axis=axes), xp.sum(dy * (x - mean), axis=axes)
+        dx = dy * factor
+    return (dx, -sum_dy * factor, sum_dy_centered * factor * inverse * inverse * -0.5, sum_dy,
+            sum_dy_centered * inverse)
+
+
+def _batch_normalization_grad_infer(inputs, **_):
+    dy, x = inputs[:2]
+    vector = Spec((x.shape[-1] if x.shape is not None else None,), x.dtype)
+    return [Spec(x.shape, x.dtype)] + [vector] * 4
+
+
+defop("BatchNormalization", lambda inputs, **_: [Spec(inputs[0].shape, inputs[0].dtype)],
+      _batch_normalization_kernel, _batch_normalization_grad)
+defop("BatchNormalizationGrad", _batch_normalization_grad_infer, _batch_normalization_grad_kernel,
+      num_outputs=5)
+
+
+def batch_normalization(x: Tensor, mean: Tensor, variance: Tensor, offset, scale, variance_epsilon: float,
+                        name: str) -> Tensor:
+    """``tf.nn.batch_normalization`` of an ``x`` in :func:`channel_form` with its vectors, as one op."""
+    params = [p for p in (offset, scale) if p is not None]
+    attrs = {"variance_epsilon": float(variance_epsilon), "has_offset": offset is not None,
+             "has_scale": scale is not None}
+    return get_default_graph().create_op("BatchNormalization", [x, mean, variance, *params], attrs,
+                                         name=name).outputs[0]

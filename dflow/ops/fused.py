@@ -578,24 +578,57 @@ def _rows_into(kernel, arrays: list, per_channel: list, out) -> None:
                         _row_pieces(arrays[0]))
 
 
+def channel_moments(x):
+    """``(mean, variance)`` in float64 of each channel (the last axis) of an ``x`` that
+    :func:`compiled_for` takes, over every other axis, in one pass over ``x``."""
+    channels = x.shape[-1]
+    rows = x.reshape(-1, channels)
+    sums, squares = _channel_totals(compiled_kernels()["channel_sums_into"], [rows], channels=channels)
+    count = max(rows.shape[0], 1)
+    mean = sums / count
+    return mean, numpy.maximum(squares / count - mean * mean, 0.0)  # float64: no cancellation to fear
+
+
+def normalize(x, mean, factor, offset, relu=False):
+    """``(x - mean) * factor + offset`` per channel (the last axis; ``max(.., 0)`` with ``relu``),
+    in one pass over ``x``."""
+    channels = x.shape[-1]
+    y = numpy.empty(x.shape, x.dtype)
+    per_channel = [numpy.asarray(v, x.dtype).reshape(channels) for v in (mean, factor, offset)]
+    zero = [x.dtype.type(0)] if relu else []
+    kernel = compiled_kernels()["normalize_relu_into" if relu else "normalize_into"]
+    _rows_into(kernel, [x.reshape(-1, channels)], [*per_channel, *zero], y.reshape(-1, channels))
+    return y
+
+
+def add_centered(addend, x, mean, slope, shift, out=None):
+    """``addend + (x - mean) * slope + shift`` per channel (the last axis) in one pass, into
+    ``out`` where given (``addend`` itself: each element is read before it is written)."""
+    channels = x.shape[-1]
+    out = numpy.empty(x.shape, x.dtype) if out is None else out
+    ones = numpy.ones(channels, x.dtype)  # batch_norm_grad_into's dy * a + (x - mean) * b + c, a = 1
+    per_channel = [numpy.asarray(v, x.dtype).reshape(channels) for v in (mean, ones, slope, shift)]
+    rows = [a.reshape(-1, channels) for a in (addend, x)]
+    _rows_into(compiled_kernels()["batch_norm_grad_into"], rows, per_channel, out.reshape(-1, channels))
+    return out
+
+
 def batch_norm_training(x, scale, offset, epsilon, relu=False):
     """TF's ``FusedBatchNorm`` while training, for a channels-last ``x`` that :func:`compiled_for`
     takes: ``(y, mean, variance, inverse std)`` of each channel over every other axis, in two
     passes over ``x`` (its sums, then ``y``; with ``relu``, ``max(y, 0)`` in the same pass)."""
-    channels = x.shape[-1]
-    rows = x.reshape(-1, channels)
-    kernels = compiled_kernels()
-    sums, squares = _channel_totals(kernels["channel_sums_into"], [rows], channels=channels)
-    count = max(rows.shape[0], 1)
-    mean = sums / count
-    variance = numpy.maximum(squares / count - mean * mean, 0.0)  # float64: no cancellation to fear
+    mean, variance = channel_moments(x)
     inverse_std = 1.0 / numpy.sqrt(variance + epsilon)
-    mean, factor = mean.astype(x.dtype), (inverse_std * scale).astype(x.dtype)
-    y = numpy.empty(x.shape, x.dtype)
-    zero = [x.dtype.type(0)] if relu else []
-    _rows_into(kernels["normalize_relu_into" if relu else "normalize_into"], [rows],
-               [mean, factor, offset, *zero], y.reshape(-1, channels))
-    return y, mean, variance.astype(x.dtype), inverse_std.astype(x.dtype)
+    y = normalize(x, mean, inverse_std * scale, offset, relu)
+    return y, mean.astype(x.dtype), variance.astype(x.dtype), inverse_std.astype(x.dtype)
+
+
+def batch_norm_grad_sums(dy, x, mean):
+    """``(sum dy, sum dy * (x - mean))`` in float64 of each channel, in one pass over both."""
+    channels = x.shape[-1]
+    return _channel_totals(compiled_kernels()["batch_norm_grad_sums_into"],
+                           [dy.reshape(-1, channels), x.reshape(-1, channels)],
+                           numpy.asarray(mean, x.dtype).reshape(channels), channels=channels)
 
 
 def batch_norm_training_grad(dy, x, scale, mean, inverse_std, relu_output=None):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
+from . import batch_norm_ops, fused, math_ops, parallel
 from . import conv_lowering as lowering
-from . import fused, math_ops, parallel
 from .array_ops import expand_dims, pad, reshape, shape, shape_value, squeeze, stop_gradient, transpose
 from .math_ops import exp, reduce_mean, reduce_sum, square
 from .registry import ShapeError, Spec, defop
@@ -961,11 +961,17 @@ def moments(x, axes, shift=None, name=None, keep_dims=None, keepdims=None):
     >>> mean, variance = tf.nn.moments(x, axes=[0])  # doctest: +SKIP
     """
     axes = [int(a) for a in axes]
-    with get_default_graph().name_scope(name or "moments"):
+    keep_dims = keepdims if keepdims is not None else keep_dims
+    with get_default_graph().name_scope(name or "moments") as scope:
+        x = convert_to_tensor(x)
+        rank = x.shape.ndims
+        if rank is not None and sorted(a % rank for a in axes) == list(range(rank - 1)) \
+                and batch_norm_ops.channel_form(x, []):
+            return batch_norm_ops.moments(x, keep_dims, scope)
         mean = reduce_mean(x, axes, keepdims=True)
         # the variance's gradient through the mean is zero at the mean: TF stops it
         variance = reduce_mean(square(x - stop_gradient(mean)), axes, keepdims=True)
-        if not (keepdims if keepdims is not None else keep_dims):
+        if not keep_dims:
             mean, variance = squeeze(mean, axes), squeeze(variance, axes)
         return mean, variance
 
@@ -1007,6 +1013,11 @@ def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name
     """``(x - mean) / sqrt(variance + variance_epsilon) * scale + offset``; ``offset`` and
     ``scale`` may be None (0 and 1), as in TF."""
     with get_default_graph().name_scope(name or "batchnorm") as scope:
+        x, mean, variance = (convert_to_tensor(t) for t in (x, mean, variance))
+        offset, scale = (None if t is None else convert_to_tensor(t, dtype=x.dtype) for t in (offset, scale))
+        if batch_norm_ops.channel_form(x, [mean, variance, offset, scale]):
+            return batch_norm_ops.batch_normalization(x, mean, variance, offset, scale, variance_epsilon,
+                                                      scope)
         inverse = math_ops.rsqrt(variance + variance_epsilon)
         if scale is not None:
             inverse = inverse * scale

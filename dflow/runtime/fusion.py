@@ -26,6 +26,10 @@ place and under its name, so every consumer and every fetch of its value is unch
   ``Identity`` of it), and ``FusedBatchNormGrad(ReluGrad(g, y), x, ...)`` ->
   ``_FusedBatchNormGradRelu(g, y, x, ...)``: the ReLU in the batch norm's passes, as TF's
   ``_FusedBatchNormEx``;
+- ``AddN(g, MomentsGrad(x, mean, dmean, dvariance))`` -> ``_MomentsGradAdd(x, mean, dmean,
+  dvariance, g)``: a hand-written batch norm's two gradients into its input (through
+  ``tf.nn.batch_normalization`` and through ``tf.nn.moments``) summed in the second one's pass,
+  into the first one's buffer;
 - ``ApplyGradientDescent(var, lr, AddN(g, Mul(x, s)))`` -> ``_ApplyDecayedGradientDescent(var,
   lr, g, x, s)``: an L2 weight decay's gradient (``s * x``, x the weights) summed into the update
   in its one pass over the variable, where the Mul, the AddN and the update made three (the
@@ -98,7 +102,7 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
-    kept = _with_batch_norm_relus(kept, needed)
+    kept = _with_moments_grads_added(_with_batch_norm_relus(kept, needed), needed)
     return _with_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
 
 
@@ -155,6 +159,25 @@ def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list
             replaced[node.name] = OpNode(node.name, "_FusedBatchNormGradRelu", node.attrs,
                                          (*first.inputs, *node.inputs[1:]), control, 3, node.device_type)
             absorbed.add(first.name)
+    return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
+
+
+def _with_moments_grads_added(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
+    """Each AddN of two terms, one a MomentsGrad that nothing else uses, as one op (:func:`fuse`)."""
+    sole_producer = _sole_producers(nodes, needed)
+    replaced, absorbed = {}, set()
+    for add in nodes:
+        if add.type != "AddN" or len(add.inputs) != 2:
+            continue
+        for grad_at in (1, 0):
+            moments_grad = sole_producer(add.inputs[grad_at], add.device_type)
+            if moments_grad is not None and moments_grad.type == "MomentsGrad":
+                control = tuple(dict.fromkeys(moments_grad.control_inputs + add.control_inputs))
+                replaced[add.name] = OpNode(add.name, "_MomentsGradAdd", {},
+                                            (*moments_grad.inputs, add.inputs[1 - grad_at]), control, 1,
+                                            add.device_type)
+                absorbed.add(moments_grad.name)
+                break
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
 
