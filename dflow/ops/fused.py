@@ -555,10 +555,14 @@ def bias_add_relu(value, bias, out=None):
     return out
 
 
-def _row_pieces(rows) -> list[slice]:
-    """One piece of ``rows`` per core where they are many (a memory-bound pass the cores share)."""
+def _over_rows(fn, rows) -> list:
+    """``fn(piece)`` over one piece of ``rows`` per core where they are many (a memory-bound pass
+    the cores share); else ``fn`` of all of them here, without the pool's hand-off and BLAS thread
+    switch (a compiled loop calls no BLAS): 10-20 us that a dense layer's pass does not take."""
     n = rows.shape[0]
-    return parallel.pieces_for(n, n) if rows.size >= FLAT_PIECES_FROM else [slice(0, n)]
+    if rows.size < FLAT_PIECES_FROM:
+        return [fn(slice(0, n))]
+    return parallel.map_pieces(numpy, fn, parallel.pieces_for(n, n))
 
 
 def _channel_totals(kernel, arrays: list, *args, channels: int):
@@ -569,13 +573,12 @@ def _channel_totals(kernel, arrays: list, *args, channels: int):
         kernel(*(a[rows] for a in arrays), *args, *totals)
         return totals
 
-    parts = parallel.map_pieces(numpy, piece, _row_pieces(arrays[0]))
+    parts = _over_rows(piece, arrays[0])
     return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
 
 def _rows_into(kernel, arrays: list, per_channel: list, out) -> None:
-    parallel.map_pieces(numpy, lambda rows: kernel(*(a[rows] for a in arrays), *per_channel, out[rows]),
-                        _row_pieces(arrays[0]))
+    _over_rows(lambda rows: kernel(*(a[rows] for a in arrays), *per_channel, out[rows]), arrays[0])
 
 
 def channel_moments(x):
