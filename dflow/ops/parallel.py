@@ -188,6 +188,15 @@ def _blas_to_one_thread(change: int) -> None:
 
 
 PARALLEL_MATMUL_FROM = 1 << 20  # multiply-adds: below, a thread hand-off (~20-50 us) costs more
+ONE_BLAS_THREAD_BELOW = 1 << 19  # multiply-adds of a matrix product: see _one_blas_thread
+
+
+def _one_blas_thread(m: int, k: int, n: int) -> bool:
+    """Whether OpenBLAS runs an ``m x k x n`` product on one thread itself: a GEMM (no vector, which
+    NumPy hands to GEMV) of fewer multiply-adds than two threads' worth (a thread per 2^18 of them,
+    its GEMM_MULTITHREAD_THRESHOLD). Switching its thread count for one (12-30 us inside a step,
+    where a 60 x 100 x 10 product takes 5) buys nothing."""
+    return m > 1 and n > 1 and m * k * n < ONE_BLAS_THREAD_BELOW
 
 
 SUM_ROWS_BY_PRODUCT_FROM = 1024  # rows; below, NumPy's sum beats a BLAS call's set-up
@@ -216,7 +225,8 @@ def matmul(xp, a, b):
         # a multiply takes 0.3 (CIFAR-10's 2304 x 384 layer, a sixth of the batch-1 step), and
         # two cores' parts of the multiply 0.5-0.8
         return a * b
-    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or cores() < 2:
+    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or _one_blas_thread(*a.shape, b.shape[1]) \
+            or cores() < 2:
         return xp.matmul(a, b)
     (m, k), n = a.shape, b.shape[1]
     if m * k * n < PARALLEL_MATMUL_FROM:  # whole, but with one BLAS thread (map_pieces)
