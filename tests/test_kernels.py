@@ -57,6 +57,7 @@ def cases():
         ("relu grad", "ReluGrad", [dy2, x2[..., :8]], {}),
         ("matmul rows", "MatMul", [normal(40, 6), normal(6, 5)], plain),
         ("matmul columns", "MatMul", [normal(5, 6), normal(6, 40)], plain),
+        ("matmul batched", "MatMul", [normal(5, 4, 6), normal(5, 6, 3)], plain),
         ("matmul sum", "MatMul", [normal(50, 4), normal(50, 3)], dict(transpose_a=True, transpose_b=False)),
     ]
 

@@ -19,6 +19,7 @@ CuPy) runs the same pieces one after the other, so results are identical.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -175,6 +176,18 @@ def _forget_threads_in_a_forked_child() -> None:
 os.register_at_fork(after_in_child=_forget_threads_in_a_forked_child)
 
 
+@contextlib.contextmanager
+def one_blas_thread():
+    """BLAS at one thread inside, counted with :func:`map_pieces`'s. A step on the CPU runs inside
+    (``runtime.executor.execute``): its kernels then switch nothing per op, where each switch cost
+    12-30 us inside a step (CIFAR-10 without LRN 1.02-1.05x at batch 1 to 100)."""
+    _blas_to_one_thread(+1)
+    try:
+        yield
+    finally:
+        _blas_to_one_thread(-1)
+
+
 def _blas_to_one_thread(change: int) -> None:
     """BLAS at one thread while any map_pieces runs; its own count back after the last."""
     global _depth, _saved, _saved_threads
@@ -225,6 +238,11 @@ def matmul(xp, a, b):
         # a multiply takes 0.3 (CIFAR-10's 2304 x 384 layer, a sixth of the batch-1 step), and
         # two cores' parts of the multiply 0.5-0.8
         return a * b
+    if a.ndim >= 3 and a.shape[:-2] == b.shape[:-2] and a.shape[0] > 1 and _is_numpy(xp) \
+            and a.size * b.shape[-1] >= PARALLEL_MATMUL_FROM and cores() >= 2:
+        # a batch of products (einsum's, attention's): a part of the batch per core, as a step
+        # runs BLAS on one thread
+        return stacked_pieces(xp, xp.matmul, [a, b], pieces_for(a.shape[0], a.shape[0]))
     if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or _one_blas_thread(*a.shape, b.shape[1]) \
             or cores() < 2:
         return xp.matmul(a, b)

@@ -32,6 +32,7 @@ ops that take them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import sys
@@ -44,6 +45,7 @@ from typing import Any
 import numpy
 
 from ..errors import InvalidArgumentError, OpError
+from ..ops import parallel
 from ..ops.registry import get_opdef
 from .devices import synchronize, to_namespace
 
@@ -196,11 +198,12 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
     compiled = compiled and stats.op_spans is None and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
-    if compiled:
-        values = compiled(feeds, state, stats, arriving, produced)
-    else:
-        feeds = {tensor: arriving(tensor) if value is LATE else value for tensor, value in feeds.items()}
-        values = _count_and_run(plan, feeds, state, namespaces, num_threads, stats)
+    with contextlib.nullcontext() if plan.on_gpu else parallel.one_blas_thread():
+        if compiled:
+            values = compiled(feeds, state, stats, arriving, produced)
+        else:
+            feeds = {tensor: arriving(tensor) if value is LATE else value for tensor, value in feeds.items()}
+            values = _count_and_run(plan, feeds, state, namespaces, num_threads, stats)
     if plan.on_gpu:
         synchronize(namespaces["GPU"])
     return values
