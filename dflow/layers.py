@@ -692,7 +692,8 @@ class BatchNormalization(Layer):
             batch_mean, batch_variance = nn_ops.moments(inputs, reduce_axes)
             self._add_updates(inputs, batch_mean, batch_variance, training)
         if isinstance(training, (Tensor, Variable)):
-            training = convert_to_tensor(training)
+            # a scalar, as TF requires: a placeholder of unknown shape would leave the moments so
+            training = array_ops.reshape(convert_to_tensor(training), [])
             mean = math_ops.where(training, batch_mean, moving[0])
             variance = math_ops.where(training, batch_variance, moving[1])
         else:

@@ -271,3 +271,20 @@ def test_moments_over_other_axes_and_other_types_stay_composed():
     want = (rows - rows.mean(2, keepdims=True)) / np.sqrt(rows.var(2, keepdims=True) + 1e-3)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     np.testing.assert_array_equal(got_half, rows.mean((0, 1)))
+
+
+def test_a_dense_layers_batch_normalization_under_a_fed_bool_is_one_op_and_keeps_its_shape():
+    """``training`` a ``tf.placeholder(tf.bool)`` of no known shape (udacity's batch-norm lesson):
+    the output keeps the layer's shape (a dense layer after it needs it) and normalizes in one op."""
+    x = np.random.default_rng(5).normal(2.0, 3.0, (8, 6)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        inputs, training = tf.placeholder(tf.float32, [None, 6]), tf.placeholder(tf.bool)
+        y = tf.layers.batch_normalization(inputs, training=training)
+        assert y.shape.as_list() == [None, 6]
+        assert [op.type for op in graph.get_operations()].count("BatchNormalization") == 1
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            trained = sess.run(y, {inputs: x, training: True})
+            inferred = sess.run(y, {inputs: x, training: False})  # moving averages still 0 and 1
+    np.testing.assert_allclose(trained, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-3), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(inferred, x / np.sqrt(1 + 1e-3), rtol=1e-6)
