@@ -579,7 +579,9 @@ def lrn_grad(dy, x, depth_radius, bias, alpha, beta, workspace=None) -> numpy.nd
     return dx
 
 
-MATMUL_FROM = 1 << 20  # multiply-adds: below, BLAS is faster (batch 1 and 10 products: docs/kernels.md)
+# multiply-adds: below, BLAS on one thread is faster (batch 1 and 10 products; on a 2-core Intel
+# VM 100 x 200 x 100 30 against 42 us alone, 45-49 against 80-98 inside a step: docs/kernels.md)
+MATMUL_FROM = 1 << 23
 
 
 def _stored_transposed(a: numpy.ndarray) -> bool | None:

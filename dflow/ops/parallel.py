@@ -217,7 +217,7 @@ def _blas_to_one_thread(change: int) -> None:
             restore_blas_threads(_saved)
 
 
-PARALLEL_MATMUL_FROM = 1 << 20  # multiply-adds: below, a thread hand-off (~20-50 us) costs more
+PARALLEL_MATMUL_FROM = 1 << 23  # multiply-adds: below, a thread hand-off (20-100 us) costs more
 ONE_BLAS_THREAD_BELOW = 1 << 19  # multiply-adds of a matrix product: see _one_blas_thread
 
 
@@ -264,8 +264,8 @@ def matmul(xp, a, b):
             or cores() < 2:
         return xp.matmul(a, b)
     (m, k), n = a.shape, b.shape[1]
-    if m * k * n < PARALLEL_MATMUL_FROM:  # whole, but with one BLAS thread (map_pieces)
-        return map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
+    if m * k * n < PARALLEL_MATMUL_FROM:  # whole, with one BLAS thread (as a step holds it already)
+        return xp.matmul(a, b) if _depth else map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
     if k > 4 * max(m, n):  # a long sum (a weight gradient over the batch): add the parts up
         parts = map_pieces(xp, lambda s: a[:, s] @ b[s, :], pieces_for(k, k))
         total = parts[0]
