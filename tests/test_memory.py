@@ -46,7 +46,7 @@ def test_a_local_session_keeps_big_arrays_in_the_reused_heap():
     assert _mapped_blocks_of_a_big_array("session") == 0
 
 
-@pytest.mark.parametrize("op", ["elementwise", "max_pool_grad"])
+@pytest.mark.parametrize("op", ["stacked_pieces", "max_pool_grad"])
 def test_a_piecewise_op_holds_few_parts_beside_its_result(op):
     """A kernel cut into batch pieces writes each part into its result as the part finishes:
     its peak is the result and a few parts, not the result beside every part (2x), as it was."""
@@ -58,8 +58,8 @@ def test_a_piecewise_op_holds_few_parts_beside_its_result(op):
     from dflow.ops import conv_lowering, parallel
 
     x = np.random.default_rng(0).standard_normal((256, 24, 24, 64)).astype(np.float32)  # 36 MiB
-    if op == "elementwise":
-        run = lambda: parallel.elementwise(xp, lambda a: a * 2.0, x)
+    if op == "stacked_pieces":
+        run = lambda: parallel.stacked_pieces(xp, lambda a: a * 2.0, [x], parallel.pieces_for(256, 32))
     else:
         y = conv_lowering.max_pool(xp, x, (3, 3), (2, 2), "SAME")
         dy = np.ones_like(y)

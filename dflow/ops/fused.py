@@ -201,6 +201,11 @@ def _compile(numba) -> dict:
             dx[b] = image
 
     @jit
+    def relu_into(x, out, zero):
+        for i in range(out.size):
+            out[i] = zero if x[i] < zero else x[i]  # NaN stays NaN, as np.maximum(NaN, 0)
+
+    @jit
     def relu_grad_into(gradient, features, out):
         for i in range(out.size):  # TF's select: an inf gradient at a zero feature is 0, not NaN
             out[i] = gradient[i] if features[i] > 0 else 0
@@ -305,6 +310,7 @@ def _compile(numba) -> dict:
         image = numpy.ones((1, 1, 1, 1), dtype)
         max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
         max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0, False)
+        relu_into(one, one.copy(), one[0])
         relu_grad_into(one, one, one.copy())
         bias_add_relu_into(one.reshape(1, 1), one, one.reshape(1, 1).copy())
         row, wide = one.reshape(1, 1), numpy.zeros(1)
@@ -323,8 +329,9 @@ def _compile(numba) -> dict:
             "gradient_descent_into": gradient_descent_into,
             "decayed_gradient_descent_into": decayed_gradient_descent_into, "outer_into": outer_into,
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
-            "relu_grad_into": relu_grad_into, "bias_add_relu_into": bias_add_relu_into,
-            "sparse_xent_into": sparse_xent_into, "rms_prop_into": rms_prop_into,
+            "relu_into": relu_into, "relu_grad_into": relu_grad_into,
+            "bias_add_relu_into": bias_add_relu_into, "sparse_xent_into": sparse_xent_into,
+            "rms_prop_into": rms_prop_into,
             "momentum_into": momentum_into, "dropout_into": dropout_into,
             "channel_sums_into": channel_sums_into, "normalize_into": normalize_into,
             "batch_norm_grad_sums_into": batch_norm_grad_sums_into,
@@ -514,6 +521,15 @@ def outer(column, row):
     and NumPy's broadcast multiply make it 8x and 5x slower (2304 x 384: 0.04 ms)."""
     out = numpy.empty((column.shape[0], row.shape[1]), numpy.result_type(column, row))
     compiled_kernels()["outer_into"](column[:, 0], row[0], out)
+    return out
+
+
+def relu(x):
+    """``max(x, 0)`` of an array that :func:`compiled_for` takes, in one pass written straight
+    into the result (NumPy's own cut into pieces copied each piece in again: 2.5 M elements 0.96
+    against 0.55 ms)."""
+    out = numpy.empty(x.shape, x.dtype)
+    _flat_pieces(compiled_kernels()["relu_into"], [x, out], [x.dtype.type(0)])
     return out
 
 

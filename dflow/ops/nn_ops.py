@@ -140,11 +140,11 @@ def _relu_grad_kernel(xp, g, features):
     if fused.compiled_for(xp, g, features) and g.shape == features.shape:  # one pass: 4x the mask's three
         return fused.relu_grad(g, features)
     # a multiply by the 0/1 mask: 10x faster than where() in NumPy (inf * 0 gives NaN, though)
-    return parallel.elementwise(xp, lambda gs, fs: gs * xp.astype(fs > 0, gs.dtype), g, features)
+    return g * xp.astype(features > 0, g.dtype)
 
 
 def _relu_kernel(xp, x):
-    return parallel.elementwise(xp, lambda xs: xp.maximum(xs, 0.0), x)
+    return fused.relu(x) if fused.compiled_for(xp, x) else xp.maximum(x, 0.0)
 
 
 defop("Relu", same_as_input, _relu_kernel,

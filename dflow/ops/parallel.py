@@ -24,7 +24,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["cores", "map_pieces", "pieces_for", "stacked_pieces", "matmul", "elementwise",
+__all__ = ["cores", "map_pieces", "pieces_for", "stacked_pieces", "matmul",
            "set_blas_threads", "restore_blas_threads"]
 
 _lock = threading.Lock()
@@ -280,18 +280,3 @@ def matmul(xp, a, b):
     else:
         map_pieces(xp, lambda s: numpy.matmul(a, b[:, s], out=out[:, s]), pieces_for(n, n))
     return out
-
-
-PARALLEL_ELEMENTS_FROM = 1 << 17  # elements: below, one core finishes before a hand-off would
-ELEMENTWISE_PIECE_BYTES = 8 << 20  # of the first input: the parts alive at once stay small
-
-
-def elementwise(xp, fn, *arrays):
-    """``fn(*arrays)`` for an elementwise ``fn`` of same-shaped arrays; on the NumPy namespace a
-    big one is cut along its first axis, at least one part per core, at most
-    :data:`ELEMENTWISE_PIECE_BYTES` of the first input each."""
-    first = arrays[0]
-    if first.ndim == 0 or first.size < PARALLEL_ELEMENTS_FROM or not _is_numpy(xp) or cores() < 2:
-        return fn(*arrays)
-    rows = max(1, ELEMENTWISE_PIECE_BYTES // max(1, first.nbytes // max(first.shape[0], 1)))
-    return stacked_pieces(xp, fn, arrays, pieces_for(first.shape[0], rows))
