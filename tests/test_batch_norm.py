@@ -288,3 +288,34 @@ def test_a_dense_layers_batch_normalization_under_a_fed_bool_is_one_op_and_keeps
             inferred = sess.run(y, {inputs: x, training: False})  # moving averages still 0 and 1
     np.testing.assert_allclose(trained, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-3), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(inferred, x / np.sqrt(1 + 1e-3), rtol=1e-6)
+
+
+def _relu_after_moments():
+    case = MOMENTS["conv_keep_dims"]
+    x = tf.constant(np.float32(case["x"]))
+    mean, variance = tf.nn.moments(x, case["axes"], keep_dims=True)
+    normalized = tf.nn.batch_normalization(x, mean, variance, tf.constant(np.float32(case["offset"])),
+                                           tf.constant(np.float32(case["scale"])), case["epsilon"])
+    relu = tf.nn.relu(normalized)
+    return x, normalized, relu, tf.gradients(tf.reduce_sum(relu * np.float32(case["dy"])), [x])[0]
+
+
+def test_a_relu_after_a_hand_written_batch_norm_runs_in_its_passes_with_the_same_numbers():
+    with tf.Graph().as_default() as graph:
+        x, normalized, relu, grad = _relu_after_moments()
+        types = op_types(make_plan(graph, [relu, grad], set(), Devices.this_process(gpus=0)))
+        assert {"_BatchNormalizationRelu", "_BatchNormalizationGradRelu"} <= set(types)
+        assert not {"Relu", "ReluGrad", "BatchNormalization", "BatchNormalizationGrad"} & set(types)
+        with tf.Session() as sess:
+            fused_values = sess.run([relu, grad])
+            unfused_values = sess.run([relu, grad, normalized])  # y fetched: nothing fuses
+    assert (unfused_values[0] == 0).any() and (unfused_values[0] > 0).any()
+    np.testing.assert_array_equal(fused_values[0], unfused_values[0])
+    np.testing.assert_allclose(fused_values[1], unfused_values[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+def test_the_fused_hand_written_batch_norm_relu_kernels_run_on_other_namespaces(xp):
+    with tf.Graph().as_default():
+        _, _, relu, grad = _relu_after_moments()
+        assert_same_on(xp, [relu, grad], rtol=1e-5)

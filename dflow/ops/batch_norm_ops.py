@@ -294,12 +294,15 @@ def _normalization_parts(xp, mean, variance, params, variance_epsilon, has_offse
     return mean, 1 / xp.sqrt(variance + variance_epsilon), scale, offset
 
 
-def _batch_normalization_kernel(xp, x, mean, variance, *params, variance_epsilon, has_offset, has_scale):
+def _batch_normalization_kernel(xp, x, mean, variance, *params, variance_epsilon, has_offset, has_scale,
+                                relu=False):
+    """With ``relu`` (``_BatchNormalizationRelu``), ``max(y, 0)`` in the same pass."""
     mean, inverse, scale, offset = _normalization_parts(xp, mean, variance, params, variance_epsilon,
                                                         has_offset, has_scale)
     if fused.compiled_for(xp, x, mean, scale, offset):
-        return fused.normalize(x, mean, inverse * scale, offset)
-    return (x - mean) * (inverse * scale) + offset
+        return fused.normalize(x, mean, inverse * scale, offset, relu)
+    y = (x - mean) * (inverse * scale) + offset
+    return _relu(xp, y) if relu else y
 
 
 def _batch_normalization_grad(op, dy):
@@ -316,14 +319,20 @@ def _batch_normalization_grad(op, dy):
 
 
 def _batch_normalization_grad_kernel(xp, dy, x, mean, variance, *scale, variance_epsilon, has_offset,
-                                     has_scale):
+                                     has_scale, relu_output=None):
+    """With ``relu_output`` (``_BatchNormalizationGradRelu``), ``dy`` is the gradient of a ReLU
+    after the normalization, taken where its output is positive in the same passes."""
     mean, inverse, scale, _ = _normalization_parts(xp, mean, variance, [scale[0]] if scale else [],
                                                    variance_epsilon, False, has_scale)
     factor = inverse * scale
-    if fused.compiled_for(xp, dy, x, mean, factor):
-        sum_dy, sum_dy_centered = (v.astype(x.dtype) for v in fused.batch_norm_grad_sums(dy, x, mean))
-        dx = fused.normalize(dy, xp.zeros_like(mean), factor, xp.zeros_like(mean))
+    if fused.compiled_for(xp, dy, x, mean, factor, *[] if relu_output is None else [relu_output]):
+        sums = fused.batch_norm_grad_sums(dy, x, mean, relu_output)
+        sum_dy, sum_dy_centered = (v.astype(x.dtype) for v in sums)
+        dx = fused.normalize(dy, xp.zeros_like(mean), factor, xp.zeros_like(mean)) if relu_output is None \
+            else fused.relu_grad_scaled(dy, relu_output, factor)
     else:
+        if relu_output is not None:
+            dy = xp.where(relu_output > 0, dy, xp.zeros_like(dy))
         axes = tuple(range(x.ndim - 1))
         sum_dy, sum_dy_centered = xp.sum(dy, axis=axes), xp.sum(dy * (x - mean), axis=axes)
         dx = dy * factor
@@ -341,6 +350,14 @@ defop("BatchNormalization", lambda inputs, **_: [Spec(inputs[0].shape, inputs[0]
       _batch_normalization_kernel, _batch_normalization_grad)
 defop("BatchNormalizationGrad", _batch_normalization_grad_infer, _batch_normalization_grad_kernel,
       num_outputs=5)
+# Relu(BatchNormalization) and BatchNormalizationGrad(ReluGrad), fused when a stage is lowered
+# (runtime/fusion.py), as the FusedBatchNorm pair is: the ReLU in the normalization's passes
+defop("_BatchNormalizationRelu", lambda inputs, **_: [Spec(inputs[0].shape, inputs[0].dtype)],
+      lambda xp, *arrays, **attrs: _batch_normalization_kernel(xp, *arrays, **attrs, relu=True))
+defop("_BatchNormalizationGradRelu",
+      lambda inputs, **attrs: _batch_normalization_grad_infer([inputs[0], *inputs[2:]], **attrs),
+      lambda xp, g, relu_output, *arrays, **attrs: _batch_normalization_grad_kernel(
+          xp, g, *arrays, **attrs, relu_output=relu_output), num_outputs=5)
 
 
 def batch_normalization(x: Tensor, mean: Tensor, variance: Tensor, offset, scale, variance_epsilon: float,

@@ -288,6 +288,12 @@ def _compile(numba) -> dict:
                 sum_dy_centered[k] += dy * (x[i, k] - mean[k])
 
     @jit
+    def relu_grad_scaled_into(g, y, zero, factor, out):
+        for i in range(g.shape[0]):
+            for k in range(g.shape[1]):
+                out[i, k] = g[i, k] * factor[k] if y[i, k] > zero else zero
+
+    @jit
     def batch_norm_relu_grad_into(g, y, x, mean, zero, a, b, c, dx):
         for i in range(g.shape[0]):
             for k in range(g.shape[1]):
@@ -321,6 +327,7 @@ def _compile(numba) -> dict:
         batch_norm_grad_into(row, row, one, one, one, one, row.copy())
         batch_norm_relu_grad_sums_into(row, row, row, one, one[0], wide.copy(), wide.copy())
         batch_norm_relu_grad_into(row, row, row, one, one[0], one, one, one, row.copy())
+        relu_grad_scaled_into(row, row, one[0], one, row.copy())
         for labels_dtype in (numpy.int32, numpy.int64):
             row = one.reshape(1, 1)
             sparse_xent_into(row, numpy.zeros(1, labels_dtype), one.copy(), row.copy())
@@ -337,7 +344,8 @@ def _compile(numba) -> dict:
             "batch_norm_grad_sums_into": batch_norm_grad_sums_into,
             "batch_norm_grad_into": batch_norm_grad_into, "normalize_relu_into": normalize_relu_into,
             "batch_norm_relu_grad_sums_into": batch_norm_relu_grad_sums_into,
-            "batch_norm_relu_grad_into": batch_norm_relu_grad_into}
+            "batch_norm_relu_grad_into": batch_norm_relu_grad_into,
+            "relu_grad_scaled_into": relu_grad_scaled_into}
 
 
 def _adam_into_numpy(var, m, v, grad, new_var, new_m, new_v, lr_t, beta1, beta2, epsilon):
@@ -642,12 +650,28 @@ def batch_norm_training(x, scale, offset, epsilon, relu=False):
     return y, mean.astype(x.dtype), variance.astype(x.dtype), inverse_std.astype(x.dtype)
 
 
-def batch_norm_grad_sums(dy, x, mean):
-    """``(sum dy, sum dy * (x - mean))`` in float64 of each channel, in one pass over both."""
+def batch_norm_grad_sums(dy, x, mean, relu_output=None):
+    """``(sum dy, sum dy * (x - mean))`` in float64 of each channel, in one pass over both; with
+    ``relu_output`` (a ReLU's ``y`` after the normalization), ``dy`` is the ReLU's gradient,
+    taken where ``y`` is positive in the same pass."""
     channels = x.shape[-1]
-    return _channel_totals(compiled_kernels()["batch_norm_grad_sums_into"],
-                           [dy.reshape(-1, channels), x.reshape(-1, channels)],
-                           numpy.asarray(mean, x.dtype).reshape(channels), channels=channels)
+    mean = numpy.asarray(mean, x.dtype).reshape(channels)
+    if relu_output is None:
+        return _channel_totals(compiled_kernels()["batch_norm_grad_sums_into"],
+                               [dy.reshape(-1, channels), x.reshape(-1, channels)], mean, channels=channels)
+    return _channel_totals(compiled_kernels()["batch_norm_relu_grad_sums_into"],
+                           [a.reshape(-1, channels) for a in (dy, relu_output, x)], mean, x.dtype.type(0),
+                           channels=channels)
+
+
+def relu_grad_scaled(gradient, relu_output, factor):
+    """``gradient * factor`` per channel where ``relu_output`` is positive, else 0, in one pass."""
+    channels = gradient.shape[-1]
+    out = numpy.empty(gradient.shape, gradient.dtype)
+    per_channel = [gradient.dtype.type(0), numpy.asarray(factor, gradient.dtype).reshape(channels)]
+    rows = [a.reshape(-1, channels) for a in (gradient, relu_output)]
+    _rows_into(compiled_kernels()["relu_grad_scaled_into"], rows, per_channel, out.reshape(-1, channels))
+    return out
 
 
 def batch_norm_training_grad(dy, x, scale, mean, inverse_std, relu_output=None):

@@ -25,7 +25,9 @@ place and under its name, so every consumer and every fetch of its value is unch
 - ``Relu(FusedBatchNorm(x, ...))`` -> ``_FusedBatchNormRelu(x, ...)`` (the Relu's place an
   ``Identity`` of it), and ``FusedBatchNormGrad(ReluGrad(g, y), x, ...)`` ->
   ``_FusedBatchNormGradRelu(g, y, x, ...)``: the ReLU in the batch norm's passes, as TF's
-  ``_FusedBatchNormEx``;
+  ``_FusedBatchNormEx``; likewise ``Relu(BatchNormalization(x, ...))`` ->
+  ``_BatchNormalizationRelu(x, ...)`` and ``BatchNormalizationGrad(ReluGrad(g, y), x, ...)`` ->
+  ``_BatchNormalizationGradRelu(g, y, x, ...)`` (``tf.nn.batch_normalization`` written by hand);
 - ``AddN(g, MomentsGrad(x, mean, dmean, dvariance))`` -> ``_MomentsGradAdd(x, mean, dmean,
   dvariance, g)``: a hand-written batch norm's two gradients into its input (through
   ``tf.nn.batch_normalization`` and through ``tf.nn.moments``) summed in the second one's pass,
@@ -139,10 +141,16 @@ def _sole_producers(nodes: list[OpNode], needed: Collection[str]):
     return producer
 
 
+#: a batch norm's gradient -> the op that takes the gradient of a ReLU after it in its passes
+_WITH_RELU_GRAD = {"FusedBatchNormGrad": ("_FusedBatchNormGradRelu", 3),
+                   "BatchNormalizationGrad": ("_BatchNormalizationGradRelu", 5)}
+
+
 def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
-    """``Relu(FusedBatchNorm)`` and ``FusedBatchNormGrad(ReluGrad)`` each as one op (:func:`fuse`).
-    The batch norm has other outputs (its moments, for the updates and the gradient): it keeps
-    its name and place, and the Relu's becomes an ``Identity`` of its first output."""
+    """``Relu(FusedBatchNorm)``, ``Relu(BatchNormalization)`` and their gradients'
+    ``...Grad(ReluGrad)`` each as one op (:func:`fuse`). FusedBatchNorm has other outputs (its
+    moments, for the updates and the gradient): it keeps its name and place, and the Relu's
+    becomes an ``Identity`` of its first output."""
     sole_producer = _sole_producers(nodes, needed)
     replaced, absorbed = {}, set()
     for node in nodes:
@@ -154,10 +162,16 @@ def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list
                                           first.control_inputs, 5, first.device_type)
             replaced[node.name] = OpNode(node.name, "Identity", {}, node.inputs, node.control_inputs, 1,
                                          node.device_type)
-        elif node.type == "FusedBatchNormGrad" and first.type == "ReluGrad":
+        elif node.type == "Relu" and first.type == "BatchNormalization":  # its one output: absorbed
             control = tuple(dict.fromkeys(first.control_inputs + node.control_inputs))
-            replaced[node.name] = OpNode(node.name, "_FusedBatchNormGradRelu", node.attrs,
-                                         (*first.inputs, *node.inputs[1:]), control, 3, node.device_type)
+            replaced[node.name] = OpNode(node.name, "_BatchNormalizationRelu", first.attrs, first.inputs,
+                                         control, 1, node.device_type)
+            absorbed.add(first.name)
+        elif node.type in _WITH_RELU_GRAD and first.type == "ReluGrad":
+            fused_type, num_outputs = _WITH_RELU_GRAD[node.type]
+            control = tuple(dict.fromkeys(first.control_inputs + node.control_inputs))
+            replaced[node.name] = OpNode(node.name, fused_type, node.attrs, (*first.inputs, *node.inputs[1:]),
+                                         control, num_outputs, node.device_type)
             absorbed.add(first.name)
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
