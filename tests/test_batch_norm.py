@@ -118,28 +118,6 @@ def _relu_after_batch_norm(data_format):
     return x_t, normalized, relu, tf.gradients(tf.reduce_sum(relu * to_layout(dy)), [x_t])[0]
 
 
-@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-def test_a_relu_after_a_batch_norm_runs_in_its_passes_with_the_same_numbers(data_format):
-    with tf.Graph().as_default() as graph:
-        x, normalized, relu, grad = _relu_after_batch_norm(data_format)
-        types = op_types(make_plan(graph, [relu, grad], set(), Devices.this_process(gpus=0)))
-        assert {"_FusedBatchNormRelu", "_FusedBatchNormGradRelu"} <= set(types)
-        assert not {"Relu", "ReluGrad", "FusedBatchNorm", "FusedBatchNormGrad"} & set(types)
-        with tf.Session() as sess:
-            fused_values = sess.run([relu, grad])
-            unfused_values = sess.run([relu, grad, normalized])  # y fetched: nothing fuses
-    assert (unfused_values[0] == 0).any() and (unfused_values[0] > 0).any()
-    np.testing.assert_array_equal(fused_values[0], unfused_values[0])
-    np.testing.assert_allclose(fused_values[1], unfused_values[1], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
-def test_the_fused_relu_kernels_run_on_other_namespaces(xp):
-    with tf.Graph().as_default():
-        _, _, relu, grad = _relu_after_batch_norm("NHWC")
-        assert_same_on(xp, [relu, grad], rtol=1e-5)
-
-
 def test_layers_batch_normalization_runs_one_op_in_a_cond_and_updates_the_moving_averages():
     x = np.random.default_rng(2).normal(1.0, 3.0, (6, 3, 3, 2)).astype(np.float32)
     with tf.Graph().as_default():
@@ -300,12 +278,20 @@ def _relu_after_moments():
     return x, normalized, relu, tf.gradients(tf.reduce_sum(relu * np.float32(case["dy"])), [x])[0]
 
 
-def test_a_relu_after_a_hand_written_batch_norm_runs_in_its_passes_with_the_same_numbers():
+#: a ReLU after each batch norm: the graph's builder and the batch norm's op type
+RELU_AFTER = {"NHWC": (lambda: _relu_after_batch_norm("NHWC"), "FusedBatchNorm"),
+              "NCHW": (lambda: _relu_after_batch_norm("NCHW"), "FusedBatchNorm"),
+              "by hand": (_relu_after_moments, "BatchNormalization")}
+
+
+@pytest.mark.parametrize("case", sorted(RELU_AFTER))
+def test_a_relu_after_a_batch_norm_runs_in_its_passes_with_the_same_numbers(case):
+    build, batch_norm = RELU_AFTER[case]
     with tf.Graph().as_default() as graph:
-        x, normalized, relu, grad = _relu_after_moments()
+        x, normalized, relu, grad = build()
         types = op_types(make_plan(graph, [relu, grad], set(), Devices.this_process(gpus=0)))
-        assert {"_BatchNormalizationRelu", "_BatchNormalizationGradRelu"} <= set(types)
-        assert not {"Relu", "ReluGrad", "BatchNormalization", "BatchNormalizationGrad"} & set(types)
+        assert {f"_{batch_norm}Relu", f"_{batch_norm}GradRelu"} <= set(types)
+        assert not {"Relu", "ReluGrad", batch_norm, f"{batch_norm}Grad"} & set(types)
         with tf.Session() as sess:
             fused_values = sess.run([relu, grad])
             unfused_values = sess.run([relu, grad, normalized])  # y fetched: nothing fuses
@@ -314,8 +300,9 @@ def test_a_relu_after_a_hand_written_batch_norm_runs_in_its_passes_with_the_same
     np.testing.assert_allclose(fused_values[1], unfused_values[1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["NHWC", "by hand"])
 @pytest.mark.parametrize("xp", OTHER_NAMESPACES)
-def test_the_fused_hand_written_batch_norm_relu_kernels_run_on_other_namespaces(xp):
+def test_the_fused_relu_kernels_run_on_other_namespaces(xp, case):
     with tf.Graph().as_default():
-        _, _, relu, grad = _relu_after_moments()
+        _, _, relu, grad = RELU_AFTER[case][0]()
         assert_same_on(xp, [relu, grad], rtol=1e-5)
