@@ -12,6 +12,8 @@ update after the ops of the step that read its variable: ``executor.schedule``).
 
 from __future__ import annotations
 
+import numpy
+
 from ..graph import Tensor, get_default_graph
 from . import fused
 from .registry import ShapeError, Spec, defop
@@ -42,7 +44,8 @@ def _apply_infer(grad_index):
 
 def _store(state, xp, ref, old, new):
     """Write ``new`` as ``ref`` keeping the variable's dtype (float32 stays float32)."""
-    new = xp.astype(xp.asarray(new), old.dtype, copy=False)
+    if not (isinstance(new, numpy.ndarray) and new.dtype == old.dtype):  # (the compiled updates' own)
+        new = xp.astype(xp.asarray(new), old.dtype, copy=False)
     state.write_variable(ref, new)
     return new
 
