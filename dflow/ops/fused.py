@@ -656,11 +656,11 @@ def batch_norm_grad_sums(dy, x, mean, relu_output=None):
     taken where ``y`` is positive in the same pass."""
     channels = x.shape[-1]
     mean = numpy.asarray(mean, x.dtype).reshape(channels)
-    if relu_output is None:
-        return _channel_totals(compiled_kernels()["batch_norm_grad_sums_into"],
-                               [dy.reshape(-1, channels), x.reshape(-1, channels)], mean, channels=channels)
-    return _channel_totals(compiled_kernels()["batch_norm_relu_grad_sums_into"],
-                           [a.reshape(-1, channels) for a in (dy, relu_output, x)], mean, x.dtype.type(0),
+    masks = [] if relu_output is None else [relu_output]
+    zero = [] if relu_output is None else [x.dtype.type(0)]
+    kernel = compiled_kernels()["batch_norm_grad_sums_into" if relu_output is None else
+                                "batch_norm_relu_grad_sums_into"]
+    return _channel_totals(kernel, [a.reshape(-1, channels) for a in (dy, *masks, x)], mean, *zero,
                            channels=channels)
 
 
@@ -681,19 +681,17 @@ def batch_norm_training_grad(dy, x, scale, mean, inverse_std, relu_output=None):
     positive in the same passes."""
     channels = x.shape[-1]
     dy_rows, x_rows = dy.reshape(-1, channels), x.reshape(-1, channels)
-    kernels = compiled_kernels()
     masks = [] if relu_output is None else [relu_output.reshape(-1, channels)]
     zero = [] if relu_output is None else [x.dtype.type(0)]
-    prefix = "batch_norm_grad" if relu_output is None else "batch_norm_relu_grad"
-    sum_dy, sum_dy_centered = _channel_totals(kernels[prefix + "_sums_into"], [dy_rows, *masks, x_rows], mean,
-                                              *zero, channels=channels)
+    sum_dy, sum_dy_centered = batch_norm_grad_sums(dy, x, mean, relu_output)
     count = max(x_rows.shape[0], 1)
     inverse_std64, scale64 = inverse_std.astype(numpy.float64), scale.astype(numpy.float64)
     a = scale64 * inverse_std64
     b = -a * inverse_std64 * inverse_std64 * sum_dy_centered / count
     c = -a * sum_dy / count
     dx = numpy.empty(x.shape, x.dtype)
-    _rows_into(kernels[prefix + "_into"], [dy_rows, *masks, x_rows],
+    kernel = "batch_norm_grad_into" if relu_output is None else "batch_norm_relu_grad_into"
+    _rows_into(compiled_kernels()[kernel], [dy_rows, *masks, x_rows],
                [mean, *zero, *(v.astype(x.dtype) for v in (a, b, c))], dx.reshape(-1, channels))
     return dx, (sum_dy_centered * inverse_std64).astype(x.dtype), sum_dy.astype(x.dtype)
 
