@@ -69,7 +69,6 @@ CASES = cases()
 def small_thresholds(monkeypatch):
     """Every op big enough to cut: the thresholds that keep tiny ops whole, at zero."""
     monkeypatch.setattr(parallel, "PARALLEL_MATMUL_FROM", 0)
-    monkeypatch.setattr(parallel, "ONE_BLAS_THREAD_BELOW", 0)
 
 
 @pytest.mark.parametrize("name, op_type, inputs, attrs", CASES, ids=[c[0] for c in CASES])

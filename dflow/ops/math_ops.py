@@ -348,12 +348,14 @@ def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
         a = xp.matrix_transpose(a)
     if transpose_b:
         b = xp.matrix_transpose(b)
-    if a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0] == 1 and fused.compiled_for(xp, a, b):
-        return fused.outer(a, b)
-    if a.ndim == b.ndim == 2 and onednn.takes(xp, a, b):
-        product = onednn.matmul(a, b)
-        if product is not None:
-            return product
+    if a.ndim == b.ndim == 2:
+        if a.shape[1] == b.shape[0] == 1 and fused.compiled_for(xp, a, b):
+            return fused.outer(a, b)
+        # (the size first: a step's small products skip oneDNN's checks, 4 us a product)
+        if a.shape[0] * a.shape[1] * b.shape[1] >= onednn.MATMUL_FROM and onednn.takes(xp, a, b):
+            product = onednn.matmul(a, b)
+            if product is not None:
+                return product
     return parallel.matmul(xp, a, b)
 
 

@@ -137,8 +137,8 @@ def map_pieces(xp, fn, items: list):
     cores, concurrently on this module's threads, BLAS at one thread in every piece (with
     one item, on the calling thread: on a busy machine BLAS's threads wait at every small
     matmul's barrier for a time slice, 10x slower at batch 1)."""
-    if not _is_numpy(xp) or getattr(_inside, "active", False) or cores() < 2:
-        return [fn(item) for item in items]
+    if not _is_numpy(xp) or getattr(_inside, "active", False) or (len(items) < 2 and _depth) or cores() < 2:
+        return [fn(item) for item in items]  # (one item while a step holds BLAS at one thread: here)
     pool = _setup()
     _blas_to_one_thread(+1)  # even for one piece: a small op gains nothing from BLAS's threads
     try:
@@ -218,15 +218,6 @@ def _blas_to_one_thread(change: int) -> None:
 
 
 PARALLEL_MATMUL_FROM = 1 << 23  # multiply-adds: below, a thread hand-off (20-100 us) costs more
-ONE_BLAS_THREAD_BELOW = 1 << 19  # multiply-adds of a matrix product: see _one_blas_thread
-
-
-def _one_blas_thread(m: int, k: int, n: int) -> bool:
-    """Whether OpenBLAS runs an ``m x k x n`` product on one thread itself: a GEMM (no vector, which
-    NumPy hands to GEMV) of fewer multiply-adds than two threads' worth (a thread per 2^18 of them,
-    its GEMM_MULTITHREAD_THRESHOLD). Switching its thread count for one (12-30 us inside a step,
-    where a 60 x 100 x 10 product takes 5) buys nothing."""
-    return m > 1 and n > 1 and m * k * n < ONE_BLAS_THREAD_BELOW
 
 
 SUM_ROWS_BY_PRODUCT_FROM = 1024  # rows; below, NumPy's sum beats a BLAS call's set-up
@@ -260,12 +251,11 @@ def matmul(xp, a, b):
         # a batch of products (einsum's, attention's): a part of the batch per core, as a step
         # runs BLAS on one thread
         return stacked_pieces(xp, xp.matmul, [a, b], pieces_for(a.shape[0], a.shape[0]))
-    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or _one_blas_thread(*a.shape, b.shape[1]) \
-            or cores() < 2:
+    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or cores() < 2:
         return xp.matmul(a, b)
     (m, k), n = a.shape, b.shape[1]
-    if m * k * n < PARALLEL_MATMUL_FROM:  # whole, with one BLAS thread (as a step holds it already)
-        return xp.matmul(a, b) if _depth else map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
+    if m * k * n < PARALLEL_MATMUL_FROM:  # whole, with one BLAS thread (map_pieces)
+        return map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
     if k > 4 * max(m, n):  # a long sum (a weight gradient over the batch): add the parts up
         parts = map_pieces(xp, lambda s: a[:, s] @ b[s, :], pieces_for(k, k))
         total = parts[0]
