@@ -62,6 +62,8 @@ __all__ = ["fuse"]
 def _relu_of(relu: OpNode, first: OpNode) -> tuple[str, dict, tuple] | None:
     if first.type == "Conv2D":  # no bias
         return "_FusedConv2DBiasRelu", first.attrs, first.inputs
+    if first.type == "BatchNormalization":  # tf.nn.batch_normalization written by hand
+        return "_BatchNormalizationRelu", first.attrs, first.inputs
     if first.type not in ("BiasAdd", "Add"):
         return None
     return "_FusedAddRelu", {"data_format": first.attrs.get("data_format", "NHWC")}, first.inputs
@@ -147,10 +149,10 @@ _WITH_RELU_GRAD = {"FusedBatchNormGrad": ("_FusedBatchNormGradRelu", 3),
 
 
 def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
-    """``Relu(FusedBatchNorm)``, ``Relu(BatchNormalization)`` and their gradients'
-    ``...Grad(ReluGrad)`` each as one op (:func:`fuse`). FusedBatchNorm has other outputs (its
-    moments, for the updates and the gradient): it keeps its name and place, and the Relu's
-    becomes an ``Identity`` of its first output."""
+    """``Relu(FusedBatchNorm)`` and the batch norms' ``...Grad(ReluGrad)`` each as one op
+    (:func:`fuse`; ``Relu(BatchNormalization)`` is a pair of its rules). FusedBatchNorm has other
+    outputs (its moments, for the updates and the gradient): it keeps its name and place, and
+    the Relu's becomes an ``Identity`` of its first output."""
     sole_producer = _sole_producers(nodes, needed)
     replaced, absorbed = {}, set()
     for node in nodes:
@@ -162,11 +164,6 @@ def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list
                                           first.control_inputs, 5, first.device_type)
             replaced[node.name] = OpNode(node.name, "Identity", {}, node.inputs, node.control_inputs, 1,
                                          node.device_type)
-        elif node.type == "Relu" and first.type == "BatchNormalization":  # its one output: absorbed
-            control = tuple(dict.fromkeys(first.control_inputs + node.control_inputs))
-            replaced[node.name] = OpNode(node.name, "_BatchNormalizationRelu", first.attrs, first.inputs,
-                                         control, 1, node.device_type)
-            absorbed.add(first.name)
         elif node.type in _WITH_RELU_GRAD and first.type == "ReluGrad":
             fused_type, num_outputs = _WITH_RELU_GRAD[node.type]
             control = tuple(dict.fromkeys(first.control_inputs + node.control_inputs))
