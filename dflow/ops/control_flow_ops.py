@@ -33,6 +33,7 @@ import numpy
 
 from .. import dtypes
 from ..graph import Tensor, convert_to_tensor, get_default_graph
+from ..runtime.executor import run_nested
 from . import math_ops
 from .array_ops import identity, placeholder, zeros_like
 from .registry import Spec, defop
@@ -222,16 +223,12 @@ def _cond_infer(inputs, branches, captured, num_results, output_specs):
 
 
 def _cond_kernel(state, xp, pred, *outer, branches, captured, num_results, output_specs):
-    from ..runtime.executor import execute
-
     taken = 0 if bool(pred) else 1
     function = branches[taken]
     values = dict(zip(captured, outer))
-    feeds = {name: values[name] for name in function["args"]}
-    fetched = execute(_schedule(function), feeds, state, {"CPU": xp, "GPU": xp})
+    fetched = run_nested(_schedule(function), {name: values[name] for name in function["args"]}, state, xp)
     made = [fetched[name] for name in function["outputs"]]
-    internal = [len(b["outputs"]) - num_results for b in branches]
-    untaken = [None] * internal[1 - taken]
+    untaken = [None] * (len(branches[1 - taken]["outputs"]) - num_results)
     return tuple(made + untaken if taken == 0 else made[:num_results] + untaken + made[num_results:])
 
 
@@ -319,7 +316,6 @@ def _map_infer(inputs, function, slices, captured, output_specs, back_prop):
 
 def _map_kernel(state, xp, *inputs, function, slices, captured, output_specs, back_prop):
     from ..errors import InvalidArgumentError
-    from ..runtime.executor import execute
 
     elems, outer = inputs[:len(slices)], dict(zip(captured, inputs[len(slices):]))
     count = len(elems[0])
@@ -329,7 +325,7 @@ def _map_kernel(state, xp, *inputs, function, slices, captured, output_specs, ba
     results = []
     for i in range(count):
         feeds = {**outer, **{name: e[i] for name, e in zip(slices, elems)}}
-        fetched = execute(plan, feeds, state, {"CPU": xp, "GPU": xp})
+        fetched = run_nested(plan, feeds, state, xp)
         results.append([fetched[name] for name in function["outputs"][:len(output_specs)]])
     if not count:
         if any(shape is None or None in shape[1:] for shape, _ in output_specs):
@@ -567,16 +563,14 @@ def _iterations(state, xp, initial, outer: dict, test: dict, step: dict, loop: l
                 keep: bool = False) -> tuple[list, list]:
     """Runs the loop: (the loop values each iteration started from, kept only with ``keep``;
     the final loop values)."""
-    from ..runtime.executor import execute
-
     values, started, count = list(initial), [], 0
-    plans, namespaces = (_schedule(test), _schedule(step)), {"CPU": xp, "GPU": xp}
+    plans = _schedule(test), _schedule(step)
     while maximum_iterations is None or count < maximum_iterations:
         current = {**outer, **dict(zip(loop, values))}
-        go = execute(plans[0], {name: current[name] for name in test["args"]}, state, namespaces)
+        go = run_nested(plans[0], {name: current[name] for name in test["args"]}, state, xp)
         if not bool(go[test["outputs"][0]]):
             break
-        made = execute(plans[1], {name: current[name] for name in step["args"]}, state, namespaces)
+        made = run_nested(plans[1], {name: current[name] for name in step["args"]}, state, xp)
         if keep:
             started.append(values)
         values = [made[name] for name in step["outputs"]]
@@ -634,8 +628,6 @@ def _while_grad_infer(inputs, output_specs, **_):
 
 def _while_grad_kernel(state, xp, *inputs, test, step, loop, captured, maximum_iterations, history, backward,
                        carried, grad_loop, backward_reads, wrt_captured, output_specs):
-    from ..runtime.executor import execute
-
     token = str(numpy.asarray(inputs[-1], dtype=object).item()) if history else None
     inputs = inputs[:-1] if history else inputs
     initial = inputs[:len(loop)]
@@ -648,11 +640,11 @@ def _while_grad_kernel(state, xp, *inputs, test, step, loop, captured, maximum_i
         started = kept[1]
     else:  # run the loop again to have them (another task ran the forward loop)
         started, _ = _iterations(state, xp, initial, outer, test, step, loop, maximum_iterations, keep=True)
-    plan, namespaces = _schedule(backward), {"CPU": xp, "GPU": xp}
+    plan = _schedule(backward)
     grads_captured = None
     for values in reversed(started):
         feeds = {**outer, **reads, **dict(zip(loop, values)), **dict(zip(grad_loop, dys))}
-        made = execute(plan, {name: feeds[name] for name in backward["args"]}, state, namespaces)
+        made = run_nested(plan, {name: feeds[name] for name in backward["args"]}, state, xp)
         found = [made[name] for name in backward["outputs"][:len(carried) + len(wrt_captured)]]
         dys = found[:len(carried)]
         per_captured = found[len(carried):]

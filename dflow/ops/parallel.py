@@ -46,10 +46,17 @@ def cores() -> int:
     (``OPENBLAS_NUM_THREADS``, ``ConfigProto(intra_op_parallelism_threads=...)``, a cluster
     worker's ``--blas_threads``), so a setting that asked for one thread gets one; at most
     the affinity mask's cores."""
+    held = _cores_while_held  # (read without the lock: fixed while BLAS is held at one thread)
+    if held:
+        return held
     _setup()
     with _lock:
-        blas = _saved_threads if _depth else max((lib.num_threads for lib in _blas_libraries()), default=0)
-    return max(1, min(blas or _affinity(), _affinity()))
+        blas = max((lib.num_threads for lib in _blas_libraries()), default=0)
+    return _cores_for(blas)
+
+
+def _cores_for(blas_threads: int) -> int:
+    return max(1, min(blas_threads or _affinity(), _affinity()))
 
 
 def pieces_for(n: int, most: int) -> list[slice]:
@@ -180,14 +187,14 @@ def stacked_pieces(xp, fn, arrays, pieces: list) -> object:
 
 _depth = 0  # map_pieces calls running (inter-op threads may run two ops at once)
 _saved: list = []
-_saved_threads = 0  # the most BLAS threads of _saved: what cores() says meanwhile
+_cores_while_held = 0  # while BLAS is held at one thread (_depth > 0): what cores() says
 
 
 def _forget_threads_in_a_forked_child() -> None:
     """A forked child has none of its parent's threads: the pool's work would wait forever for
     them (a multiprocessing "fork" child running a convolution hung), so it starts its own."""
-    global _lock, _pool, _depth, _saved, _saved_threads
-    _lock, _pool, _depth, _saved, _saved_threads = threading.Lock(), None, 0, [], 0
+    global _lock, _pool, _depth, _saved, _cores_while_held
+    _lock, _pool, _depth, _saved, _cores_while_held = threading.Lock(), None, 0, [], 0
 
 
 os.register_at_fork(after_in_child=_forget_threads_in_a_forked_child)
@@ -207,14 +214,17 @@ def one_blas_thread():
 
 def _blas_to_one_thread(change: int) -> None:
     """BLAS at one thread while any map_pieces runs; its own count back after the last."""
-    global _depth, _saved, _saved_threads
+    global _depth, _saved, _cores_while_held
     with _lock:
         if change > 0 and _depth == 0:
             _saved = set_blas_threads(1)
-            _saved_threads = max((threads for _, threads in _saved), default=0)
+            # what cores() says meanwhile: the count BLAS was given, not its one thread (a step's
+            # small ops ask it each time: 1.8 us with the lock and the affinity mask read)
+            _cores_while_held = _cores_for(max((threads for _, threads in _saved), default=0))
         _depth += change
         if _depth == 0:
             restore_blas_threads(_saved)
+            _cores_while_held = 0
 
 
 PARALLEL_MATMUL_FROM = 1 << 23  # multiply-adds: below, a thread hand-off (20-100 us) costs more
@@ -251,11 +261,13 @@ def matmul(xp, a, b):
         # a batch of products (einsum's, attention's): a part of the batch per core, as a step
         # runs BLAS on one thread
         return stacked_pieces(xp, xp.matmul, [a, b], pieces_for(a.shape[0], a.shape[0]))
-    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp) or cores() < 2:
+    if a.ndim != 2 or b.ndim != 2 or not _is_numpy(xp):
         return xp.matmul(a, b)
     (m, k), n = a.shape, b.shape[1]
     if m * k * n < PARALLEL_MATMUL_FROM:  # whole, with one BLAS thread (map_pieces)
         return map_pieces(xp, lambda _: xp.matmul(a, b), [None])[0]
+    if cores() < 2:
+        return xp.matmul(a, b)
     if k > 4 * max(m, n):  # a long sum (a weight gradient over the batch): add the parts up
         parts = map_pieces(xp, lambda s: a[:, s] @ b[s, :], pieces_for(k, k))
         total = parts[0]
