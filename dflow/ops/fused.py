@@ -406,15 +406,24 @@ def _writable(kernels, *arrays) -> bool:
     """Whether an update may write ``arrays`` in place: the compiled kernels loaded, each array
     its own (no view of another), writable and C-ordered (its flat form a view). That nothing
     else reads them is the caller's to know (``SessionState.held_only_here``)."""
-    return kernels is not None and all(a.base is None and a.flags.writeable and a.flags.c_contiguous
-                                       for a in arrays)
+    if kernels is None:
+        return False
+    for a in arrays:  # (loops, not generators, here and in _numpy_floats: a small update's checks)
+        flags = a.flags
+        if a.base is not None or not flags.writeable or not flags.c_contiguous:
+            return False
+    return True
 
 
 def _numpy_floats(xp, arrays) -> bool:
     """Whether ``arrays`` are NumPy arrays of one float dtype (float32 or float64)."""
     dtype = getattr(arrays[0], "dtype", None)
-    return array_api_compat.is_numpy_namespace(xp) and dtype in _FLOATS and all(
-        isinstance(a, numpy.ndarray) and a.dtype == dtype for a in arrays)
+    if dtype not in _FLOATS or not array_api_compat.is_numpy_namespace(xp):
+        return False
+    for a in arrays:
+        if not isinstance(a, numpy.ndarray) or a.dtype != dtype:
+            return False
+    return True
 
 
 def compiled_for(xp, *arrays) -> dict | None:
@@ -506,8 +515,8 @@ def gradient_descent(xp, var, alpha, delta, decayed=None, decay=None, in_place=F
     if decayed is not None and getattr(decayed, "ndim", 0) == 0:
         decayed, decay = decay, decayed  # Mul(s, x): the scalar first
     arrays = [var, delta] if decayed is None else [var, delta, decayed]
-    if (not _numpy_floats(xp, arrays) or any(a.shape != var.shape for a in arrays)
-            or getattr(decay, "ndim", 0) != 0):
+    if (not _numpy_floats(xp, arrays) or delta.shape != var.shape
+            or (decayed is not None and (decayed.shape != var.shape or getattr(decay, "ndim", 0) != 0))):
         return var - alpha * (delta if decayed is None else delta + decayed * decay)
     kernels = compiled_kernels()
     if in_place and decayed is None and _writable(kernels, var):

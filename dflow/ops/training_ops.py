@@ -12,6 +12,8 @@ update after the ops of the step that read its variable: ``executor.schedule``).
 
 from __future__ import annotations
 
+import math
+
 import numpy
 
 from ..graph import Tensor, get_default_graph
@@ -75,8 +77,21 @@ def _momentum(state, xp, var, accum, lr, grad, momentum, use_nesterov=False):
         return _store(state, xp, var, old, new)
 
 
+def _adam_rate(xp, lr, beta1_power, beta2_power):
+    """Adam's bias-corrected rate ``lr * sqrt(1 - beta2^t) / (1 - beta1^t)``, in the rate's dtype
+    as TF's kernel computes it. NumPy values of one dtype go through their scalar type (the 0-d
+    arrays' four operations took 3 us an update; a float32's square root taken in double
+    precision and rounded is float32's own, correctly rounded)."""
+    values = (lr, beta1_power, beta2_power)
+    if all(isinstance(v, (numpy.ndarray, numpy.generic)) and v.dtype == lr.dtype for v in values):
+        scalar = lr.dtype.type
+        one = scalar(1)
+        return scalar(lr) * scalar(math.sqrt(one - scalar(beta2_power))) / (one - scalar(beta1_power))
+    return lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
+
+
 def _adam(state, xp, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
-    lr_t = lr * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
+    lr_t = _adam_rate(xp, lr, beta1_power, beta2_power)
     with state.updating(var):
         in_place = state.held_only_here(var, m, v)
         old_m, old_v, old = state.read_variable(m), state.read_variable(v), state.read_variable(var)

@@ -79,16 +79,21 @@ class SessionState:
         waits for its consumers, no caller kept a fetched value, no transfer or view of it is
         under way. An update (holding :meth:`updating`) may then write the array in place, as TF
         1.x's kernels write theirs: a read that starts while it writes may see part of it."""
-        return all(sys.getrefcount(self.variables.get(name)) <= _REFERENCES_WHEN_STORED_ONLY
-                   for name in names)
+        for name in names:  # (a loop: a generator's set-up cost more than a small update's check)
+            if sys.getrefcount(self.variables.get(name)) > _REFERENCES_WHEN_STORED_ONLY:
+                return False
+        return True
 
     def updating(self, name: str) -> threading.Lock:
         """The lock an update of variable ``name`` holds while it reads and writes it (and its
         slots). Between-graph replicas apply updates concurrently: unlocked, Adam could read
         one replica's new ``m`` beside the old ``v`` and take a step thousands of times too
         large (seen: the loss jumped from 2 to 30)."""
-        with self._resources_lock:
-            return self._update_locks.setdefault(name, threading.Lock())
+        lock = self._update_locks.get(name)
+        if lock is None:
+            with self._resources_lock:
+                lock = self._update_locks.setdefault(name, threading.Lock())
+        return lock
 
     def is_initialized(self, name: str) -> bool:
         return name in self.variables
