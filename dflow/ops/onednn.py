@@ -5,8 +5,8 @@ OpenBLAS's rate for their shapes, 150-180 GFLOP/s on 2 AVX-512 cores, and a thir
 a first layer's thin product (K = 25 or 75). Intel's oneDNN, the library under TensorFlow's
 and PyTorch's CPU convolutions, JIT-compiles direct kernels for the machine's vector width
 that reach 250-280 GFLOP/s on the same layers, 2-4x on the first ones (``docs/kernels.md``).
-It is a declared dependency on x86-64 Linux (``onednn-cpu-gomp``: the library alone, built
-with GNU OpenMP), reached through its C API with ctypes: NHWC activations and HWIO filters
+It is a declared dependency on x86-64 Linux (``onednn-cpu-tbb``: the library alone, built
+on TBB), reached through its C API with ctypes: NHWC activations and HWIO filters
 are oneDNN's ``nhwc`` and ``hwio`` layouts, read and written in place; only the filter is
 reordered to the blocked layout the kernel chose (a few hundred KiB). Its LRN (TF's
 ``tf.nn.lrn``, across channels) is 5-8x dflow's band-matrix product, its GEMM 1.1-1.3x
@@ -15,12 +15,16 @@ workspace of each window's maximal element (a byte per output), from which the b
 routes the gradient without reading the input again (TF's oneDNN MaxPool returns the same
 workspace as a second output).
 
-Where the library cannot be loaded (another platform, no ``libgomp``) dflow says so once and
+Where the library cannot be loaded (another platform, a missing runtime) dflow says so once and
 its own lowering runs; other namespaces (CuPy, ``array_api_strict``) and dtypes always take
 it. Each (direction, shapes, geometry) is compiled once a process and cached; each call
-gets its own scratchpad, so two ops may run at once from the executor's threads. A plan runs
-on :func:`parallel.cores` OpenMP threads (the count the process was given for BLAS), or on one
-below 16 Mi multiply-adds, where waking a second thread costs more than it gives (batch 1).
+gets its own scratchpad, so two ops may run at once from the executor's threads. Every plan
+runs on TBB's threads, at most :func:`parallel.cores` (the count the process was given for
+BLAS). TBB rather than GNU OpenMP (``onednn-cpu-gomp``, the same oneDNN 3.2): its threads wait
+for the next primitive a moment before they sleep, where OpenMP's slept at once (spinning, they
+took the cores that dflow's own pieces needed) and each primitive paid their wake-up, 40-100 us
+on a 2-core VM. Against that build: CIFAR-10 without LRN 1.05-1.33x, MNIST-DNN 1.20-1.30x
+(docs/kernels.md).
 
 >>> import numpy
 >>> x, w = numpy.ones((1, 3, 3, 1), numpy.float32), numpy.ones((3, 3, 1, 1), numpy.float32)
@@ -69,11 +73,47 @@ class _ExecArg(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_int), ("memory", _handle)]
 
 
-class _Library:
-    """libdnnl and the libgomp it runs its threads on, with one CPU engine."""
+class _GlobalControl(ctypes.Structure):
+    """oneTBB's ``tbb::detail::d1::global_control`` (its 2021 ABI): a limit while it exists."""
 
-    def __init__(self, dnnl: ctypes.CDLL, gomp: ctypes.CDLL):
-        self.dnnl, self.gomp = dnnl, gomp
+    _fields_ = [("value", ctypes.c_size_t), ("reserved", ctypes.c_ssize_t), ("parameter", ctypes.c_int)]
+
+
+_MAX_ALLOWED_PARALLELISM = 0  # global_control's first parameter
+
+
+class _TbbThreads:
+    """The most threads TBB runs oneDNN's work on: a ``global_control``, made and ended through
+    the entry points libtbb exports for its C++ class (there is no C API)."""
+
+    def __init__(self, tbb: ctypes.CDLL):
+        self._create = tbb._ZN3tbb6detail2r16createERNS0_2d114global_controlE
+        self._destroy = tbb._ZN3tbb6detail2r17destroyERNS0_2d114global_controlE
+        self._active = tbb._ZN3tbb6detail2r127global_control_active_valueEi
+        self._active.restype, self._active.argtypes = ctypes.c_size_t, [ctypes.c_int]
+        self._control: _GlobalControl | None = None
+        self._lock = threading.Lock()
+
+    def limit(self, threads: int) -> None:
+        """At most ``threads`` from now on (the last limit ended first: TBB keeps the smallest)."""
+        if self._control is not None and self._control.value == threads:
+            return
+        with self._lock:
+            if self._control is not None:
+                self._destroy(ctypes.byref(self._control))
+            self._control = _GlobalControl(threads, 0, _MAX_ALLOWED_PARALLELISM)
+            self._create(ctypes.byref(self._control))
+
+    def active(self) -> int:
+        """The limit TBB applies now."""
+        return self._active(_MAX_ALLOWED_PARALLELISM)
+
+
+class _Library:
+    """libdnnl and the TBB it runs its threads on, with one CPU engine."""
+
+    def __init__(self, dnnl: ctypes.CDLL, threads: _TbbThreads):
+        self.dnnl, self.threads = dnnl, threads
         self.pid = os.getpid()
         dnnl.dnnl_primitive_desc_query_md.restype = _handle
         dnnl.dnnl_primitive_desc_query_md.argtypes = [_handle, ctypes.c_int, ctypes.c_int]
@@ -137,10 +177,9 @@ class _Library:
         return pd
 
     def reorder(self, src_md, dst_md) -> _Primitive:
-        """A filter's reorder (kilobytes): one thread."""
-        self.gomp.omp_set_num_threads(1)
+        """A filter's reorder (kilobytes)."""
         return _Primitive(self, self.describe(self.dnnl.dnnl_reorder_primitive_desc_create,
-                                              src_md, self.engine, dst_md, self.engine, self.attr), 1)
+                                              src_md, self.engine, dst_md, self.engine, self.attr))
 
     def query_md(self, pd, what: int) -> _handle:
         return _handle(self.dnnl.dnnl_primitive_desc_query_md(pd, what, 0))
@@ -149,24 +188,16 @@ class _Library:
         return self.dnnl.dnnl_memory_desc_get_size(md)
 
 
-def _library_paths() -> list[str]:
-    # onednn-cpu-gomp installs libdnnl into the environment's lib/ (a wheel's data files)
-    return [os.path.join(sys.prefix, "lib", "libdnnl.so.3"), "libdnnl.so.3"]
+# what libdnnl of onednn-cpu-tbb loads beside itself, loaded first from the same folder (the wheels
+# put their libraries in the environment's lib/, which is not on the loader's path): Intel's
+# compiler runtime (intel-cmplr-lib-rt, which that wheel does not declare), then TBB
+_RUNTIME = ("libintlc.so.5", "libimf.so", "libtbb.so.12")
 
 
-def _gomp() -> ctypes.CDLL:
-    """libgomp, its threads sleeping as soon as a parallel region ends (unless the user said
-    otherwise): by default they spin for a while, on the cores that the next op's pieces need
-    (deep MNIST's MatMul took 25 ms a step after the convolutions instead of 14). libgomp reads
-    the setting once, as it loads; the variable is put back at once so that other processes
-    started from this one (PyTorch's, in ``dflow bench --peers``) keep their own default."""
-    user_setting = os.environ.get("OMP_WAIT_POLICY")
-    os.environ["OMP_WAIT_POLICY"] = user_setting or "PASSIVE"
-    try:
-        return ctypes.CDLL("libgomp.so.1")
-    finally:
-        if user_setting is None:
-            del os.environ["OMP_WAIT_POLICY"]
+def _library_folders() -> list[str | None]:
+    """Where to look for libdnnl and its runtime: the environment's lib/, then (None) the loader's
+    own path."""
+    return [os.path.join(sys.prefix, "lib"), None]
 
 
 @functools.cache
@@ -174,20 +205,24 @@ def _library() -> _Library | None:
     if sys.platform != "linux" or os.environ.get("DFLOW_ONEDNN") == "0":  # 0: the lowering, to compare
         return None
     errors = []
-    for path in _library_paths():
+    for folder in _library_folders():
+        def path(name: str, folder=folder) -> str:
+            return name if folder is None else os.path.join(folder, name)
+
         try:
-            gomp = _gomp()  # first: libdnnl would load it, with the default
-            return _Library(ctypes.CDLL(path), gomp)
-        except (OSError, RuntimeError) as error:
+            runtime = [ctypes.CDLL(path(name), mode=ctypes.RTLD_GLOBAL) for name in _RUNTIME]
+            return _Library(ctypes.CDLL(path("libdnnl.so.3")), _TbbThreads(runtime[-1]))
+        except (OSError, AttributeError, RuntimeError) as error:  # (AttributeError: another TBB's exports)
             errors.append(str(error))
     log.warning("oneDNN cannot be loaded (%s): dflow's own convolutions run instead, 1.5-4x slower; "
-                "`pip install onednn-cpu-gomp` (x86-64 Linux, needs libgomp) brings it", "; ".join(errors))
+                "`pip install onednn-cpu-tbb intel-cmplr-lib-rt` (x86-64 Linux) brings it", "; ".join(errors))
     return None
 
 
 def available() -> bool:
-    """Whether oneDNN's kernels run in this process: not in a child forked after libgomp
-    started its threads (GNU OpenMP waits forever for them there), where the lowering runs."""
+    """Whether oneDNN's kernels run in this process: not in a child forked after the library
+    started its threads (a forked child has none of them; with GNU OpenMP it waited forever),
+    where the lowering runs."""
     lib = _library()
     return lib is not None and lib.pid == os.getpid()
 
@@ -201,28 +236,11 @@ def takes(xp, *arrays) -> bool:
     return available()
 
 
-ONE_THREAD_BELOW = 1 << 24  # multiply-adds: below, waking a sleeping thread costs more than it gives
-# A product with no thin side splits better than a convolution: two threads pay from 8 Mi (50 x 512
-# x 512: 208 against 272 us; 64 x 512 x 256 0.92x; 100 x 384 x 192, 7.4 Mi, 0.97x), where one of
-# 10 rows or columns does not (10 x 2304 x 384: 249 against 177 us). docs/kernels.md.
-MATMUL_ONE_THREAD_BELOW = 1 << 23
-THIN = 16  # a product with a side shorter than this keeps the convolutions' threshold
-
-
-def _threads_for(lib: _Library, multiply_adds: int, one_thread_below: int = ONE_THREAD_BELOW) -> int:
-    """The OpenMP threads of a primitive about to be described and compiled (oneDNN reads the
-    count then, and splits its work for it): the process's cores, or one for small work."""
-    threads = parallel.cores() if multiply_adds >= one_thread_below else 1
-    lib.gomp.omp_set_num_threads(threads)
-    return threads
-
-
 class _Primitive:
     """A compiled primitive, run over ``{argument: (memory desc, array)}`` with its own scratchpad."""
 
-    def __init__(self, lib: _Library, pd: _handle, threads: int):
+    def __init__(self, lib: _Library, pd: _handle):
         self.lib, self.pd = lib, pd  # the desc is kept: the memory descs queried from it live in it
-        self.threads = threads  # what it was compiled for: oneDNN splits the work when it compiles
         self.handle = _handle()
         lib.check(lib.dnnl.dnnl_primitive_create(ctypes.byref(self.handle), pd), "compiling a primitive")
         self.scratchpad_md = lib.query_md(pd, _QUERY_SCRATCHPAD_MD)
@@ -267,7 +285,7 @@ class _Primitive:
         for memory, (_, array) in zip(memories, args.values()):
             lib.check(dnnl.dnnl_memory_set_data_handle(memory, _handle(array.ctypes.data)),
                       "wrapping an array")
-        lib.gomp.omp_set_num_threads(self.threads)  # this thread's OpenMP team
+        lib.threads.limit(parallel.cores())  # the count the process was given (a number compared)
         stream = lib.stream()
         lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
                   "running a primitive")
@@ -293,7 +311,6 @@ class _ConvPlan:
         geometry = (_Dims(*strides), _Dims(*(d - 1 for d in dilations)),  # oneDNN: 0 is no dilation
                     _Dims(top, left), _Dims(bottom, right))
         dnnl = lib.dnnl
-        threads = _threads_for(lib, n * y_shape[1] * y_shape[2] * kh * kw * c * o)
         forward = lib.describe(dnnl.dnnl_convolution_forward_primitive_desc_create, lib.engine,
                                _FORWARD_TRAINING, _DIRECT, self.x_md, self.any_md, self.bias_md, self.y_md,
                                *geometry, lib.attr_relu if relu else lib.attr)
@@ -312,7 +329,7 @@ class _ConvPlan:
             dnnl.dnnl_primitive_desc_destroy(forward)
             if pd is None:
                 return
-        self.primitive = _Primitive(lib, pd, threads)
+        self.primitive = _Primitive(lib, pd)
         if direction == "filter_grad":
             self.blocked_md = lib.query_md(pd, _QUERY_DIFF_WEIGHTS_MD)
             self.filter_reorder = lib.reorder(self.blocked_md, self.w_md)
@@ -332,13 +349,13 @@ class _ConvPlan:
         return blocked
 
 
-def _training_pair(plan, lib: _Library, forward: _handle, backward: _handle | None, threads: int) -> None:
+def _training_pair(plan, lib: _Library, forward: _handle, backward: _handle | None) -> None:
     """``plan.forward`` and ``plan.primitive`` (the backward) compiled, and the workspace that
     the forward writes for the backward described; where oneDNN has no backward, neither."""
     if backward is None:
         lib.dnnl.dnnl_primitive_desc_destroy(forward)
         return
-    plan.forward, plan.primitive = _Primitive(lib, forward, threads), _Primitive(lib, backward, threads)
+    plan.forward, plan.primitive = _Primitive(lib, forward), _Primitive(lib, backward)
     plan.workspace_md = lib.query_md(forward, _QUERY_WORKSPACE_MD)
     plan.workspace_bytes = lib.size(plan.workspace_md)
 
@@ -355,19 +372,18 @@ class _LrnPlan:
         # oneDNN scales the window's sum by alpha / size, TF's by alpha
         parameters = (size, alpha * size, beta, bias)
         dnnl = lib.dnnl
-        threads = _threads_for(lib, n * h * w * c * size)
         forward = lib.describe(dnnl.dnnl_lrn_forward_primitive_desc_create, lib.engine,
                                _FORWARD_TRAINING if direction == "lrn_grad" else _FORWARD_INFERENCE,
                                _LRN_ACROSS_CHANNELS, self.md, self.md, *parameters, lib.attr)
         if forward is None:
             return
         if direction == "lrn":
-            self.primitive = _Primitive(lib, forward, threads)
+            self.primitive = _Primitive(lib, forward)
             return
         backward = lib.describe(dnnl.dnnl_lrn_backward_primitive_desc_create, lib.engine,
                                 _LRN_ACROSS_CHANNELS, self.md, self.md, self.md, *parameters, forward,
                                 lib.attr)
-        _training_pair(self, lib, forward, backward, threads)
+        _training_pair(self, lib, forward, backward)
 
     def __del__(self):
         if hasattr(self, "md"):
@@ -386,14 +402,13 @@ class _MaxPoolPlan:
         top, bottom, left, right = pads
         geometry = (_Dims(*strides), _Dims(*ksize), _Dims(0, 0), _Dims(top, left), _Dims(bottom, right))
         dnnl = lib.dnnl
-        threads = _threads_for(lib, n * h * w * c * ksize[0] * ksize[1])  # memory-bound: reads
         forward = lib.describe(dnnl.dnnl_pooling_forward_primitive_desc_create, lib.engine,
                                _FORWARD_TRAINING, _POOLING_MAX, self.x_md, self.y_md, *geometry, lib.attr)
         if forward is None:
             return
         backward = lib.describe(dnnl.dnnl_pooling_backward_primitive_desc_create, lib.engine, _POOLING_MAX,
                                 self.x_md, self.y_md, *geometry, forward, lib.attr)
-        _training_pair(self, lib, forward, backward, threads)
+        _training_pair(self, lib, forward, backward)
 
     def __del__(self):
         for name in ("x_md", "y_md"):
@@ -409,12 +424,10 @@ class _MatmulPlan:
         self.a_md = lib.md((m, k), _TAG_BA if a_transposed else _TAG_AB)
         self.b_md = lib.md((k, n), _TAG_BA if b_transposed else _TAG_AB)
         self.c_md = lib.md((m, n), _TAG_AB)
-        thin = min(m, k, n) < THIN
-        threads = _threads_for(lib, m * k * n, ONE_THREAD_BELOW if thin else MATMUL_ONE_THREAD_BELOW)
         pd = lib.describe(lib.dnnl.dnnl_matmul_primitive_desc_create, lib.engine, self.a_md, self.b_md,
                           None, self.c_md, lib.attr)
         if pd is not None:
-            self.primitive = _Primitive(lib, pd, threads)
+            self.primitive = _Primitive(lib, pd)
 
     def __del__(self):
         for name in ("a_md", "b_md", "c_md"):
