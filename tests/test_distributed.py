@@ -6,7 +6,6 @@ import contextlib
 import os
 import time
 
-import distributed
 import numpy as np
 import pytest
 from conftest import local_cluster_fixture
@@ -191,18 +190,23 @@ def test_dask_runner_stages_show_in_the_task_stream_each_on_its_roles_worker(clu
     with tf.device(W1):
         loss = tf.reduce_sum(tf.matmul(x, w))
         train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+    cluster.client.get_task_stream(start=0, stop=0)  # the scheduler's task stream, started
     with tf.Session(target, config=tf.ConfigProto(runner="dask")) as sess:
         sess.run(w.initializer)
-        with distributed.get_task_stream(cluster.client) as stream:
-            assert sess.run([train, loss], {x: np.ones((3, 2), np.float32)})[1] == 6.0
+        # Dask shifts each worker's times by the clock offset it estimates, so a task that ends
+        # milliseconds after a window opens may fall before it (the step's first, once in CI):
+        # the window opens a second early, and the step is told apart by its number below
+        since = time.time() - 1.0
+        assert sess.run([train, loss], {x: np.ones((3, 2), np.float32)})[1] == 6.0
+        tasks = cluster.client.get_task_stream(start=since)
         assert float(sess.run(w)[0, 0]) == pytest.approx(1.0 - 0.1 * 3)
     role_at = {address: info["name"] for address, info in tf.cluster.worker_infos(cluster.client).items()}
-    ran = {" ".join(str(t["key"]).split(":")[:2]): role_at[t["worker"]] for t in stream.data}
+    ran = {" ".join(str(t["key"]).split(":")[:2]): role_at[t["worker"]] for t in tasks}
     # the step's stages, named by role and kind, each on the worker its role's resource names
     assert {"ps/1 read-variables", "worker/1 forward-backward", "ps/1 apply-updates"} <= set(ran)
     assert all(label.split()[0] == role for label, role in ran.items()), ran
     # one Dask task per hop: the train op's NoOp, which only waits for the PS's updates, is none
-    step = {str(t["key"]).split(":step ")[0] for t in stream.data if ":step 2 " in str(t["key"])}
+    step = {str(t["key"]).split(":step ")[0] for t in tasks if ":step 2 " in str(t["key"])}
     assert step == {"ps/1:read-variables", "worker/1:forward-backward", "worker/1:forward-backward:fetch",
                     "ps/1:apply-updates"}
 
