@@ -592,9 +592,10 @@ def lrn_grad(dy, x, depth_radius, bias, alpha, beta, workspace=None) -> numpy.nd
     return dx
 
 
-# multiply-adds: below, BLAS on one thread is faster (batch 1 and 10 products; on a 2-core Intel
-# VM 100 x 200 x 100 30 against 42 us alone, 45-49 against 80-98 inside a step: docs/kernels.md)
-MATMUL_FROM = 1 << 23
+# multiply-adds: below, BLAS on one thread is faster (batch 1 and 10 products). With TBB's threads
+# awake between primitives, oneDNN's two threads pay from 2 Mi on a 2-core Intel VM: 100 x 200 x 100
+# 28 against 30 us, 100 x 784 x 100 73 against 115, 100 x 100 x 100 21 against 13 (docs/kernels.md)
+MATMUL_FROM = 1 << 21
 
 
 def _stored_transposed(a: numpy.ndarray) -> bool | None:
