@@ -59,7 +59,8 @@ def geometry(x_shape, w_shape, strides, dilations, padding):
 @pytest.fixture(autouse=True)
 def needs_the_library():
     if not (sys.platform == "linux" and platform.machine() == "x86_64"):
-        pytest.skip("onednn-cpu-tbb is a dependency on x86-64 Linux only")
+        pytest.skip(f"oneDNN's wheel (onednn-cpu-tbb) is a dependency on x86-64 Linux only; this machine is "
+                    f"{sys.platform} {platform.machine()}, where dflow's own lowering runs")
     assert onednn.available(), "onednn-cpu-tbb is a dependency on x86-64 Linux: it must load here"
 
 
