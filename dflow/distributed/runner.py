@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import selectors
 import time
 import uuid
 from collections.abc import Collection
@@ -33,6 +34,7 @@ from ..cluster.spec import ClusterSpec, role_of
 from ..errors import UnavailableError
 from ..runtime.executor import RunStats
 from ..runtime.passes import Devices, MissingTaskError, Plan, PlanCache, make_plan
+from . import local_channel
 from .partition import stages_to_json
 from .shared_memory import Outbox
 from .worker import (
@@ -43,6 +45,7 @@ from .worker import (
     deserialized,
     error_from_plain,
     nbytes,
+    reachable,
     serialized,
 )
 
@@ -88,6 +91,8 @@ class DirectRunner:
         self._plans: dict[str, Plan] = {}  # registered by this runner, unregistered at close
         self._outbox = Outbox()  # fed arrays to tasks on this host
         self._on_this_host: dict[str, bool] = {}  # address -> whether its task runs on this host
+        self._connections = local_channel.Connections(CONNECT_TIMEOUT_S)
+        self._channels: dict[str, str | None] = {}  # address -> its Unix socket (None: by Dask)
         install(client)
         self.tasks = cluster_tasks(client)
         own = (role_of(self.worker.name) if self.worker is not None
@@ -104,6 +109,7 @@ class DirectRunner:
             self._plans.clear()
             self.plans.clear()
             self._outbox.close()
+            self._connections.close()
             if self._own_client is not None:
                 self._own_client.close()
 
@@ -200,7 +206,88 @@ class DirectRunner:
         return self._run_once(plan, feeds, stats)
 
     def _run_once(self, plan: Plan, feeds: dict, stats: RunStats) -> dict:
+        paths = self._channels_of(plan.tasks)
+        if paths is not None:
+            return self._step_by_channel(plan, uuid.uuid4().hex, feeds, stats, paths)
         return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
+
+    def _channels_of(self, tasks: list[str]) -> dict[str, str] | None:
+        """Each task's Unix socket, where all of them are on this host and have one (the step
+        then runs without the event loop: :meth:`_step_by_channel`); else None."""
+        if self.worker is not None or not local_channel.enabled():
+            return None  # (a between-graph replica runs its own task's stages in this process)
+        paths = {}
+        for task in tasks:
+            address = self.tasks[task]["address"]
+            if address not in self._channels:
+                self._channels[address] = (reachable(self._ask_channel(task), self._connections)
+                                           if self._is_on_this_host(address) else None)
+            if self._channels[address] is None:
+                return None
+            paths[task] = self._channels[address]
+        return paths
+
+    def _ask_channel(self, task: str) -> str | None:
+        try:
+            return sync(self._loop, self._call, task, "dflow_channel")
+        except Exception as error:  # (a task that is gone fails the step by Dask instead)
+            log.debug("no Unix socket for %s: %s", task, error)
+            return None
+
+    def _step_by_channel(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats, paths: dict) -> dict:
+        """:meth:`_step` with every task on this host: the messages go on the tasks' Unix
+        sockets, all sent before any answer is read, and the answers are read as they come."""
+        message = {"op": "run", "plan_id": plan.plan_id, "run_id": run_id, "timeout": self.timeout,
+                   "traced": stats.op_spans is not None}
+        asked: dict = {}  # socket -> (task, the segment its feeds are in)
+        values: dict = {}
+        task = "the client"  # the task whose message or answer is in hand (the client's: interrupted)
+
+        def ask(sock, outbox: Outbox | None) -> None:
+            task_feeds = {name: feeds[name] for name in plan.feeds[task]}
+            plain, shared, segment = local_channel.encode(task_feeds, outbox, self.tasks[task]["address"])
+            asked[sock] = (task, segment)
+            local_channel.send(sock, {**message, "feeds": plain, "shared": shared})
+
+        try:
+            with selectors.DefaultSelector() as waiting:
+                for task in plan.tasks:
+                    sock = self._connections.open(paths[task])
+                    waiting.register(sock, selectors.EVENT_READ)
+                    ask(sock, self._outbox)
+                    if plan.feeds[task]:
+                        fed_bytes = sum(nbytes(feeds[name]) for name in plan.feeds[task])
+                        count_sent(stats.bytes_sent, "client", task, fed_bytes)
+                while asked:
+                    for key, _ in waiting.select():
+                        sock = key.fileobj
+                        task, segment = asked.pop(sock)
+                        address = self.tasks[task]["address"]
+                        self._outbox.release(address, segment)
+                        reply = local_channel.receive(sock)
+                        if "refused" in reply:  # it cannot read this host's shared memory: in the message
+                            log.info("%s cannot read shared memory (%s): feeds go in the message", task,
+                                     reply["refused"])
+                            self._outbox.refuse(address, segment)
+                            ask(sock, None)
+                            continue
+                        waiting.unregister(sock)
+                        self._connections.give_back(paths[task], sock)
+                        if "error" in reply:
+                            raise error_from_plain(reply["error"])
+                        reply["fetches"] = local_channel.decode(reply["fetches"])
+                        self._take_reply(task, reply, None, values, stats)
+        except BaseException as error:
+            for sock, (other, segment) in asked.items():  # their answers are not read
+                sock.close()
+                self._outbox.release(self.tasks[other]["address"], segment)
+            if asked:  # wake the other tasks' stages
+                sync(self._loop, self._abort_tasks, run_id, [other for other, _ in asked.values()], task)
+            if isinstance(error, OSError):
+                self._channels.pop(self.tasks[task]["address"], None)  # (it may come back elsewhere)
+                raise self._explain(task, error) from None
+            raise
+        return values
 
     async def _step(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats) -> dict:
         here = self._here()
@@ -230,21 +317,27 @@ class DirectRunner:
                     await self._abort(run_id, pending, calls, task)
                     raise self._explain(task, future.exception())
                 reply = future.result()
-                values.update(deserialized(reply["fetches"]))
-                stats.compute_s[task] = reply["compute_s"]
-                stats.waited_s[task] = reply["waited_s"]
-                stats.collective_s[task] = reply["collective_s"]
-                stats.timeline.extend((task, *event) for event in reply["timeline"])
-                if reply["staleness"] is not None:
-                    stats.staleness = max(stats.staleness or 0, reply["staleness"])
-                for dest, count in reply["sent"].items():
-                    count_sent(traffic, task, dest, count)
-                if task != here and reply["fetches"]:
-                    # (added up: a client inside a worker's process, as a between-graph replica
-                    # is, receives its fetches on the link that carried its variable reads)
-                    count_sent(traffic, task, here or "client",
-                               sum(nbytes(v) for v in reply["fetches"].values()))
+                reply["fetches"] = deserialized(reply["fetches"])
+                self._take_reply(task, reply, here, values, stats)
         return values
+
+    @staticmethod
+    def _take_reply(task: str, reply: dict, here: str | None, values: dict, stats: RunStats) -> None:
+        """A task's answer to a step: its fetched values into ``values``, its figures into ``stats``."""
+        values.update(reply["fetches"])
+        stats.compute_s[task] = reply["compute_s"]
+        stats.waited_s[task] = reply["waited_s"]
+        stats.collective_s[task] = reply["collective_s"]
+        stats.timeline.extend((task, *event) for event in reply["timeline"])
+        if reply["staleness"] is not None:
+            stats.staleness = max(stats.staleness or 0, reply["staleness"])
+        for dest, count in reply["sent"].items():
+            count_sent(stats.bytes_sent, task, dest, count)
+        if task != here and reply["fetches"]:
+            # (added up: a client inside a worker's process, as a between-graph replica
+            # is, receives its fetches on the link that carried its variable reads)
+            fetched_bytes = sum(nbytes(v) for v in reply["fetches"].values())
+            count_sent(stats.bytes_sent, task, here or "client", fetched_bytes)
 
     async def _run_on(self, task: str, plan_id: str, run_id: str, feeds: dict, traced: bool = False) -> dict:
         """Run ``task``'s stages of a step; to a task on this host, the fed arrays go through
@@ -272,13 +365,14 @@ class DirectRunner:
 
     async def _abort(self, run_id: str, pending, calls, failed: str) -> None:
         """Wake the other tasks' stages of a failed step, so that none waits for it."""
-        reason = f"{failed} failed"
-        others = [calls[f] for f in pending]
-        # return_exceptions: a task that cannot be told is gone already
-        await asyncio.gather(*(self._call(t, "dflow_abort", run_id=run_id, reason=reason)
-                               for t in others), return_exceptions=True)
+        await self._abort_tasks(run_id, [calls[f] for f in pending], failed)
         for future in pending:
             future.cancel()
+
+    async def _abort_tasks(self, run_id: str, others: list[str], failed: str) -> None:
+        # return_exceptions: a task that cannot be told is gone already
+        await asyncio.gather(*(self._call(t, "dflow_abort", run_id=run_id, reason=f"{failed} failed")
+                               for t in others), return_exceptions=True)
 
     def _explain(self, task: str, error: BaseException) -> BaseException:
         if isinstance(error, (OSError, CommClosedError)):

@@ -41,7 +41,7 @@ import threading
 import time
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import distributed
 from distributed import WorkerPlugin
@@ -56,6 +56,7 @@ from ..runtime.devices import gpu_namespace, numpy_namespace, to_namespace
 from ..runtime.executor import LATE, RunStats, execute
 from ..runtime.memory import keep_freed_memory_for_reuse
 from ..runtime.state import SessionState
+from . import local_channel
 from .collective import Communicator
 from .partition import stages_from_json
 from .shared_memory import Inbox, Outbox, SharedMemoryError
@@ -149,6 +150,11 @@ class DflowWorker(WorkerPlugin):
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
         self.outbox, self.inbox = Outbox(), Inbox()  # arrays to and from tasks on this host
+        # a step's messages to and from processes on this host, on Unix sockets
+        self.listener = (local_channel.Listener({"run": self.run_here, "deliver": self.deliver_here})
+                         if local_channel.enabled() else None)
+        self.connections = local_channel.Connections(CONNECT_TIMEOUT_S)
+        self._channels: dict[str, str | None] = {}  # address -> its Unix socket, None: by Dask
         _apply_thread_env()
         keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
@@ -159,13 +165,16 @@ class DflowWorker(WorkerPlugin):
             "dflow_register": self.register, "dflow_unregister": self.unregister, "dflow_run": self.run,
             "dflow_deliver": self.deliver, "dflow_abort": self.abort, "dflow_reset": self.reset,
             "dflow_variables": self.variables, "dflow_collective": self.collective,
-            "dflow_ping": self.ping,
+            "dflow_ping": self.ping, "dflow_channel": self.channel,
         })
 
     def teardown(self, worker) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.state.communicator.close()
         self.outbox.close()
+        self.connections.close()
+        if self.listener is not None:
+            self.listener.close()
 
     def _fresh_state(self) -> SessionState:
         """Variables and collectives start over (a new worker, or ``tf.Session.reset``)."""
@@ -186,10 +195,20 @@ class DflowWorker(WorkerPlugin):
         finally:
             self.worker.rpc.reuse(address, comm)
 
-    def _deliver(self, address: str, run_id: str, values: dict):
-        """Send ``values`` of step ``run_id`` to the task at ``address`` (a coroutine to run on the
-        event loop); to a task on this host, the arrays through shared memory (copied into it
-        here, on the stage's thread)."""
+    def _deliver(self, address: str, run_id: str, values: dict, loop) -> Future:
+        """Send ``values`` of step ``run_id`` to the task at ``address``: the future of its answer.
+        To a task on this host, the arrays go through shared memory (copied into it here, on the
+        stage's thread) and the message on its Unix socket, from this thread; else as a Dask
+        message, from the event loop ``loop``."""
+        path = self._channel(address, loop)
+        if path is not None:
+            done = Future()
+            try:
+                done.set_result(self._deliver_by_channel(address, path, run_id, values))
+            except OSError as error:  # it died, or restarted with another socket: ask again next time
+                self._channels.pop(address, None)
+                done.set_exception(error)
+            return done
         inline, shared, segment = (self.outbox.pack(address, values) if not self._on_another_host(address)
                                    else (values, None, None))
 
@@ -204,7 +223,45 @@ class DflowWorker(WorkerPlugin):
                 reply = await self._send_deliver(address, run_id, values, None)
             return reply
 
-        return send()
+        return asyncio.run_coroutine_threadsafe(send(), loop)
+
+    def _deliver_by_channel(self, address: str, path: str, run_id: str, values: dict) -> str:
+        plain, shared, segment = local_channel.encode(values, self.outbox, address)
+        try:
+            reply = self.connections.call(path, {"op": "deliver", "run_id": run_id, "values": plain,
+                                                 "shared": shared})
+        finally:
+            self.outbox.release(address, segment)
+        if reply != "OK" and shared is not None:  # it cannot read this host's segments
+            log.info("%s cannot read shared memory (%s): values go to it in the message", address, reply)
+            self.outbox.refuse(address, segment)
+            plain, _, _ = local_channel.encode(values, None, address)
+            reply = self.connections.call(path, {"op": "deliver", "run_id": run_id, "values": plain,
+                                                 "shared": None})
+        return reply
+
+    def _channel(self, address: str, loop) -> str | None:
+        """The Unix socket of the task at ``address``, where it is on this host and has one
+        (asked once, on the event loop ``loop``, from a stage's thread); None: send by Dask."""
+        if address in self._channels:
+            return self._channels[address]
+        path = None
+        if local_channel.enabled() and not self._on_another_host(address):
+            async def ask():
+                comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+                try:
+                    return await send_recv(comm=comm, op="dflow_channel")
+                finally:
+                    self.worker.rpc.reuse(address, comm)
+
+            try:
+                path = asyncio.run_coroutine_threadsafe(ask(), loop).result(2 * CONNECT_TIMEOUT_S)
+            except Exception as error:  # (a dead task fails its step's first message instead)
+                log.debug("no Unix socket for %s: %s", address, error)
+                return None
+            path = reachable(path, self.connections)
+        self._channels[address] = path
+        return path
 
     async def _send_deliver(self, address: str, run_id: str, values: dict, shared: dict | None) -> str:
         # connect with a deadline of our own: distributed retries a refused connection for 30 s
@@ -245,10 +302,7 @@ class DflowWorker(WorkerPlugin):
 
     async def run(self, plan_id: str, run_id: str, feeds: dict, timeout: float, shared=None,
                   traced: bool = False) -> dict:
-        _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
-                       timeout=(timeout, (int, float)))
-        if not isinstance(traced, bool):
-            raise TypeError(f"dflow_run: traced must be bool, got {type(traced).__name__}")
+        _check_run(plan_id, run_id, feeds, timeout, traced)
         try:
             feeds = {**deserialized(feeds), **(self.inbox.unpack(shared) if shared is not None else {})}
         except SharedMemoryError as error:  # the client sends them again, by TCP
@@ -266,6 +320,29 @@ class DflowWorker(WorkerPlugin):
             # raises it; raised here, distributed would also log it as a crashed handler
             return {"error": error_to_plain(error)}
         return {**reply, "fetches": serialized(reply["fetches"])}
+
+    def channel(self) -> str | None:
+        """The path of this worker's Unix socket (None: it has none)."""
+        return None if self.listener is None else self.listener.path
+
+    def run_here(self, plan_id: str, run_id: str, feeds: dict, timeout: float, shared=None,
+                 traced: bool = False) -> dict:
+        """``run``, asked on this worker's Unix socket (on that connection's thread)."""
+        _check_run(plan_id, run_id, feeds, timeout, traced)
+        try:
+            feeds = local_channel.decode(feeds)
+            feeds.update(self.inbox.unpack(shared) if shared is not None else {})
+        except SharedMemoryError as error:  # the client sends them again, in the message
+            return {"refused": str(error)}
+        try:
+            reply = self.run_stages(plan_id, run_id, feeds, timeout, self.worker.loop.asyncio_loop, traced)
+        except OpError as error:
+            return {"error": error_to_plain(error)}
+        return {**reply, "fetches": local_channel.encode(reply["fetches"], None, "")[0]}
+
+    def deliver_here(self, run_id: str, values: dict, shared=None) -> str:
+        """``deliver``, asked on this worker's Unix socket."""
+        return self.deliver(run_id, local_channel.decode(values), shared)
 
     def deliver(self, run_id: str, values: dict, shared=None) -> str:
         _require_plain("dflow_deliver", run_id=(run_id, str), values=(values, dict))
@@ -404,8 +481,7 @@ class DflowWorker(WorkerPlugin):
         def deliver(dest: str, payload: dict) -> None:
             payload = {n: None if v is None else on_host(v) for n, v in payload.items()}
             sent[dest] += sum(nbytes(v) for v in payload.values())
-            call = self._deliver(addresses[dest], run_id, payload)
-            deliveries.append((dest, asyncio.run_coroutine_threadsafe(call, loop)))
+            deliveries.append((dest, self._deliver(addresses[dest], run_id, payload, loop)))
 
         try:
             for stage in stages:
@@ -508,6 +584,26 @@ def select(values: dict, names: list) -> dict:
     """A Dask task: the fetched values out of a stage's result (and its stats), so that only they
     reach the client."""
     return {STAGE_STATS: values[STAGE_STATS], **{name: values[name] for name in names}}
+
+
+def _check_run(plan_id, run_id, feeds, timeout, traced) -> None:
+    _require_plain("dflow_run", plan_id=(plan_id, str), run_id=(run_id, str), feeds=(feeds, dict),
+                   timeout=(timeout, (int, float)))
+    if not isinstance(traced, bool):
+        raise TypeError(f"dflow_run: traced must be bool, got {type(traced).__name__}")
+
+
+def reachable(path, connections: local_channel.Connections) -> str | None:
+    """``path`` where a Unix socket there answers a connect from this process (not from another
+    mount namespace, a container's), else None."""
+    if not isinstance(path, str):
+        return None
+    try:
+        connections.give_back(path, connections.open(path))
+    except OSError as error:
+        log.info("cannot connect to %s (%s): messages to its task go by Dask", path, error)
+        return None
+    return path
 
 
 def _require_plain(handler: str, **arguments) -> None:

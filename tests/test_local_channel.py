@@ -1,0 +1,198 @@
+"""A step's messages between processes of one host on Unix sockets: the listener and its
+connections, the messages' encoding, and a cluster's steps on them and without them."""
+
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+from conftest import local_cluster_fixture
+
+import dflow as tf
+from dflow.distributed import local_channel
+from dflow.distributed.local_channel import ChannelClosedError, Connections, Listener, decode, encode
+from dflow.distributed.shared_memory import Inbox, Outbox
+from dflow.distributed.worker import reachable
+from dflow.errors import InvalidArgumentError
+
+cluster = local_cluster_fixture(ps=1, workers=1)
+
+
+@pytest.fixture
+def listener():
+    calls = []
+
+    def echo(**message):
+        calls.append(message)
+        return {"got": message}
+
+    def fail(**message):
+        raise KeyError("no such thing")
+
+    listening = Listener({"echo": echo, "fail": fail})
+    yield listening
+    listening.close()
+
+
+def test_a_request_is_answered_on_its_connection_and_the_connection_is_reused(listener):
+    connections = Connections()
+    message = {"op": "echo", "n": 3, "names": ["a:0", "^b"], "blob": b"\x00\x01", "nothing": None}
+    assert connections.call(listener.path, message) == {"got": {"n": 3, "names": ["a:0", "^b"],
+                                                                "blob": b"\x00\x01", "nothing": None}}
+    sock = connections.open(listener.path)  # the idle one, not a new connection
+    connections.give_back(listener.path, sock)
+    assert connections.call(listener.path, {"op": "echo"}) == {"got": {}}
+    assert connections.open(listener.path) is sock
+    connections.close()
+
+
+def test_a_handler_s_error_and_an_unknown_request_are_answered_as_errors(listener):
+    connections = Connections()
+    answer = connections.call(listener.path, {"op": "fail"})
+    assert answer["error"]["type"] == "InternalError" and "KeyError" in answer["error"]["message"]
+    answer = connections.call(listener.path, {"op": "pickle"})
+    assert "no handler" in answer["error"]["message"] and "echo" in answer["error"]["message"]
+    assert "'op'" in connections.call(listener.path, {"n": 1})["error"]["message"]
+    connections.close()
+
+
+def test_only_its_user_may_reach_the_socket_and_closing_removes_it():
+    listening = Listener({})
+    mode = os.stat(listening.directory).st_mode
+    assert stat.S_IMODE(mode) == 0o700 and os.stat(listening.path).st_uid == os.getuid()
+    listening.close()
+    assert not os.path.exists(listening.directory)
+    assert reachable(listening.path, Connections()) is None  # its peers send by Dask instead
+    assert reachable(None, Connections()) is None
+
+
+def test_a_listener_that_closes_before_answering_is_an_error_not_a_wait():
+    started = threading.Event()
+
+    def hang(**message):
+        started.set()
+        threading.Event().wait(30)  # (the close below ends the wait for the caller, not this)
+        return "late"
+
+    listening = Listener({"hang": hang})
+    connections = Connections()
+    closer = threading.Thread(target=lambda: started.wait(10) and listening.close())
+    closer.start()
+    with pytest.raises(ChannelClosedError):
+        connections.call(listening.path, {"op": "hang"})
+    closer.join()
+
+
+def test_concurrent_callers_each_have_a_connection_of_their_own():
+    both = threading.Barrier(2, timeout=10)  # (one shared connection would answer one at a time)
+
+    def meet(**message):
+        both.wait()
+        return message["who"]
+
+    listening = Listener({"meet": meet})
+    connections = Connections()
+    answers = {}
+    threads = [threading.Thread(target=lambda who=who: answers.update(
+        {who: connections.call(listening.path, {"op": "meet", "who": who})})) for who in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert answers == {"a": "a", "b": "b"}
+    connections.close()
+    listening.close()
+
+
+def test_values_travel_in_shared_memory_or_in_the_message_and_arrive_as_they_left():
+    values = {"w:0": np.arange(12, dtype=np.float32).reshape(3, 4),
+              "n:0": np.array(7, np.int64),
+              "names:0": np.array([b"a", "bc"], dtype=object),
+              "^apply": None}
+    outbox, inbox = Outbox(), Inbox()
+    plain, shared, segment = encode(values, outbox, "dest")
+    assert set(shared["arrays"]) == {"w:0", "n:0"} and set(plain) == {"names:0", "^apply"}
+    arrived = {**decode(plain), **inbox.unpack(shared)}
+    outbox.release("dest", segment)
+    in_message, no_shared, _ = encode(values, None, "dest")  # (a receiver that cannot read the segment)
+    assert no_shared is None
+    for received in (arrived, decode(in_message)):
+        assert received["^apply"] is None
+        for name in ("w:0", "n:0", "names:0"):
+            assert received[name].dtype == values[name].dtype
+            np.testing.assert_array_equal(received[name], values[name])
+    assert decode(in_message)["w:0"].flags.writeable  # (a fetched value is the caller's to change)
+    outbox.close()
+
+
+def test_a_message_claiming_objects_as_bytes_is_refused():
+    with pytest.raises(ValueError, match="objects"):
+        decode({"x:0": {"dtype": "|O", "shape": [1], "data": b"\x00" * 8}})
+    with pytest.raises(TypeError, match="map"):
+        decode(["x:0"])
+
+
+def _ps_step():
+    with tf.device("/job:ps/task:0"):
+        w = tf.Variable([1.0, 2.0, 3.0], name="w")
+    with tf.device("/job:worker/task:0"):
+        x = tf.placeholder(tf.float32, [3], name="x")
+        loss = tf.reduce_sum(w * x)
+    train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+    return w, x, loss, train
+
+
+def test_a_cluster_on_this_host_steps_on_its_sockets_and_by_dask_alike(cluster, target, monkeypatch):
+    w, x, loss, train = _ps_step()
+    with tf.Session(target) as sess:
+        sess.run(tf.global_variables_initializer())
+        by_socket = [sess.run([loss, train], {x: [1.0, 0.0, 2.0]})[0] for _ in range(2)]
+        paths = set(sess.runner._channels.values())
+        assert len(paths) == 2 and None not in paths  # the PS's and the worker's sockets
+        assert sess.last_run_stats.bytes_sent[("/job:worker/task:0", "/job:ps/task:0")] == 12
+        monkeypatch.setenv("DFLOW_UNIX_SOCKETS", "0")
+        by_dask = [sess.run([loss, train], {x: [1.0, 0.0, 2.0]})[0] for _ in range(2)]
+        np.testing.assert_allclose(sess.run(w), [-1.0, 2.0, -1.0])
+    np.testing.assert_allclose(by_socket + by_dask, [7.0, 4.5, 2.0, -0.5])
+
+
+def _steps_ended_on_ps(dask_worker, at_least: int = 0) -> int:
+    """How many steps' stages have ended on this worker, once it is ``at_least`` (or 10 s passed)."""
+    import time
+
+    mailbox = dask_worker.plugins["dflow"].mailbox
+    deadline = time.monotonic() + 10
+    while len(mailbox._finished) < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(mailbox._finished)
+
+
+def _on_ps(cluster, function, **kwargs):
+    workers = cluster.client.scheduler_info()["workers"]
+    (address,) = [address for address, info in workers.items() if info["name"] == "ps/0"]
+    return cluster.client.run(function, workers=[address], **kwargs)[address]
+
+
+def test_a_failed_stage_s_error_keeps_its_type_and_the_other_tasks_are_not_left_waiting(cluster, target):
+    with tf.device("/job:ps/task:0"):
+        w = tf.Variable([1.0, 2.0, 3.0], name="w")
+    with tf.device("/job:worker/task:0"):
+        x = tf.placeholder(tf.float32, [None], name="x")
+        loss = tf.reduce_sum(w * tf.reshape(x, [3]))
+    train = tf.train.GradientDescentOptimizer(1.0).minimize(loss)  # the PS waits for the gradient
+    with tf.Session(target, config=tf.ConfigProto(operation_timeout_in_ms=60_000)) as sess:
+        sess.run(tf.global_variables_initializer())
+        ended = _on_ps(cluster, _steps_ended_on_ps)
+        with pytest.raises(InvalidArgumentError, match="Reshape"):
+            sess.run(train, {x: [1.0, 1.0, 1.0, 1.0]})
+        # the PS's stages of the failed step, which would wait 60 s for the gradient, were woken
+        assert _on_ps(cluster, _steps_ended_on_ps, at_least=ended + 1) == ended + 1
+        sess.run(train, {x: [1.0, 1.0, 1.0]})  # at once: the PS's stage of the failed step was woken
+        np.testing.assert_allclose(sess.run(w), [0.0, 1.0, 2.0])
+
+
+def test_the_environment_turns_the_sockets_off(monkeypatch):
+    assert local_channel.enabled()
+    monkeypatch.setenv("DFLOW_UNIX_SOCKETS", "0")
+    assert not local_channel.enabled()
