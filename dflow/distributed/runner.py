@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import selectors
+import socket
 import time
 import uuid
 from collections.abc import Collection
@@ -212,12 +213,14 @@ class DirectRunner:
         return sync(self._loop, self._step, plan, uuid.uuid4().hex, feeds, stats)
 
     def _channels_of(self, tasks: list[str]) -> dict[str, str] | None:
-        """Each task's Unix socket, where all of them are on this host and have one (the step
-        then runs without the event loop: :meth:`_step_by_channel`); else None."""
-        if self.worker is not None or not local_channel.enabled():
-            return None  # (a between-graph replica runs its own task's stages in this process)
+        """Each other task's Unix socket, where all of them are on this host and have one (the
+        step then runs without the event loop: :meth:`_step_by_channel`); else None."""
+        if not local_channel.enabled():
+            return None
         paths = {}
         for task in tasks:
+            if task == self._here():  # (a between-graph replica runs its own task's stages here)
+                continue
             address = self.tasks[task]["address"]
             if address not in self._channels:
                 self._channels[address] = (reachable(self._ask_channel(task), self._connections)
@@ -236,12 +239,14 @@ class DirectRunner:
 
     def _step_by_channel(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats, paths: dict) -> dict:
         """:meth:`_step` with every task on this host: the messages go on the tasks' Unix
-        sockets, all sent before any answer is read, and the answers are read as they come."""
+        sockets, all sent before any answer is read, and the answers are read as they come
+        (this process's own task's, in a between-graph replica, when its stages end)."""
         message = {"op": "run", "plan_id": plan.plan_id, "run_id": run_id, "timeout": self.timeout,
                    "traced": stats.op_spans is not None}
         asked: dict = {}  # socket -> (task, the segment its feeds are in)
         values: dict = {}
         task = "the client"  # the task whose message or answer is in hand (the client's: interrupted)
+        here = self._here()
 
         def ask(sock, outbox: Outbox | None) -> None:
             task_feeds = {name: feeds[name] for name in plan.feeds[task]}
@@ -251,17 +256,28 @@ class DirectRunner:
 
         try:
             with selectors.DefaultSelector() as waiting:
-                for task in plan.tasks:
+                for task in paths:
                     sock = self._connections.open(paths[task])
                     waiting.register(sock, selectors.EVENT_READ)
                     ask(sock, self._outbox)
                     if plan.feeds[task]:
                         fed_bytes = sum(nbytes(feeds[name]) for name in plan.feeds[task])
-                        count_sent(stats.bytes_sent, "client", task, fed_bytes)
+                        count_sent(stats.bytes_sent, here or "client", task, fed_bytes)
+                if here in plan.tasks:
+                    task = here
+                    own, done = self._run_here(plan, run_id, {name: feeds[name] for name in plan.feeds[here]},
+                                               message["traced"])
+                    waiting.register(done, selectors.EVENT_READ)
+                    asked[done] = (here, None)
                 while asked:
                     for key, _ in waiting.select():
                         sock = key.fileobj
                         task, segment = asked.pop(sock)
+                        waiting.unregister(sock)
+                        if task == here:
+                            sock.close()
+                            self._take_reply(task, own.result(), here, values, stats)
+                            continue
                         address = self.tasks[task]["address"]
                         self._outbox.release(address, segment)
                         reply = local_channel.receive(sock)
@@ -269,25 +285,36 @@ class DirectRunner:
                             log.info("%s cannot read shared memory (%s): feeds go in the message", task,
                                      reply["refused"])
                             self._outbox.refuse(address, segment)
+                            waiting.register(sock, selectors.EVENT_READ)
                             ask(sock, None)
                             continue
-                        waiting.unregister(sock)
                         self._connections.give_back(paths[task], sock)
                         if "error" in reply:
                             raise error_from_plain(reply["error"])
                         reply["fetches"] = local_channel.decode(reply["fetches"])
-                        self._take_reply(task, reply, None, values, stats)
+                        self._take_reply(task, reply, here, values, stats)
         except BaseException as error:
             for sock, (other, segment) in asked.items():  # their answers are not read
                 sock.close()
-                self._outbox.release(self.tasks[other]["address"], segment)
+                if segment is not None:
+                    self._outbox.release(self.tasks[other]["address"], segment)
             if asked:  # wake the other tasks' stages
                 sync(self._loop, self._abort_tasks, run_id, [other for other, _ in asked.values()], task)
-            if isinstance(error, OSError):
+            if isinstance(error, OSError) and task in self.tasks:
                 self._channels.pop(self.tasks[task]["address"], None)  # (it may come back elsewhere)
                 raise self._explain(task, error) from None
             raise
         return values
+
+    def _run_here(self, plan: Plan, run_id: str, feeds: dict, traced: bool):
+        """Start this process's own task's stages of a step (a between-graph replica's) on its
+        worker's stage threads: their future, and a socket that turns readable when it is done."""
+        plugin = self.worker.plugins[PLUGIN_NAME]
+        done, signal = socket.socketpair()
+        own = plugin.pool.submit(plugin.run_stages, plan.plan_id, run_id, feeds, self.timeout,
+                                 self._loop.asyncio_loop, traced)
+        own.add_done_callback(lambda _: _wake(signal))
+        return own, done
 
     async def _step(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats) -> dict:
         here = self._here()
@@ -410,6 +437,15 @@ class DirectRunner:
             return dict(zip(self.tasks, replies))
 
         return sync(self._loop, ask)
+
+
+def _wake(signal: socket.socket) -> None:
+    try:
+        signal.send(b".")
+    except OSError:  # the step failed meanwhile and stopped listening
+        pass
+    finally:
+        signal.close()
 
 
 def count_sent(traffic: dict, source: str, dest: str, nbytes_sent: int) -> None:
