@@ -8,7 +8,8 @@ and registers each task's stages on its worker, once per (fetches, feeds)
 signature. A step is then one ``dflow_run`` call per task, all sent at once,
 straight to the workers: the tasks pass values to each other directly, and only
 the fed values go out and the fetched ones come back. The scheduler is not on
-this path.
+this path; where every task is on this host, the event loop is not either: the
+calls go on the tasks' Unix sockets (:mod:`.local_channel`).
 
 The same runner drives between-graph replicas: inside a Dask worker (a
 program started by :func:`dflow.replicate`), its own task's stages run in

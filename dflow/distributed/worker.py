@@ -16,7 +16,10 @@ a call on loopback) and never through the scheduler (about 11 ms; docs/measured.
   a peer sends to this task's :class:`~dflow.distributed.collective.Communicator`;
 - ``dflow_ping(instance)``: how many runs of collective ``instance`` this task has started,
   for peers waiting in it (an answer at all says the task is alive);
-- ``dflow_reset()`` / ``dflow_variables()``: forget / list the variables held here.
+- ``dflow_reset()`` / ``dflow_variables()``: forget / list the variables held here;
+- ``dflow_channel()``: the path of this worker's Unix socket, where peers on its host send
+  ``run`` and ``deliver`` instead (:mod:`.local_channel`: from the thread that has the message
+  to one that waits for it, without the event loops).
 
 Every message is plain data: names, numbers, dicts and lists, arrays as Dask's array frames,
 and a plan's stages as JSON text (:func:`~dflow.distributed.partition.stages_to_json`);
