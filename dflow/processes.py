@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
-__all__ = ["alive"]
+__all__ = ["alive", "pid_namespace"]
 
 
 def alive(pid: int) -> bool:
@@ -21,3 +22,13 @@ def alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+@functools.cache
+def pid_namespace() -> int:
+    """This process's PID namespace (its inode), 0 where there is none to read: a leftover
+    named by a process id is judged only in the namespace that named it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0

@@ -3,6 +3,9 @@ connections, the messages' encoding, and a cluster's steps on them and without t
 
 import os
 import stat
+import subprocess
+import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -15,6 +18,7 @@ from dflow.distributed.local_channel import ChannelClosedError, Connections, Lis
 from dflow.distributed.shared_memory import Inbox, Outbox
 from dflow.distributed.worker import reachable
 from dflow.errors import InvalidArgumentError
+from dflow.processes import pid_namespace
 
 cluster = local_cluster_fixture(ps=1, workers=1)
 
@@ -65,6 +69,21 @@ def test_only_its_user_may_reach_the_socket_and_closing_removes_it():
     assert not os.path.exists(listening.directory)
     assert reachable(listening.path, Connections()) is None  # its peers send by Dask instead
     assert reachable(None, Connections()) is None
+
+
+def test_a_killed_process_s_socket_directory_is_removed_by_the_next_listener(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    left = tmp_path / f"dflow-socket-{pid_namespace()}-{int(dead.stdout)}-abc123"
+    living = tmp_path / f"dflow-socket-{pid_namespace()}-{os.getpid()}-def456"
+    other_namespace = tmp_path / f"dflow-socket-{pid_namespace() + 1}-{int(dead.stdout)}-ghi789"
+    for directory in (left, living, other_namespace):
+        directory.mkdir()
+    listening = Listener({})
+    assert not left.exists() and living.exists() and other_namespace.exists()
+    assert os.path.dirname(listening.directory) == str(tmp_path)
+    listening.close()
 
 
 def test_a_listener_that_closes_before_answering_is_an_error_not_a_wait():

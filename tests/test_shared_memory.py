@@ -12,9 +12,10 @@ import pytest
 import dflow as tf
 from dflow.distributed import shared_memory
 from dflow.distributed.shared_memory import Inbox, Outbox, SharedMemoryError
+from dflow.processes import pid_namespace
 
 DEST = "tcp://127.0.0.1:1"
-NAMESPACE = shared_memory._pid_namespace()
+NAMESPACE = pid_namespace()
 
 
 def _on_disk(*shared: dict) -> list[bool]:

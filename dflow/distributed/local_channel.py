@@ -24,8 +24,10 @@ environment turns the path off there.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import re
 import shutil
 import socket
 import struct
@@ -37,11 +39,15 @@ from collections.abc import Callable
 import msgpack
 import numpy
 
+from ..processes import alive as process_alive
+from ..processes import pid_namespace
+
 __all__ = ["Listener", "Connections", "encode", "decode", "enabled", "ChannelClosedError"]
 
 log = logging.getLogger("dflow")
 _LENGTH = struct.Struct("<I")
 MAX_MESSAGE = (1 << 32) - 1  # bytes a message's length field can say
+_DIRECTORY = re.compile(r"dflow-socket-(\d+)-(\d+)-\w+")  # dflow-socket-<pid namespace>-<pid>-<random>
 
 
 class ChannelClosedError(ConnectionError):
@@ -125,7 +131,9 @@ class Listener:
 
     def __init__(self, handlers: dict[str, Callable[..., object]]):
         self.handlers = handlers
-        self.directory = tempfile.mkdtemp(prefix="dflow-")  # 0700: this user's only
+        _remove_directories_of_dead_processes()
+        # 0700: this user's only
+        self.directory = tempfile.mkdtemp(prefix=f"dflow-socket-{pid_namespace()}-{os.getpid()}-")
         self.path = os.path.join(self.directory, "socket")
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.bind(self.path)
@@ -133,9 +141,11 @@ class Listener:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
+        atexit.register(self.close)  # (a process that is killed leaves it to the next one to start)
         threading.Thread(target=self._accept, name="dflow-channel", daemon=True).start()
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         with self._lock:
             self._closed = True
             connections, self._connections = self._connections, set()
@@ -187,6 +197,25 @@ class Listener:
             log.debug("channel request failed", exc_info=True)
             return {"error": {"type": "InternalError", "message": f"{type(error).__name__}: {error}",
                               "op": None}}
+
+
+def _remove_directories_of_dead_processes() -> None:
+    """Remove this user's socket directories whose process is gone (it was killed before it could)."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        match = _DIRECTORY.fullmatch(name)
+        if match is None or int(match.group(1)) != pid_namespace() or process_alive(int(match.group(2))):
+            continue  # (a process id means nothing in another container's namespace)
+        path = os.path.join(base, name)
+        try:
+            if os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
 
 
 # ---- the sending side ----------------------------------------------------------------------------

@@ -30,7 +30,6 @@ path off there; a size (``DFLOW_SHARED_MEMORY="2 GiB"``) sets its budget.
 from __future__ import annotations
 
 import atexit
-import functools
 import math
 import mmap
 import os
@@ -44,6 +43,7 @@ import numpy
 from dask.utils import parse_bytes
 
 from ..processes import alive as process_alive
+from ..processes import pid_namespace
 
 __all__ = ["Outbox", "Inbox", "SharedMemoryError"]
 
@@ -67,7 +67,7 @@ _LIVE: set[_Segment] = set()  # this process's segments, unlinked at its exit
 class _Segment:
     def __init__(self, size: int):
         self.pid = os.getpid()
-        self.name = f"dflow-{_pid_namespace()}-{self.pid}-{secrets.token_hex(8)}"
+        self.name = f"dflow-{pid_namespace()}-{self.pid}-{secrets.token_hex(8)}"
         self.size = size
         path = os.path.join(DIRECTORY, self.name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -305,7 +305,7 @@ def _remove_segments_of_dead_processes() -> None:
         return
     for name in names:
         match = _NAME.fullmatch(name)
-        if match is None or int(match.group(1)) != _pid_namespace() or process_alive(int(match.group(2))):
+        if match is None or int(match.group(1)) != pid_namespace() or process_alive(int(match.group(2))):
             continue  # (a process id means nothing in another container's namespace)
         path = os.path.join(DIRECTORY, name)
         try:
@@ -313,12 +313,3 @@ def _remove_segments_of_dead_processes() -> None:
                 os.unlink(path)
         except OSError:
             pass
-
-
-@functools.cache
-def _pid_namespace() -> int:
-    """This process's PID namespace (its inode), 0 where there is none to read."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
