@@ -2,11 +2,13 @@
 connections, the messages' encoding, and a cluster's steps on them and without them."""
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,6 @@ import dflow as tf
 from dflow.distributed import local_channel
 from dflow.distributed.local_channel import ChannelClosedError, Connections, Listener, decode, encode
 from dflow.distributed.shared_memory import Inbox, Outbox
-from dflow.distributed.worker import reachable
 from dflow.errors import InvalidArgumentError
 from dflow.processes import pid_namespace
 
@@ -61,17 +62,48 @@ def test_a_handler_s_error_and_an_unknown_request_are_answered_as_errors(listene
     connections.close()
 
 
+def test_an_answer_that_is_not_plain_data_is_an_error_and_garbage_ends_the_connection():
+    answers = {"scalars": lambda: {"n": np.int64(3), "t": np.float32(0.5)}, "object": lambda: {"x": object()}}
+    listening = Listener(answers)
+    connections = Connections()
+    assert connections.call(listening.path, {"op": "scalars"}) == {"n": 3, "t": 0.5}
+    assert "not plain data" in connections.call(listening.path, {"op": "object"})["error"]["message"]
+    sock = connections.open(listening.path)
+    sock.sendall(b"\x05\x00\x00\x00\xc1\xc1\xc1\xc1\xc1")  # (0xc1: never used by msgpack)
+    with pytest.raises(ChannelClosedError):
+        local_channel.receive(sock)
+    assert connections.call(listening.path, {"op": "scalars"})["n"] == 3  # the listener goes on
+    connections.close()
+    listening.close()
+
+
+def test_a_peer_is_asked_for_its_socket_once_and_again_once_forgotten(listener):
+    connections, asked = Connections(), []
+
+    def ask():
+        asked.append(1)
+        return listener.path
+
+    assert [connections.path_of("tcp://127.0.0.1:1", ask) for _ in range(3)] == [listener.path] * 3
+    assert len(asked) == 1
+    connections.forget("tcp://127.0.0.1:1")
+    assert connections.path_of("tcp://127.0.0.1:1", ask) == listener.path and len(asked) == 2
+    connections.close()
+
+
 def test_only_its_user_may_reach_the_socket_and_closing_removes_it():
     listening = Listener({})
     mode = os.stat(listening.directory).st_mode
     assert stat.S_IMODE(mode) == 0o700 and os.stat(listening.path).st_uid == os.getuid()
     listening.close()
     assert not os.path.exists(listening.directory)
-    assert reachable(listening.path, Connections()) is None  # its peers send by Dask instead
-    assert reachable(None, Connections()) is None
+    connections = Connections()
+    assert connections.path_of("tcp://127.0.0.1:1", lambda: listening.path) is None  # by Dask instead
+    assert connections.path_of("tcp://127.0.0.1:2", lambda: None) is None  # (it has none)
 
 
-def test_a_killed_process_s_socket_directory_is_removed_by_the_next_listener(tmp_path, monkeypatch):
+def test_a_killed_process_s_socket_directory_is_removed_by_the_next_listener(monkeypatch):
+    tmp_path = Path(tempfile.mkdtemp(prefix="dfl-", dir="/tmp"))  # (a socket's path has 107 bytes)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
@@ -84,6 +116,16 @@ def test_a_killed_process_s_socket_directory_is_removed_by_the_next_listener(tmp
     assert not left.exists() and living.exists() and other_namespace.exists()
     assert os.path.dirname(listening.directory) == str(tmp_path)
     listening.close()
+    shutil.rmtree(tmp_path)
+
+
+def test_a_socket_path_too_long_leaves_nothing_behind(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with pytest.raises(OSError, match="too long"):
+        Listener({})
+    assert os.listdir(deep) == []  # (a worker then goes without one: its peers send by Dask)
 
 
 def test_a_listener_that_closes_before_answering_is_an_error_not_a_wait():
@@ -167,7 +209,7 @@ def test_a_cluster_on_this_host_steps_on_its_sockets_and_by_dask_alike(cluster, 
     with tf.Session(target) as sess:
         sess.run(tf.global_variables_initializer())
         by_socket = [sess.run([loss, train], {x: [1.0, 0.0, 2.0]})[0] for _ in range(2)]
-        paths = set(sess.runner._channels.values())
+        paths = set(sess.runner._connections._paths.values())
         assert len(paths) == 2 and None not in paths  # the PS's and the worker's sockets
         assert sess.last_run_stats.bytes_sent[("/job:worker/task:0", "/job:ps/task:0")] == 12
         monkeypatch.setenv("DFLOW_UNIX_SOCKETS", "0")
@@ -215,3 +257,14 @@ def test_the_environment_turns_the_sockets_off(monkeypatch):
     assert local_channel.enabled()
     monkeypatch.setenv("DFLOW_UNIX_SOCKETS", "0")
     assert not local_channel.enabled()
+
+
+def test_workers_without_a_socket_still_step_by_dask(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)  # no socket's path fits under it
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))  # (the workers' processes read it)
+    w, x, loss, train = _ps_step()
+    with tf.cluster.local(ps=1, workers=1) as small, tf.Session(small.target) as sess:
+        sess.run(tf.global_variables_initializer())
+        assert [sess.run([loss, train], {x: [1.0, 0.0, 2.0]})[0] for _ in range(2)] == [7.0, 4.5]
+        assert set(sess.runner._connections._paths.values()) == {None}

@@ -61,11 +61,22 @@ def enabled() -> bool:
 
 # ---- messages ------------------------------------------------------------------------------------
 def send(sock: socket.socket, message: dict) -> None:
-    data = msgpack.packb(message, use_bin_type=True)
+    sock.sendall(_packed(message))
+
+
+def _packed(message) -> bytes:
+    data = msgpack.packb(message, use_bin_type=True, default=_number)
     if len(data) > MAX_MESSAGE:
         raise ValueError(f"a message of {len(data):,} bytes is over a Unix-socket message's "
                          f"{MAX_MESSAGE:,}: its arrays belong in shared memory")
-    sock.sendall(_LENGTH.pack(len(data)) + data)
+    return _LENGTH.pack(len(data)) + data
+
+
+def _number(value):
+    """A NumPy scalar in a message (a count or a time a kernel computed) as Python's number."""
+    if isinstance(value, numpy.generic) and value.dtype.kind in "biuf":
+        return value.item()
+    raise TypeError(f"a {type(value).__name__} is not plain data, which is all a message carries")
 
 
 def receive(sock: socket.socket) -> dict:
@@ -136,8 +147,13 @@ class Listener:
         self.directory = tempfile.mkdtemp(prefix=f"dflow-socket-{pid_namespace()}-{os.getpid()}-")
         self.path = os.path.join(self.directory, "socket")
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._socket.bind(self.path)
-        self._socket.listen(64)
+        try:
+            self._socket.bind(self.path)
+            self._socket.listen(64)
+        except OSError:
+            self._socket.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -175,15 +191,25 @@ class Listener:
             while True:
                 try:
                     request = receive(sock)
-                except (ChannelClosedError, OSError):
+                except OSError:  # closed
                     return
-                send(sock, self._answer(request))
+                except Exception as error:  # not a message: the caller reads the connection's end
+                    log.info("closing a connection to %s that sent no message (%s)", self.path, error)
+                    return
+                sock.sendall(self._reply(request))
         except OSError:  # the caller went away before its answer
             pass
         finally:
             with self._lock:
                 self._connections.discard(sock)
             sock.close()
+
+    def _reply(self, request) -> bytes:
+        answer = self._answer(request)
+        try:
+            return _packed(answer)
+        except (TypeError, ValueError) as error:
+            return _packed(_internal_error(f"its answer could not be sent: {error}"))
 
     def _answer(self, request):
         try:
@@ -195,8 +221,11 @@ class Listener:
             return handler(**request)
         except Exception as error:  # answered, as Dask answers a handler's error; the caller raises it
             log.debug("channel request failed", exc_info=True)
-            return {"error": {"type": "InternalError", "message": f"{type(error).__name__}: {error}",
-                              "op": None}}
+            return _internal_error(f"{type(error).__name__}: {error}")
+
+
+def _internal_error(message: str) -> dict:
+    return {"error": {"type": "InternalError", "message": message, "op": None}}
 
 
 def _remove_directories_of_dead_processes() -> None:
@@ -221,12 +250,44 @@ def _remove_directories_of_dead_processes() -> None:
 # ---- the sending side ----------------------------------------------------------------------------
 class Connections:
     """Connections to listeners by path: :meth:`open` one that no other caller is using (an idle
-    one, or a new one), send on it, read its answer, and :meth:`give_back` it."""
+    one, or a new one), send on it, read its answer, and :meth:`give_back` it. And the path of
+    each peer's listener, by its Dask address (:meth:`path_of`)."""
 
     def __init__(self, connect_timeout_s: float = 5.0):
         self.connect_timeout_s = connect_timeout_s
         self._idle: dict[str, list[socket.socket]] = defaultdict(list)
         self._lock = threading.Lock()
+        self._paths: dict[str, str | None] = {}  # address -> its listener (None: send by Dask)
+
+    def path_of(self, address: str, ask: Callable[[], object]) -> str | None:
+        """The path of the listener of the peer at ``address``, asked once (``ask()``, by Dask)
+        and kept; None where it has none or this process cannot connect to it (another mount
+        namespace: a container's), and then its messages go by Dask."""
+        if address not in self._paths:
+            try:
+                path = ask()
+            except Exception as error:  # (gone: its step's messages by Dask say so)
+                log.debug("no Unix socket for %s: %s", address, error)
+                path = None
+            self._paths[address] = self._reachable(path)
+        return self._paths[address]
+
+    def forget(self, address: str | None = None) -> None:
+        """Ask ``address`` (every peer: None) for its listener again (it died, or came back)."""
+        if address is None:
+            self._paths.clear()
+        else:
+            self._paths.pop(address, None)
+
+    def _reachable(self, path) -> str | None:
+        if not isinstance(path, str):
+            return None
+        try:
+            self.give_back(path, self.open(path))
+        except OSError as error:
+            log.info("cannot connect to %s (%s): messages to its task go by Dask", path, error)
+            return None
+        return path
 
     def open(self, path: str) -> socket.socket:
         with self._lock:

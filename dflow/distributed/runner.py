@@ -47,7 +47,6 @@ from .worker import (
     deserialized,
     error_from_plain,
     nbytes,
-    reachable,
     serialized,
 )
 
@@ -93,8 +92,7 @@ class DirectRunner:
         self._plans: dict[str, Plan] = {}  # registered by this runner, unregistered at close
         self._outbox = Outbox()  # fed arrays to tasks on this host
         self._on_this_host: dict[str, bool] = {}  # address -> whether its task runs on this host
-        self._connections = local_channel.Connections(CONNECT_TIMEOUT_S)
-        self._channels: dict[str, str | None] = {}  # address -> its Unix socket (None: by Dask)
+        self._connections = local_channel.Connections(CONNECT_TIMEOUT_S)  # to tasks on this host
         install(client)
         self.tasks = cluster_tasks(client)
         own = (role_of(self.worker.name) if self.worker is not None
@@ -149,6 +147,7 @@ class DirectRunner:
         # (a task may be missing from the last view already: an earlier failed step refreshed it)
         before = {task: self.tasks.get(task, {}).get("address") for task in plan.tasks}
         self.tasks = cluster_tasks(self.client)
+        self._connections.forget()  # (a task back at its address listens on another socket)
         if any(task not in self.tasks for task in plan.tasks):
             return None
         moved = [task for task, address in before.items() if self.tasks[task]["address"] != address]
@@ -223,20 +222,12 @@ class DirectRunner:
             if task == self._here():  # (a between-graph replica runs its own task's stages here)
                 continue
             address = self.tasks[task]["address"]
-            if address not in self._channels:
-                self._channels[address] = (reachable(self._ask_channel(task), self._connections)
-                                           if self._is_on_this_host(address) else None)
-            if self._channels[address] is None:
+            path = self._is_on_this_host(address) and self._connections.path_of(
+                address, lambda task=task: sync(self._loop, self._call, task, "dflow_channel"))
+            if not path:
                 return None
-            paths[task] = self._channels[address]
+            paths[task] = path
         return paths
-
-    def _ask_channel(self, task: str) -> str | None:
-        try:
-            return sync(self._loop, self._call, task, "dflow_channel")
-        except Exception as error:  # (a task that is gone fails the step by Dask instead)
-            log.debug("no Unix socket for %s: %s", task, error)
-            return None
 
     def _step_by_channel(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats, paths: dict) -> dict:
         """:meth:`_step` with every task on this host: the messages go on the tasks' Unix
@@ -249,7 +240,7 @@ class DirectRunner:
         task = "the client"  # the task whose message or answer is in hand (the client's: interrupted)
         here = self._here()
 
-        def ask(sock, outbox: Outbox | None) -> None:
+        def ask(task: str, sock, outbox: Outbox | None) -> None:
             task_feeds = {name: feeds[name] for name in plan.feeds[task]}
             plain, shared, segment = local_channel.encode(task_feeds, outbox, self.tasks[task]["address"])
             asked[sock] = (task, segment)
@@ -260,7 +251,7 @@ class DirectRunner:
                 for task in paths:
                     sock = self._connections.open(paths[task])
                     waiting.register(sock, selectors.EVENT_READ)
-                    ask(sock, self._outbox)
+                    ask(task, sock, self._outbox)
                     if plan.feeds[task]:
                         fed_bytes = sum(nbytes(feeds[name]) for name in plan.feeds[task])
                         count_sent(stats.bytes_sent, here or "client", task, fed_bytes)
@@ -287,7 +278,7 @@ class DirectRunner:
                                      reply["refused"])
                             self._outbox.refuse(address, segment)
                             waiting.register(sock, selectors.EVENT_READ)
-                            ask(sock, None)
+                            ask(task, sock, None)
                             continue
                         self._connections.give_back(paths[task], sock)
                         if "error" in reply:
@@ -302,7 +293,7 @@ class DirectRunner:
             if asked:  # wake the other tasks' stages
                 sync(self._loop, self._abort_tasks, run_id, [other for other, _ in asked.values()], task)
             if isinstance(error, OSError) and task in self.tasks:
-                self._channels.pop(self.tasks[task]["address"], None)  # (it may come back elsewhere)
+                self._connections.forget(self.tasks[task]["address"])  # (it may come back elsewhere)
                 raise self._explain(task, error) from None
             raise
         return values

@@ -153,11 +153,8 @@ class DflowWorker(WorkerPlugin):
         self._updates_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="dflow-stage")
         self.outbox, self.inbox = Outbox(), Inbox()  # arrays to and from tasks on this host
-        # a step's messages to and from processes on this host, on Unix sockets
-        self.listener = (local_channel.Listener({"run": self.run_here, "deliver": self.deliver_here})
-                         if local_channel.enabled() else None)
+        self.listener = self._listen()  # a step's messages from processes on this host
         self.connections = local_channel.Connections(CONNECT_TIMEOUT_S)
-        self._channels: dict[str, str | None] = {}  # address -> its Unix socket, None: by Dask
         _apply_thread_env()
         keep_freed_memory_for_reuse()
         self.namespaces = {"CPU": numpy_namespace}
@@ -170,6 +167,15 @@ class DflowWorker(WorkerPlugin):
             "dflow_variables": self.variables, "dflow_collective": self.collective,
             "dflow_ping": self.ping, "dflow_channel": self.channel,
         })
+
+    def _listen(self) -> local_channel.Listener | None:
+        if not local_channel.enabled():
+            return None
+        try:
+            return local_channel.Listener({"run": self.run_here, "deliver": self.deliver_here})
+        except OSError as error:  # (a socket's path is at most 107 bytes: a long TMPDIR)
+            log.info("no Unix socket for this worker (%s): its peers on this host send by Dask", error)
+            return None
 
     def teardown(self, worker) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -209,7 +215,7 @@ class DflowWorker(WorkerPlugin):
             try:
                 done.set_result(self._deliver_by_channel(address, path, run_id, values))
             except OSError as error:  # it died, or restarted with another socket: ask again next time
-                self._channels.pop(address, None)
+                self.connections.forget(address)
                 done.set_exception(error)
             return done
         inline, shared, segment = (self.outbox.pack(address, values) if not self._on_another_host(address)
@@ -244,27 +250,20 @@ class DflowWorker(WorkerPlugin):
         return reply
 
     def _channel(self, address: str, loop) -> str | None:
-        """The Unix socket of the task at ``address``, where it is on this host and has one
-        (asked once, on the event loop ``loop``, from a stage's thread); None: send by Dask."""
-        if address in self._channels:
-            return self._channels[address]
-        path = None
-        if local_channel.enabled() and not self._on_another_host(address):
-            async def ask():
-                comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
-                try:
-                    return await send_recv(comm=comm, op="dflow_channel")
-                finally:
-                    self.worker.rpc.reuse(address, comm)
+        """The Unix socket of the task at ``address`` where it is on this host (asked once, on
+        the event loop ``loop``, from a stage's thread); None: send by Dask."""
+        if not local_channel.enabled() or self._on_another_host(address):
+            return None
 
+        async def ask():
+            comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
             try:
-                path = asyncio.run_coroutine_threadsafe(ask(), loop).result(2 * CONNECT_TIMEOUT_S)
-            except Exception as error:  # (a dead task fails its step's first message instead)
-                log.debug("no Unix socket for %s: %s", address, error)
-                return None
-            path = reachable(path, self.connections)
-        self._channels[address] = path
-        return path
+                return await send_recv(comm=comm, op="dflow_channel")
+            finally:
+                self.worker.rpc.reuse(address, comm)
+
+        return self.connections.path_of(
+            address, lambda: asyncio.run_coroutine_threadsafe(ask(), loop).result(2 * CONNECT_TIMEOUT_S))
 
     async def _send_deliver(self, address: str, run_id: str, values: dict, shared: dict | None) -> str:
         # connect with a deadline of our own: distributed retries a refused connection for 30 s
@@ -594,19 +593,6 @@ def _check_run(plan_id, run_id, feeds, timeout, traced) -> None:
                    timeout=(timeout, (int, float)))
     if not isinstance(traced, bool):
         raise TypeError(f"dflow_run: traced must be bool, got {type(traced).__name__}")
-
-
-def reachable(path, connections: local_channel.Connections) -> str | None:
-    """``path`` where a Unix socket there answers a connect from this process (not from another
-    mount namespace, a container's), else None."""
-    if not isinstance(path, str):
-        return None
-    try:
-        connections.give_back(path, connections.open(path))
-    except OSError as error:
-        log.info("cannot connect to %s (%s): messages to its task go by Dask", path, error)
-        return None
-    return path
 
 
 def _require_plain(handler: str, **arguments) -> None:
