@@ -18,8 +18,9 @@ task) on a Unix socket, from the thread that has them to a thread that waits for
   share one. A process that dies closes its sockets: its peers hear it at once.
 
 A socket that cannot be reached (another mount namespace: a container on the same address)
-sends that peer's messages by Dask from then on. ``DFLOW_UNIX_SOCKETS=0`` in a process's
-environment turns the path off there.
+or made (its path over 107 bytes under a long ``TMPDIR``) sends that peer's messages by Dask.
+A worker's directory goes when it exits, and a killed worker's when the next one starts.
+``DFLOW_UNIX_SOCKETS=0`` in a process's environment turns the path off there.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import numpy
 from ..processes import alive as process_alive
 from ..processes import pid_namespace
 
-__all__ = ["Listener", "Connections", "encode", "decode", "enabled", "ChannelClosedError"]
+__all__ = ["Listener", "Connections", "send", "receive", "encode", "decode", "enabled", "ChannelClosedError"]
 
 log = logging.getLogger("dflow")
 _LENGTH = struct.Struct("<I")
@@ -85,7 +86,7 @@ def receive(sock: socket.socket) -> dict:
     return msgpack.unpackb(_read(sock, length), raw=False)
 
 
-def _read(sock: socket.socket, count: int) -> bytes:
+def _read(sock: socket.socket, count: int) -> bytearray:
     data = bytearray(count)
     view, got = memoryview(data), 0
     while got < count:
@@ -93,7 +94,7 @@ def _read(sock: socket.socket, count: int) -> bytes:
         if n == 0:
             raise ChannelClosedError("the other end closed the socket")
         got += n
-    return bytes(data)
+    return data
 
 
 def encode(values: dict, outbox, dest: str) -> tuple[dict, dict | None, object]:

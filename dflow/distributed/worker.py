@@ -340,7 +340,8 @@ class DflowWorker(WorkerPlugin):
             reply = self.run_stages(plan_id, run_id, feeds, timeout, self.worker.loop.asyncio_loop, traced)
         except OpError as error:
             return {"error": error_to_plain(error)}
-        return {**reply, "fetches": local_channel.encode(reply["fetches"], None, "")[0]}
+        fetches = {name: None if v is None else on_host(v) for name, v in reply["fetches"].items()}
+        return {**reply, "fetches": local_channel.encode(fetches, None, "")[0]}  # (a GPU's: copied back)
 
     def deliver_here(self, run_id: str, values: dict, shared=None) -> str:
         """``deliver``, asked on this worker's Unix socket."""
