@@ -40,8 +40,7 @@ from collections.abc import Callable
 import msgpack
 import numpy
 
-from ..processes import alive as process_alive
-from ..processes import pid_namespace
+from ..processes import left_by_dead_processes, pid_namespace
 
 __all__ = ["Listener", "Connections", "send", "receive", "encode", "decode", "enabled", "ChannelClosedError"]
 
@@ -231,21 +230,8 @@ def _internal_error(message: str) -> dict:
 
 def _remove_directories_of_dead_processes() -> None:
     """Remove this user's socket directories whose process is gone (it was killed before it could)."""
-    base = tempfile.gettempdir()
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        match = _DIRECTORY.fullmatch(name)
-        if match is None or int(match.group(1)) != pid_namespace() or process_alive(int(match.group(2))):
-            continue  # (a process id means nothing in another container's namespace)
-        path = os.path.join(base, name)
-        try:
-            if os.stat(path).st_uid == os.getuid():
-                shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            pass
+    for path in left_by_dead_processes(tempfile.gettempdir(), _DIRECTORY):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # ---- the sending side ----------------------------------------------------------------------------

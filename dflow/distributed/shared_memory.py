@@ -42,8 +42,7 @@ from collections import OrderedDict
 import numpy
 from dask.utils import parse_bytes
 
-from ..processes import alive as process_alive
-from ..processes import pid_namespace
+from ..processes import left_by_dead_processes, pid_namespace
 
 __all__ = ["Outbox", "Inbox", "SharedMemoryError"]
 
@@ -299,17 +298,8 @@ def _give_back(buffer: mmap.mmap) -> None:
 
 def _remove_segments_of_dead_processes() -> None:
     """Unlink this user's segments whose process is gone (it was killed before it could)."""
-    try:
-        names = os.listdir(DIRECTORY)
-    except OSError:
-        return
-    for name in names:
-        match = _NAME.fullmatch(name)
-        if match is None or int(match.group(1)) != pid_namespace() or process_alive(int(match.group(2))):
-            continue  # (a process id means nothing in another container's namespace)
-        path = os.path.join(DIRECTORY, name)
+    for path in left_by_dead_processes(DIRECTORY, _NAME):
         try:
-            if os.stat(path).st_uid == os.getuid():
-                os.unlink(path)
+            os.unlink(path)
         except OSError:
             pass
