@@ -102,6 +102,15 @@ def test_only_its_user_may_reach_the_socket_and_closing_removes_it():
     assert connections.path_of("tcp://127.0.0.1:2", lambda: None) is None  # (it has none)
 
 
+def test_a_forked_child_leaves_its_parent_s_socket_alone(listener):
+    child = os.fork()
+    if child == 0:  # the child closes its copy (as its exit would) and ends at once
+        listener.close()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert Connections().call(listener.path, {"op": "echo", "n": 1}) == {"got": {"n": 1}}
+
+
 def test_a_killed_process_s_socket_directory_is_removed_by_the_next_listener(monkeypatch):
     tmp_path = Path(tempfile.mkdtemp(prefix="dfl-", dir="/tmp"))  # (a socket's path has 107 bytes)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

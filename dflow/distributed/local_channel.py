@@ -142,6 +142,7 @@ class Listener:
 
     def __init__(self, handlers: dict[str, Callable[..., object]]):
         self.handlers = handlers
+        self._pid = os.getpid()
         _remove_directories_of_dead_processes()
         # 0700: this user's only
         self.directory = tempfile.mkdtemp(prefix=f"dflow-socket-{pid_namespace()}-{os.getpid()}-")
@@ -162,6 +163,8 @@ class Listener:
 
     def close(self) -> None:
         atexit.unregister(self.close)
+        if os.getpid() != self._pid:  # a forked child's copy: the socket is its parent's
+            return
         with self._lock:
             self._closed = True
             connections, self._connections = self._connections, set()
