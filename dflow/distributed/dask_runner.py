@@ -242,7 +242,7 @@ class DaskRunner(DirectRunner):
         """``stats`` of a step from its stages' reports: the bytes sent per link (fed values from
         the client, values between tasks, fetched values to the client), each task's compute
         time and timeline, the staleness of its updates."""
-        here = self._here() or "client"
+        here = self.here or "client"
         reports = {key: report for result in results for key, report in result[STAGE_STATS].items()}
         traffic = stats.bytes_sent
         for task, names in plan.feeds.items():

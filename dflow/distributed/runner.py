@@ -95,8 +95,9 @@ class DirectRunner:
         self._connections = local_channel.Connections(CONNECT_TIMEOUT_S)  # to tasks on this host
         install(client)
         self.tasks = cluster_tasks(client)
-        own = (role_of(self.worker.name) if self.worker is not None
-               else _server_role(target) or _role_with_id(client, named_worker))
+        # the task whose stages run in this process (a between-graph replica's), else None
+        self.here = role_of(self.worker.name) if self.worker is not None else None
+        own = self.here or _server_role(target) or _role_with_id(client, named_worker)
         self.default_task = own or ("/job:worker/task:0" if "/job:worker/task:0" in self.tasks
                                     else sorted(self.tasks)[0])
 
@@ -219,7 +220,7 @@ class DirectRunner:
             return None
         paths = {}
         for task in tasks:
-            if task == self._here():  # (a between-graph replica runs its own task's stages here)
+            if task == self.here:  # (a between-graph replica runs its own task's stages here)
                 continue
             address = self.tasks[task]["address"]
             path = self._is_on_this_host(address) and self._connections.path_of(
@@ -238,7 +239,7 @@ class DirectRunner:
         asked: dict = {}  # socket -> (task, the segment its feeds are in)
         values: dict = {}
         task = "the client"  # the task whose message or answer is in hand (the client's: interrupted)
-        here = self._here()
+        here = self.here
 
         def ask(task: str, sock, outbox: Outbox | None) -> None:
             task_feeds = {name: feeds[name] for name in plan.feeds[task]}
@@ -309,7 +310,7 @@ class DirectRunner:
         return own, done
 
     async def _step(self, plan: Plan, run_id: str, feeds: dict, stats: RunStats) -> dict:
-        here = self._here()
+        here = self.here
         calls = {}
         traffic = stats.bytes_sent
         fed_by_task = plan.feeds
@@ -413,9 +414,6 @@ class DirectRunner:
         if isinstance(reply, dict) and "error" in reply:  # a failed step, returned (worker.run)
             raise error_from_plain(reply["error"])
         return reply
-
-    def _here(self) -> str | None:
-        return role_of(self.worker.name) if self.worker is not None else None
 
     # ---- whole-cluster operations ----------------------------------------------------
     def reset(self) -> None:

@@ -195,14 +195,19 @@ class DflowWorker(WorkerPlugin):
                                           send=self._send_collective, runs_started=self._runs_started)
         return state
 
+    async def _call(self, address: str, op: str, **message):
+        """Dask's RPC ``op`` to the worker at ``address``, connecting with a deadline of our own
+        (distributed retries a refused connection for 30 s)."""
+        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            return await send_recv(comm=comm, op=op, **message)
+        finally:
+            self.worker.rpc.reuse(address, comm)
+
     async def _send_collective(self, address: str, **message) -> str:
         if "value" in message:
             message["value"] = to_serialize(message["value"])
-        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
-        try:
-            return await send_recv(comm=comm, op="dflow_collective", **message)
-        finally:
-            self.worker.rpc.reuse(address, comm)
+        return await self._call(address, "dflow_collective", **message)
 
     def _deliver(self, address: str, run_id: str, values: dict, loop) -> Future:
         """Send ``values`` of step ``run_id`` to the task at ``address``: the future of its answer.
@@ -254,32 +259,15 @@ class DflowWorker(WorkerPlugin):
         the event loop ``loop``, from a stage's thread); None: send by Dask."""
         if not local_channel.enabled() or self._on_another_host(address):
             return None
-
-        async def ask():
-            comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
-            try:
-                return await send_recv(comm=comm, op="dflow_channel")
-            finally:
-                self.worker.rpc.reuse(address, comm)
-
-        return self.connections.path_of(
-            address, lambda: asyncio.run_coroutine_threadsafe(ask(), loop).result(2 * CONNECT_TIMEOUT_S))
+        return self.connections.path_of(address, lambda: asyncio.run_coroutine_threadsafe(
+            self._call(address, "dflow_channel"), loop).result(2 * CONNECT_TIMEOUT_S))
 
     async def _send_deliver(self, address: str, run_id: str, values: dict, shared: dict | None) -> str:
-        # connect with a deadline of our own: distributed retries a refused connection for 30 s
-        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
-        try:
-            return await send_recv(comm=comm, op="dflow_deliver", run_id=run_id, values=serialized(values),
-                                   shared=shared)
-        finally:
-            self.worker.rpc.reuse(address, comm)
+        return await self._call(address, "dflow_deliver", run_id=run_id, values=serialized(values),
+                                shared=shared)
 
     async def _runs_started(self, address: str, instance: str) -> int:
-        comm = await self.worker.rpc.connect(address, timeout=CONNECT_TIMEOUT_S)
-        try:
-            return await send_recv(comm=comm, op="dflow_ping", instance=instance)
-        finally:
-            self.worker.rpc.reuse(address, comm)
+        return await self._call(address, "dflow_ping", instance=instance)
 
     # ---- handlers (on the worker's event loop) ---------------------------------------
     def register(self, plan_id: str, stages: str, addresses: dict) -> str:
