@@ -442,7 +442,8 @@ def test_an_sgd_step_with_weight_decay_is_one_update_with_the_three_ops_numbers(
         train = tf.train.GradientDescentOptimizer(0.125).minimize(loss)
         types = op_types(make_plan(graph, [train], {x.name}, HERE))
         assert "_ApplyDecayedGradientDescent" in types and "ApplyGradientDescent" not in types
-        assert types.count("AddN") == 1  # the loss's: the gradients' sum is in the update
+        # the gradients' sum is in the update; the loss's (data + Mul(l2, wd)) is one _AddScaled
+        assert "AddN" not in types and types.count("_AddScaled") == 1
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             sess.run(train, {x: x_value})
@@ -460,11 +461,78 @@ def test_a_decay_sum_used_elsewhere_or_of_three_terms_is_not_fused():
         gradient = tf.gradients(loss, [weights])[0]
         update = tf.train.GradientDescentOptimizer(0.5).apply_gradients([(gradient, weights)])
         fetched = op_types(make_plan(graph, [update, gradient], {x.name}, HERE))  # the sum fetched too
-        assert "ApplyGradientDescent" in fetched and "AddN" in fetched
+        # the update reads the sum, fetched too, which is one op of its own
+        assert "ApplyGradientDescent" in fetched and "_AddScaled" in fetched
         three = tf.add_n([loss, tf.multiply(tf.nn.l2_loss(weights), 0.5)])
         summed = op_types(make_plan(graph, [tf.train.GradientDescentOptimizer(0.5).minimize(three)],
                                     {x.name}, HERE))
         assert "ApplyGradientDescent" in summed and "_ApplyDecayedGradientDescent" not in summed
+
+
+def test_a_worker_sums_the_decay_gradient_in_one_op_where_its_update_is_on_the_ps():
+    """On 1 PS + 1 worker the update is the PS's and the gradients' sum the worker's: the sum is
+    one _AddScaled there (the decay's Mul and the AddN made two passes and a temporary)."""
+    w_value = RNG.standard_normal((5, 4)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [2, 5])
+        with tf.device(tf.train.replica_device_setter(worker_device=W0, ps_tasks=1)):
+            loss, _ = decayed_dense_layer(x, w_value, 0.25, decay_first=False)
+            train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+        plan = make_plan(graph, [train], {x.name}, Devices(W0, {PS0: {}, W0: {}}))
+    types = {task: [node.type for stage in stages for node in stage.schedule.nodes.values()]
+             for task, stages in plan.stages.items()}
+    assert "ApplyGradientDescent" in types[PS0]
+    assert types[W0].count("_AddScaled") == 2 and "AddN" not in types[W0]  # the loss's and the gradients'
+
+
+@pytest.mark.parametrize("decay_first", [False, True], ids=["decay-second", "decay-first"])
+def test_a_momentum_step_with_weight_decay_sums_the_decay_in_one_op_with_the_three_ops_numbers(decay_first):
+    """Momentum takes no decay in its pass: the gradients' sum is one _AddScaled, into the data
+    gradient's buffer; a step makes ``w - lr * (x^T dy + wd * w)`` (a fresh accumulator)."""
+    x_value = RNG.standard_normal((3, 5)).astype(np.float32)
+    w_value = RNG.standard_normal((5, 4)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [3, 5])
+        loss, weights = decayed_dense_layer(x, w_value, 0.25, decay_first)
+        train = tf.train.MomentumOptimizer(0.125, 0.9).minimize(loss)
+        types = op_types(make_plan(graph, [train], {x.name}, HERE))
+        assert types.count("_AddScaled") == 2 and "AddN" not in types  # the loss's and the gradients'
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {x: x_value})
+            after = sess.run(weights)
+    x64, w64 = x_value.astype(np.float64), w_value.astype(np.float64)
+    expected = w64 - 0.125 * (x64.T @ (2 * x64 @ w64) + 0.25 * w64)
+    np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_scaled_sum_kernel_is_the_two_ops_on_every_namespace(xp, dtype):
+    """AddN(g, Mul(x, s)) bit for bit, the scalar first or second in the Mul; a product of two
+    arrays, or of shapes that broadcast, takes the plain path."""
+    kernel = get_opdef("_AddScaled").kernel
+    addend, x, other = (RNG.standard_normal((6, 7)).astype(dtype) for _ in range(3))
+    scale = np.asarray(0.3, dtype)
+    for a, b in ((x, scale), (scale, x), (x, other), (x, other[0]), (scale, scale)):
+        expected = addend + a * b
+        got = to_host(kernel(xp, xp.asarray(addend), xp.asarray(a), xp.asarray(b)))
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == dtype
+
+
+def test_the_scaled_sum_is_written_into_the_addend_only_where_it_may_be():
+    kernel = get_opdef("_AddScaled").kernel
+    addend, x = (RNG.standard_normal(2 * fused.FLAT_PIECES_FROM + 3).astype(np.float32) for _ in range(2))
+    expected = addend + x * np.float32(0.5)
+    got = kernel(array_api_compat.numpy, addend, x, np.asarray(0.5, np.float32), out=addend)
+    assert got is addend  # in place, over the cores' pieces
+    np.testing.assert_array_equal(got, expected)
+    shared = expected.copy()
+    shared.flags.writeable = False  # a value another task lent (a shared-memory delivery)
+    got = kernel(array_api_compat.numpy, shared, x, np.asarray(0.5, np.float32), out=shared)
+    assert got is not shared
+    np.testing.assert_array_equal(got, expected + x * np.float32(0.5))
 
 
 @pytest.mark.parametrize("xp", NAMESPACES)

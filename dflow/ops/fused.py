@@ -155,6 +155,11 @@ def _compile(numba) -> dict:
             new_var[i] = var[i] - alpha * (delta[i] + decayed[i] * decay)
 
     @jit
+    def add_scaled_into(addend, x, out, scale):
+        for i in range(x.size):
+            out[i] = addend[i] + x[i] * scale  # rounded twice, as Mul then AddN
+
+    @jit
     def outer_into(column, row, out):
         for i in range(column.size):
             for j in range(row.size):
@@ -312,6 +317,7 @@ def _compile(numba) -> dict:
         gradient_descent_into(one, one, one.copy(), one[0])
         gradient_descent_in_place(one.copy(), one, one[0])
         decayed_gradient_descent_into(one, one, one, one.copy(), one[0], one[0])
+        add_scaled_into(one, one, one.copy(), one[0])
         outer_into(one, one, one.reshape(1, 1).copy())
         image = numpy.ones((1, 1, 1, 1), dtype)
         max_pool_into(image, image.copy(), 1, 1, 1, 1, 0, 0)
@@ -335,6 +341,7 @@ def _compile(numba) -> dict:
             "momentum_in_place": momentum_in_place, "gradient_descent_in_place": gradient_descent_in_place,
             "gradient_descent_into": gradient_descent_into,
             "decayed_gradient_descent_into": decayed_gradient_descent_into, "outer_into": outer_into,
+            "add_scaled_into": add_scaled_into,
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_into": relu_into, "relu_grad_into": relu_grad_into,
             "bias_add_relu_into": bias_add_relu_into, "sparse_xent_into": sparse_xent_into,
@@ -530,6 +537,22 @@ def gradient_descent(xp, var, alpha, delta, decayed=None, decay=None, in_place=F
         kernel = kernels["decayed_gradient_descent_into"] if kernels else _decayed_gradient_descent_into_numpy
         _flat_pieces(kernel, [var, delta, decayed, new_var], [var.dtype.type(alpha), var.dtype.type(decay)])
     return new_var
+
+
+def add_scaled(xp, addend, x, scale, out=None):
+    """``addend + x * scale`` for a 0-d ``scale``: an L2 weight decay's gradient summed into the
+    loss's (``AddN(g, Mul(w, s))``, fused when a stage is lowered: :mod:`dflow.runtime.fusion`) in
+    one pass, where the Mul and the AddN made two and a temporary; into ``out`` where given
+    (``addend`` itself, in place)."""
+    if getattr(x, "ndim", 0) == 0:
+        x, scale = scale, x  # Mul(s, w): the scalar first
+    if (getattr(scale, "ndim", 1) != 0 or not _numpy_floats(xp, [addend, x]) or x.shape != addend.shape
+            or compiled_kernels() is None):
+        return addend + x * scale
+    if out is not addend or not _writable(compiled_kernels(), out):
+        out = numpy.empty(x.shape, x.dtype)
+    _flat_pieces(compiled_kernels()["add_scaled_into"], [addend, x, out], [x.dtype.type(scale)])
+    return out
 
 
 def outer(column, row):

@@ -318,6 +318,11 @@ def _add_n_kernel(xp, *xs):
 
 defop("AddN", _add_n_infer, lambda xp, *xs: xs[0] if len(xs) == 1 else _add_n_kernel(xp, *xs),
       lambda op, g: [g] * len(op.inputs))
+# AddN(g, Mul(w, s)), an L2 weight decay's gradient added to the loss's, fused when a stage is
+# lowered where no update takes the sum in its pass (runtime/fusion.py): on a worker whose
+# variables, and so their updates, are on a parameter server. Never in users' graphs.
+defop("_AddScaled", same_as_input, lambda xp, g, a, b, out=None: fused.add_scaled(xp, g, a, b, out),
+      in_place=0)
 
 
 def add_n(inputs, name=None) -> Tensor:

@@ -35,7 +35,9 @@ place and under its name, so every consumer and every fetch of its value is unch
 - ``ApplyGradientDescent(var, lr, AddN(g, Mul(x, s)))`` -> ``_ApplyDecayedGradientDescent(var,
   lr, g, x, s)``: an L2 weight decay's gradient (``s * x``, x the weights) summed into the update
   in its one pass over the variable, where the Mul, the AddN and the update made three (the
-  CIFAR-10 tutorial's dense layers: 0.5 of 3.7 ms a step at batch 1).
+  CIFAR-10 tutorial's dense layers: 0.5 of 3.7 ms a step at batch 1); where no such update
+  takes the sum (a worker's, whose variables are on a parameter server), ``AddN(g, Mul(x, s))``
+  -> ``_AddScaled(g, x, s)``, the sum in one pass into ``g``'s buffer.
 
 The pass runs on :class:`~dflow.runtime.executor.OpNode` lists, after partitioning: the graph,
 its gradients and the placement never see a fused op.
@@ -107,7 +109,8 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
     kept = _with_moments_grads_added(_with_batch_norm_relus(kept, needed), needed)
-    return _with_workspaces(_with_decayed_updates(_with_bias_grads(kept), needed))
+    kept = _with_decayed_updates(_with_bias_grads(kept), needed)
+    return _with_workspaces(_with_decay_terms_added(kept, needed))
 
 
 def _conv_shapes_from_inputs(nodes: list[OpNode]) -> list[OpNode]:
@@ -238,6 +241,26 @@ def _with_decayed_updates(nodes: list[OpNode], needed: Collection[str]) -> list[
                                        (var, alpha, add.inputs[1 - product_at], *product.inputs),
                                        control, 1, update.device_type)
         absorbed |= {add.name, product.name}
+    return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
+
+
+def _with_decay_terms_added(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
+    """Each AddN of two terms, one a Mul that nothing else uses, as one op (:func:`fuse`; after
+    :func:`_with_decayed_updates`, which takes such sums into an update where it can)."""
+    sole_producer = _sole_producers(nodes, needed)
+    replaced, absorbed = {}, set()
+    for add in nodes:
+        if add.type != "AddN" or len(add.inputs) != 2:
+            continue
+        for product_at in (1, 0):  # the decay's gradient comes second in the tutorials' sums
+            product = sole_producer(add.inputs[product_at], add.device_type)
+            if product is not None and product.type == "Mul":
+                control = tuple(dict.fromkeys(product.control_inputs + add.control_inputs))
+                replaced[add.name] = OpNode(add.name, "_AddScaled", {},
+                                            (add.inputs[1 - product_at], *product.inputs), control, 1,
+                                            add.device_type)
+                absorbed.add(product.name)
+                break
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
 
