@@ -225,6 +225,27 @@ def test_variables_persist_across_sessions_and_are_shared_by_name(target):
             assert float(sess.run(v)) == 6.0
 
 
+@pytest.mark.parametrize("runner", ["direct", "dask"])
+def test_a_fed_array_is_the_caller_s_alone_on_the_cluster(target, runner):
+    """The session does not copy a feed that its runner copies on its way to the tasks (either):
+    a variable assigned from it, and the fed tensor fetched, do not alias the caller's array,
+    which the run leaves unchanged."""
+    fed = np.arange(6, dtype=np.float32)
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [6])
+        with tf.device(PS0):
+            v = tf.Variable(tf.zeros([6]), name=f"from_a_feed_{runner}")
+        assigned = tf.assign(v, x)
+        with tf.Session(target, config=tf.ConfigProto(runner=runner)) as sess:
+            sess.run(tf.global_variables_initializer())
+            value, echoed = sess.run([assigned, x], {x: fed})
+            assert sess.runner.copies_feeds  # a client outside the cluster's processes
+            echoed[:] = -1
+            fed[:] = 7
+            np.testing.assert_array_equal(sess.run(v), np.arange(6))
+            np.testing.assert_array_equal(value, np.arange(6))
+
+
 def test_ops_without_a_job_run_on_worker_0_and_updates_follow_their_variable():
     with tf.device(PS1):
         v = tf.Variable(1.0, name="v")

@@ -230,12 +230,14 @@ class Session:
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session")
         flat, rebuild = _flatten_fetches(fetches, self.graph)
-        feeds = self._convert_feeds(feed_dict or {})
+        copied = not getattr(self.runner, "copies_feeds", False)  # else the runner's sending copies them
+        feeds = self._convert_feeds(feed_dict or {}, copy=copied)
         plan = self.runner.plan(flat, feeds)
         traced = options is not None and getattr(options, "trace_level", 0) > 0
         stats = RunStats(op_spans=[] if traced else None)
         values = self.runner.run(plan, feeds, stats)
-        values.update({f.name: feeds[f.name] for f in flat if f.name in feeds})
+        values.update({f.name: feeds[f.name] if copied else numpy.array(feeds[f.name])
+                       for f in flat if f.name in feeds})
         self._stats.last = stats
         if run_metadata is not None:
             fill_run_metadata(run_metadata, stats)
@@ -266,7 +268,9 @@ class Session:
             lines += [f"  {src} -> {dst}: {count:,}" for (src, dst), count in sorted(traffic.items())]
         return "\n".join(lines)
 
-    def _convert_feeds(self, feed_dict: dict) -> dict:
+    def _convert_feeds(self, feed_dict: dict, copy: bool = True) -> dict:
+        """The fed values as arrays of their tensors' dtypes; each a copy where ``copy`` (the
+        default), so that a variable assigned from a feed does not alias the caller's array."""
         feeds = {}
         for key, value in _sparse_feeds_spread(feed_dict):
             tensor = self.graph.as_graph_element(key)
@@ -275,8 +279,7 @@ class Session:
             if tensor.dtype.name == "string":
                 value = _as_bytes_feed(value)
             try:
-                # a copy, so that an assign from a feed does not alias the caller's array
-                array = numpy.array(value, dtype=tensor.dtype.as_numpy_dtype, copy=True)
+                array = (numpy.array if copy else numpy.asarray)(value, dtype=tensor.dtype.as_numpy_dtype)
             except (TypeError, ValueError) as e:
                 raise InvalidArgumentError(
                     f"cannot feed {type(value).__name__} to {tensor.name} ({tensor.dtype.name}): {e}"
