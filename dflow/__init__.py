@@ -17,6 +17,7 @@ from . import (
     compat,
     contrib,
     data,
+    debugging,
     dtypes,
     errors,
     estimator,
@@ -179,6 +180,7 @@ from .ops.math_ops import (
     Print,
     abs,
     add,
+    add_check_numerics_ops,
     add_n,
     arg_max,
     arg_min,
@@ -196,6 +198,7 @@ from .ops.math_ops import (
     assert_positive,
     cast,
     ceil,
+    check_numerics,
     clip_by_global_norm,
     clip_by_norm,
     clip_by_value,
@@ -263,6 +266,7 @@ from .ops.math_ops import (
     to_int32,
     to_int64,
     truediv,
+    verify_tensor_all_finite,
     where,
 )
 from .ops.parsing_ops import (

@@ -5,10 +5,11 @@ import inspect
 
 import numpy as np
 import pytest
-from namespaces import OTHER_NAMESPACES, assert_of_namespace, reference_session, to_host
+from namespaces import NAMESPACES, OTHER_NAMESPACES, assert_of_namespace, reference_session, to_host
 
 import dflow as tf
 from dflow.ops import array_ops, math_ops, nn_ops, state_ops
+from dflow.ops.registry import get_opdef
 
 FLOAT32_SPELLINGS = ["float", "float32", float, np.float32, np.dtype("float32"), tf.float32,
                      tf.float32.as_numpy_dtype]
@@ -149,7 +150,9 @@ def test_dim_and_old_argument_orders():
 
 
 PUBLIC_OP_MODULES = [array_ops, math_ops, nn_ops, state_ops]
-NO_NAME = {"sum_to_shape", "shape_tensor", "static_shape", "glorot_limit", "op_seed"}
+# (TF's add_check_numerics_ops takes no name either)
+NO_NAME = {"sum_to_shape", "shape_tensor", "static_shape", "glorot_limit", "op_seed",
+           "add_check_numerics_ops"}
 
 
 @pytest.mark.parametrize("module", PUBLIC_OP_MODULES, ids=lambda m: m.__name__)
@@ -405,6 +408,49 @@ def test_assertions_fail_the_step_with_the_data():
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"assertion failed: \[0.0 1.0 2.0\]"):
             sess.run(check, {x: [0.0, 1.0, 2.0]})
         sess.run(tf.assert_equal(x, [1.0, 2.0, 3.0]), {x: [1.0, 2.0, 3.0]})
+
+
+def test_check_numerics_passes_finite_values_and_fails_the_step_with_tf_s_words():
+    x = tf.placeholder(tf.float32, [3])
+    checked = tf.check_numerics(x * 2.0, "x doubled")
+    also = tf.verify_tensor_all_finite(x, "x itself")
+    assert tf.debugging.check_numerics is tf.check_numerics and checked.op.type == "CheckNumerics"
+    with tf.Session() as sess:
+        assert sess.run([checked, also], {x: [1.0, 2.0, 3.0]})[0].tolist() == [2.0, 4.0, 6.0]
+        for value, found in (([1.0, np.inf, 3.0], "Inf"), ([np.nan, 2.0, 3.0], "NaN"),
+                             ([np.nan, -np.inf, 3.0], "Inf and NaN")):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=f"^x doubled : Tensor had {found} val"):
+                sess.run(checked, {x: value})
+        with pytest.raises(tf.errors.InvalidArgumentError, match="x itself : Tensor had NaN values"):
+            sess.run(also, {x: [np.nan, 2.0, 3.0]})
+    with pytest.raises(TypeError, match="int32"):
+        tf.check_numerics(tf.constant([1, 2]), "integers")
+
+
+def test_check_numerics_checks_the_gradient_and_add_check_numerics_ops_names_the_tensor():
+    """sqrt(0) is finite but its gradient is not: the check's gradient fails, as TF's does."""
+    x = tf.placeholder(tf.float32, [2])
+    root = tf.sqrt(tf.check_numerics(x, "x"))
+    gradient = tf.gradients(tf.reduce_sum(root), x)[0]
+    check_all = tf.add_check_numerics_ops()
+    with tf.Session() as sess:
+        np.testing.assert_allclose(sess.run(gradient, {x: [1.0, 4.0]}), [0.5, 0.25])
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"^Not a number \(NaN\) or infinity \(Inf\) values detected in gradient. "
+                                 "x : Tensor had Inf values"):
+            sess.run(gradient, {x: [0.0, 4.0]})
+        sess.run(check_all, {x: [1.0, 4.0]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"^Sqrt:0 : Tensor had NaN values"):
+            sess.run(check_all, {x: [-1.0, 4.0]})
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+def test_the_check_numerics_kernel_on_every_namespace(xp):
+    kernel = get_opdef("CheckNumerics").kernel
+    value = xp.asarray(np.array([1.0, -2.0], np.float32))
+    assert kernel(xp, value, message="m") is value
+    with pytest.raises(tf.errors.InvalidArgumentError, match="m : Tensor had NaN values"):
+        kernel(xp, xp.asarray(np.array([1.0, np.nan], np.float32)), message="m")
 
 
 def test_python_operators_and_iteration_as_tf1():

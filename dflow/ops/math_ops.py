@@ -19,6 +19,7 @@ from .array_ops import (
     constant,
     expand_dims,
     is_symbolic,
+    no_op,
     range_,
     shape,
     shape_value,
@@ -42,7 +43,8 @@ __all__ = [
     "to_int32", "to_int64", "clip_by_value", "clip_by_norm", "global_norm", "clip_by_global_norm",
     "norm", "Print", "print_tensor", "Assert", "assert_equal", "assert_none_equal", "assert_less",
     "assert_less_equal", "assert_greater", "assert_greater_equal", "assert_positive",
-    "assert_negative", "assert_non_negative", "assert_non_positive",
+    "assert_negative", "assert_non_negative", "assert_non_positive", "check_numerics",
+    "verify_tensor_all_finite", "add_check_numerics_ops",
 ]
 
 
@@ -720,6 +722,62 @@ assert_positive = _assert_sign("x > 0", greater)
 assert_negative = _assert_sign("x < 0", less)
 assert_non_negative = _assert_sign("x >= 0", greater_equal)
 assert_non_positive = _assert_sign("x <= 0", less_equal)
+
+# ---- numerics checks -------------------------------------------------------------------------
+def _check_numerics_kernel(xp, x, message):
+    nan, inf = bool(xp.any(xp.isnan(x))), bool(xp.any(xp.isinf(x)))
+    if nan or inf:  # TF's words, which scripts' logs and tests look for
+        found = "Inf and NaN" if nan and inf else "NaN" if nan else "Inf"
+        raise InvalidArgumentError(f"{message} : Tensor had {found} values")
+    return x
+
+
+defop("CheckNumerics", same_as_input, _check_numerics_kernel,
+      lambda op, g: [check_numerics(g, "Not a number (NaN) or infinity (Inf) values detected in gradient. "
+                                       + op.attrs["message"])])
+
+
+def check_numerics(tensor, message, name=None) -> Tensor:
+    """``tensor`` unchanged, where it holds no NaN and no infinity; else the step fails with
+    ``InvalidArgumentError`` ("``message`` : Tensor had NaN values"). Its gradient checks the
+    gradient the same way.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     x = tf.placeholder(tf.float32, [2])
+    ...     checked = tf.check_numerics(x * 2.0, "x doubled")
+    ...     with tf.Session() as sess:
+    ...         sess.run(checked, {x: [1.0, float("inf")]})
+    Traceback (most recent call last):
+    dflow.errors.InvalidArgumentError: x doubled : Tensor had Inf values
+    """
+    tensor = convert_to_tensor(tensor)
+    if not tensor.dtype.is_floating:
+        raise TypeError(f"check_numerics checks floating-point tensors; {tensor.name} is "
+                        f"{tensor.dtype.name}, which holds no NaN or infinity")
+    return _out("CheckNumerics", [tensor], {"message": str(message)}, name)
+
+
+def verify_tensor_all_finite(t=None, msg=None, name=None, x=None, message=None) -> Tensor:
+    """TF 1.x's name for :func:`check_numerics` (``x`` and ``message`` are its later spellings)."""
+    tensor, text = (t if t is not None else x), (msg if msg is not None else message)
+    if tensor is None or text is None:
+        raise TypeError("verify_tensor_all_finite needs the tensor (t) and the message (msg)")
+    return check_numerics(tensor, text, name=name or "VerifyFinite")
+
+
+def add_check_numerics_ops():
+    """One op that checks every floating-point tensor of the default graph (each a
+    :func:`check_numerics` named by its tensor, ``"op:0"``): run it beside the training step,
+    ``sess.run([train_op, check_op])``, to find the first tensor that holds a NaN or an
+    infinity. As in TF, every such tensor is computed, so the feeds must reach them all."""
+    graph = get_default_graph()
+    checks = [check_numerics(output, f"{op.name}:{index}")
+              for op in list(graph.get_operations()) if op.type != "CheckNumerics"
+              for index, output in enumerate(op.outputs) if output.dtype.is_floating]
+    with graph.control_dependencies([check.op for check in checks]):
+        return no_op(name="CheckNumericsGroup")
+
 
 # what Python's operators on tensors and variables build (graph.py cannot import this module)
 register_op_builders(add=add, subtract=subtract, multiply=multiply, divide=divide, matmul=matmul, pow=pow,
