@@ -283,7 +283,10 @@ def _train_on(cluster, args, settings, steps: int, report) -> int:
                 if group:  # the ring goes on without the dead: no waiting for them
                     problem = _go_on_without(cluster, group, gone, settings["batch_size"], view.recovering)
                 else:
-                    problem = _bring_back(cluster, watch.started)
+                    problem = _bring_back(cluster, watch.started, interrupted)
+                if interrupted.is_set():  # Ctrl-C or SIGTERM while it recovered: the replicas stopped
+                    _say_last_checkpoint(args.checkpoint_dir)
+                    raise interrupted.exception() from None
                 if problem:
                     print(f"dflow train: error: {problem}", file=sys.stderr)
                     return 1
@@ -327,13 +330,16 @@ def _died_at(cluster, lost) -> float:
     return deaths[-1][0] if deaths else lost.at
 
 
-def _bring_back(cluster, roles: dict[str, str]) -> str | None:
+def _bring_back(cluster, roles: dict[str, str], interrupted) -> str | None:
     """Wait for every role to be held again (a nanny's or dflow's restart), then forget every
-    task's variables so that the chief restores them all from the latest checkpoint; or say why not."""
+    task's variables so that the chief restores them all from the latest checkpoint; or say why not.
+    Returns at once when ``interrupted`` (Ctrl-C, SIGTERM) is set, as the run then ends."""
     import dflow as tf
 
     try:
-        cluster.wait_for(sorted(roles), timeout=ROLE_RETURN_S)
+        cluster.wait_for(sorted(roles), timeout=ROLE_RETURN_S, interrupted=interrupted)
+        if interrupted.is_set():
+            return None
         tf.Session.reset(cluster.target)
     except (TimeoutError, OSError, OpError) as error:
         return f"the cluster did not come back: {error}"

@@ -59,6 +59,33 @@ def test_local_cluster_gives_each_process_its_role_resources_and_blas_threads():
         cluster.client.scheduler_info()
 
 
+def test_waiting_for_a_lost_role_ends_when_the_run_is_interrupted(monkeypatch):
+    """`dflow train` waits up to ROLE_RETURN_S for a killed role to come back; a SIGTERM (or
+    Ctrl-C) caught meanwhile ends the wait at its next look at the workers, not when it times out
+    (an orphaned run was seen ignoring SIGTERM for over a minute)."""
+    import threading
+
+    from dflow import cli_cluster
+    from dflow.cluster import launch
+
+    interrupted, looked = threading.Event(), []
+
+    def workers_then_interrupt(client):
+        looked.append(True)
+        if len(looked) == 2:  # the wait is under way: the signal comes
+            interrupted.set()
+        return worker_infos(client)
+
+    worker_infos = launch.worker_infos
+    monkeypatch.setattr(cli_cluster, "ROLE_RETURN_S", 600.0)
+    with tf.cluster.local(ps=0, workers=1) as cluster:
+        monkeypatch.setattr(launch, "worker_infos", workers_then_interrupt)
+        assert cli_cluster._bring_back(cluster, {"worker/0": "", "worker/7": ""}, interrupted) is None
+        assert len(looked) == 2  # it stopped at once, without resetting the tasks
+        with pytest.raises(TimeoutError, match="no worker holds worker/7"):
+            cluster.wait_for(["worker/7"], timeout=0.0)
+
+
 def test_cuda_without_dask_cuda_says_what_to_install():
     try:
         import dask_cuda  # noqa: F401

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 
 from .spec import ClusterSpec, role_name, role_resources, worker_infos
@@ -49,10 +50,13 @@ class Cluster:
             return None
         return self.client.dashboard_link
 
-    def wait_for(self, roles: list[str], timeout: float = START_TIMEOUT_S) -> None:
-        """Block until a worker holds each of ``roles`` (``["ps/0", "worker/0"]``)."""
+    def wait_for(self, roles: list[str], timeout: float = START_TIMEOUT_S,
+                 interrupted: threading.Event | None = None) -> None:
+        """Block until a worker holds each of ``roles`` (``["ps/0", "worker/0"]``), or until
+        ``interrupted`` is set (Ctrl-C or SIGTERM caught: the caller stops)."""
         deadline = time.monotonic() + timeout
-        while True:
+        interrupted = interrupted or threading.Event()
+        while not interrupted.is_set():
             present = {info.get("name") for info in worker_infos(self.client).values()}
             missing = [role for role in roles if role not in present]
             if not missing:
@@ -60,7 +64,7 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"after {timeout:.0f} s no worker holds {', '.join(missing)}; workers "
                                    f"present: {', '.join(sorted(map(str, present))) or 'none'}")
-            time.sleep(0.1)
+            interrupted.wait(0.1)
 
     def close(self) -> None:
         self.client.close()
