@@ -322,3 +322,130 @@ def test_a_cluster_s_steps_reuse_their_segments_and_a_value_kept_from_one_keeps_
             for batch in [*batches, *batches[1:4]]:
                 local.run(train, {x: batch})
             np.testing.assert_allclose(trained, local.run(w), rtol=1e-5)
+
+
+# ---- a parameter server's variables, lent where they live ----------------------------------------
+def _state_with(**arrays):
+    """A PS's SessionState holding ``arrays`` as variables, and ``Outbox.pack``'s ``variables``
+    for a payload of them (as the worker builds it)."""
+    from dflow.distributed.worker import _variables_in
+    from dflow.runtime.state import SessionState
+
+    state = SessionState()
+    state.lent_elsewhere = shared_memory.lent_in_place
+    for name, value in arrays.items():
+        state.write_variable(name, value)
+    return state, lambda payload: _variables_in(payload, state)
+
+
+def test_variables_are_lent_from_their_resident_segment_without_a_copy_after_the_first():
+    from dflow.ops import fused
+
+    outbox, inbox = Outbox(), Inbox()
+    w0, b0 = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([1.0, 2.0])
+    state, variables_in = _state_with(w=w0, b=b0)
+    payload = {"w/read:0": state.variables["w"], "b/read:0": state.variables["b"]}
+    inline, shared, lend = outbox.pack(DEST, payload, variables_in(payload))
+    assert inline == {} and shared["flag"] >= 1
+    w, b = state.variables["w"], state.variables["b"]  # now views of the resident segment, same values
+    assert w is not w0 and w.base is b.base and id(w.base) in fused.VARIABLE_ARENAS
+    np.testing.assert_array_equal(w, w0)
+    received = inbox.unpack(shared)
+    np.testing.assert_array_equal(received["w/read:0"], w0)
+    assert shared_memory.lent_in_place(w) and not state.held_only_here("w")
+    # a second receiver meanwhile: the same places, its own flag, and nothing copied
+    payload = {"w/read:0": w, "b/read:0": b}
+    _, again, _ = outbox.pack("tcp://127.0.0.1:2", payload, variables_in(payload))
+    assert again["segment"] == shared["segment"] and again["arrays"] == shared["arrays"]
+    assert again["flag"] != shared["flag"]
+    also = inbox.unpack(again)
+    del received
+    assert shared_memory.lent_in_place(w)  # the second still reads them
+    del also
+    assert not shared_memory.lent_in_place(w)
+    assert fused._writable(fused.compiled_kernels(), w)  # an update may write it where it is
+    del w, b, payload
+    assert state.held_only_here("w", "b")
+
+
+def test_an_update_while_a_receiver_reads_the_variable_makes_a_new_array():
+    """The receiver reads the step's value to the end; the update's value is the variable's, and
+    the next send copies it into a resident segment no one reads."""
+    from dflow.ops.registry import get_opdef
+    from dflow.runtime.devices import numpy_namespace
+
+    outbox, inbox = Outbox(), Inbox()
+    state, variables_in = _state_with(w=np.ones(1000, np.float32))
+    payload = {"w/read:0": state.variables["w"]}
+    first = outbox.pack(DEST, payload, variables_in(payload))[1]
+    received = inbox.unpack(first)["w/read:0"]
+    update = get_opdef("ApplyGradientDescent").kernel
+    update(state, numpy_namespace, "w", np.float32(0.5), np.ones(1000, np.float32))
+    assert np.all(received == 1.0) and np.all(state.variables["w"] == 0.5)
+    assert id(state.variables["w"].base) not in shared_memory._RESIDENT  # out of place
+    payload = {"w/read:0": state.variables["w"]}
+    second = outbox.pack(DEST, payload, variables_in(payload))[1]
+    assert second["segment"] != first["segment"]  # the first is still read
+    received_second = inbox.unpack(second)["w/read:0"]
+    np.testing.assert_array_equal(received_second, 0.5)
+    del received, payload
+    # the first segment holds no variable now, and no receiver: it takes the next payload of them
+    update(state, numpy_namespace, "w", np.float32(0.5), np.ones(1000, np.float32))
+    assert np.all(received_second == 0.5)
+    payload = {"w/read:0": state.variables["w"]}
+    third = outbox.pack(DEST, payload, variables_in(payload))[1]
+    assert third["segment"] == first["segment"]
+    np.testing.assert_array_equal(inbox.unpack(third)["w/read:0"], 0.0)
+    # and once no one reads it, an update writes the variable where it is
+    resident = id(state.variables["w"])
+    update(state, numpy_namespace, "w", np.float32(0.5), np.ones(1000, np.float32))
+    assert id(state.variables["w"]) == resident and np.all(state.variables["w"] == -0.5)
+
+
+def test_a_payload_with_values_that_are_not_variables_is_copied():
+    outbox = Outbox()
+    state, variables_in = _state_with(w=np.ones(4, np.float32))
+    payload = {"w/read:0": state.variables["w"], "g:0": np.zeros(4, np.float32)}
+    _, shared, segment = outbox.pack(DEST, payload, variables_in(payload))
+    assert "flag" not in shared and isinstance(segment, shared_memory._Segment)
+    assert state.variables["w"].base is None  # not moved
+    outbox.release(DEST, segment)
+
+
+def _variables_of_ps(dask_worker):
+    from dflow.ops.fused import VARIABLE_ARENAS
+
+    state = dask_worker.plugins["dflow"].state
+    return {name: (id(value), id(value.base) in VARIABLE_ARENAS) for name, value in state.variables.items()}
+
+
+def test_a_ps_lends_its_variables_in_place_and_updates_them_there():
+    """On 1 PS + 1 worker the PS's variables move into shared memory at the first step; after it
+    each step lends them without a copy and updates them where they are (the worker lets go of
+    them before it sends its gradients), and training gives one process's numbers."""
+    batches = np.random.default_rng(1).random((6, 32, 20), np.float32)
+    with tf.cluster.local(ps=1, workers=1) as cluster, tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [32, 20])
+        with tf.device("/job:ps/task:0"):
+            w = tf.Variable(tf.fill([20, 8], 0.05), name="w")
+            b = tf.Variable(tf.zeros([8]), name="b")
+        with tf.device("/job:worker/task:0"):
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b))
+            train = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+        ps = cluster.spec.task_address("ps", 0)
+        with tf.Session(cluster.target) as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(train, {x: batches[0]})
+            after_first = cluster.client.run(_variables_of_ps, workers=[ps])[ps]
+            for batch in batches[1:]:
+                sess.run(train, {x: batch})
+            after_all = cluster.client.run(_variables_of_ps, workers=[ps])[ps]
+            trained = sess.run([w, b])
+        assert after_first["w"][1] and after_first["b"][1]  # resident
+        assert after_all["w"] == after_first["w"] and after_all["b"] == after_first["b"]  # in place
+        with tf.Session(graph=w.graph, config=tf.ConfigProto(allow_soft_placement=True)) as local:
+            local.run(tf.global_variables_initializer())
+            for batch in batches:
+                local.run(train, {x: batch})
+            for got, expected in zip(trained, local.run([w, b])):
+                np.testing.assert_allclose(got, expected, rtol=1e-6)

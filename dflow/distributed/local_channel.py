@@ -96,11 +96,14 @@ def _read(sock: socket.socket, count: int) -> bytearray:
     return data
 
 
-def encode(values: dict, outbox, dest: str) -> tuple[dict, dict | None, object]:
+def encode(values: dict, outbox, dest: str,
+           variables: dict | None = None) -> tuple[dict, dict | None, object]:
     """``values`` (name -> array or None) as a message's plain data: the arrays of numbers in a
-    segment of ``outbox`` for ``dest`` where they fit, the rest as bytes, arrays of objects
-    (``tf.string``) as lists. Returns (plain values, where the segment's are, the segment)."""
-    inline, shared, segment = outbox.pack(dest, values) if outbox is not None else (values, None, None)
+    segment of ``outbox`` for ``dest`` where they fit (``variables``: as ``Outbox.pack``'s), the
+    rest as bytes, arrays of objects (``tf.string``) as lists. Returns (plain values, where the
+    segment's are, the segment)."""
+    inline, shared, segment = (outbox.pack(dest, values, variables) if outbox is not None
+                               else (values, None, None))
     return {name: _plain(value) for name, value in inline.items()}, shared, segment
 
 

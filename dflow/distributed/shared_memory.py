@@ -19,6 +19,15 @@ and the values go by TCP from then on. Segments are unlinked when their process 
 those of a process that was killed, by the next process of the same user and PID namespace
 to start an Outbox).
 
+A parameter server's variables live in a segment of their own once it has sent them (the
+*resident* segment, :meth:`Outbox.pack` with ``variables``): a payload of variables is copied
+there once, the variables become views of it, and later steps send their places without a copy
+(4.3 MB of CIFAR-10 weights: 0.7-0.9 ms a step, cache-cold). Each receiver of a resident segment
+holds a flag byte of its header of its own, so several may read it at once; an update writes a
+variable in place only while no receiver holds the segment (:func:`lent_in_place`, asked by
+``SessionState.held_only_here``), else it makes a new array, as it does for a value another
+step still reads, and the next send copies the variables again into a segment no one reads.
+
 A process's segments are kept for the next step's message, up to a budget (a quarter of
 ``/dev/shm`` by default): a message that would need more first unlinks segments no message
 is using, then goes by TCP. A segment that ``/dev/shm`` cannot hold (a container's 64 MB)
@@ -38,17 +47,21 @@ import secrets
 import threading
 import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy
 from dask.utils import parse_bytes
 
+from ..ops.fused import VARIABLE_ARENAS
 from ..processes import left_by_dead_processes, pid_namespace
 
-__all__ = ["Outbox", "Inbox", "SharedMemoryError"]
+__all__ = ["Outbox", "Inbox", "SharedMemoryError", "lent_in_place"]
 
 DIRECTORY = "/dev/shm"
 ALIGN = 64  # each array starts on a cache line
-HEADER = ALIGN  # a segment's first cache line: its byte 0 is 1 while a receiver holds its arrays
+# a segment's first cache line: byte 0 is 1 while the receiver of its message holds its arrays; in
+# a resident segment, byte k (1..63) is 1 while the k-th of its current receivers does
+HEADER = ALIGN
 GRAIN = 1 << 20  # segments are made in whole MiB, so that a message a little bigger reuses one
 BUDGET_SHARE = 4  # by default a process's segments hold at most this fraction of /dev/shm
 MAPPED_SEGMENTS = 32  # segments a receiver keeps open (a few per sender it hears from)
@@ -61,6 +74,11 @@ class SharedMemoryError(OSError):
 
 
 _LIVE: set[_Segment] = set()  # this process's segments, unlinked at its exit
+_CLEAR = bytes(HEADER)
+# resident segments by id of the array over the whole of each, which the variables' arrays view:
+# when no variable is left in one, that array is freed and its segment goes back to the free ones
+# (the compiled updates read it too: a variable there may be written in place)
+_RESIDENT: dict[int, _Segment] = VARIABLE_ARENAS
 
 
 class _Segment:
@@ -68,6 +86,7 @@ class _Segment:
         self.pid = os.getpid()
         self.name = f"dflow-{pid_namespace()}-{self.pid}-{secrets.token_hex(8)}"
         self.size = size
+        self.resident_views = False  # variables live in it (views of it are theirs)
         path = os.path.join(DIRECTORY, self.name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -83,8 +102,17 @@ class _Segment:
 
     @property
     def lent(self) -> bool:
-        """Whether a receiver may still read this segment's last message (its arrays are alive)."""
-        return self.buffer[0] != 0
+        """Whether a receiver may still read this segment (the arrays it took are alive)."""
+        return self.buffer[:HEADER] != _CLEAR
+
+    def take_flag(self) -> int | None:
+        """A flag byte of the header for one more receiver of this resident segment, set; None
+        when every one is taken (the caller holds the outbox's lock)."""
+        flag = self.buffer.find(b"\0", 1, HEADER)
+        if flag < 0:
+            return None
+        self.buffer[flag] = 1
+        return flag
 
     def unlink(self) -> None:
         _LIVE.discard(self)
@@ -107,31 +135,42 @@ class Outbox:
     all of them together within ``budget`` bytes (:func:`budget_from_environment`)."""
 
     def __init__(self, budget: int | None = None):
-        self._lock = threading.Lock()
+        # (reentrant: a resident segment's last variable may be freed, and its finalizer take the
+        # lock, on a thread that holds it)
+        self._lock = threading.RLock()
         self._free: list[tuple[str, _Segment]] = []  # (destination, segment), oldest given back first
+        self._free_resident: list[_Segment] = []  # resident segments no variable lives in now
         self._all: list[_Segment] = []
         self.budget = budget_from_environment() if budget is None else budget
         self.refused: set[str] = set()  # destinations that could not read a segment: TCP only
         if self.budget:
             _remove_segments_of_dead_processes()
 
-    def pack(self, dest: str, values: dict) -> tuple[dict, dict | None, _Segment | None]:
+    def pack(self, dest: str, values: dict,
+             variables: dict | None = None) -> tuple[dict, dict | None, object]:
         """``values`` split into those that go in the message (tokens, strings) and, for the
         arrays of numbers, where they are in a segment (``None`` when there are none, or ``dest``
         cannot take them, or they do not fit in the budget); give the segment back with
         :meth:`release` once ``dest`` has answered; it is written again once the receiver has
         also let go of the arrays (:meth:`Inbox.unpack`). (Small arrays go in the segment too: in
-        the message each is a frame of its own, which costs more to write and read than the copy.)"""
+        the message each is a frame of its own, which costs more to write and read than the copy.)
+
+        ``variables``: for values that are a variable's array itself, by name, a function that
+        makes a given array of the same values that variable's. Where every array is one, they
+        are lent from a resident segment (see the module's docstring), copied there first unless
+        they already are in one."""
         arrays = {} if dest in self.refused or not self.budget else {
             name: value for name, value in values.items()
             if isinstance(value, numpy.ndarray) and value.dtype.kind in _KINDS}
         if not arrays:
             return values, None, None
-        places, offset = {}, HEADER
-        for name, value in arrays.items():
-            places[name] = [offset, value.dtype.str, list(value.shape)]
-            offset += -(-value.nbytes // ALIGN) * ALIGN
-        segment = self._take(dest, offset)
+        inline = {name: value for name, value in values.items() if name not in arrays}
+        if variables and arrays.keys() <= variables.keys():
+            lent = self._lend_resident(arrays, variables)
+            if lent is not None:
+                return inline, *lent
+        places, size = _places(arrays)
+        segment = self._take(dest, size)
         if segment is None:  # over the budget, or /dev/shm full or missing: this message goes by TCP
             return values, None, None
         segment.buffer[0] = 1  # lent from now: the receiver gives it back when it frees the arrays
@@ -139,19 +178,78 @@ class Outbox:
             start = places[name][0]
             numpy.copyto(numpy.ndarray(value.shape, value.dtype, segment.buffer, start), value,
                          casting="no")
-        inline = {name: value for name, value in values.items() if name not in arrays}
         return inline, {"segment": segment.name, "arrays": places}, segment
 
-    def release(self, dest: str, segment: _Segment | None) -> None:
-        if segment is not None:
+    def _lend_resident(self, arrays: dict, variables: dict) -> tuple[dict, _Lend] | None:
+        """The arrays (variables' own) lent from the resident segment they are in, or copied into a
+        resident segment no one reads and made the variables' arrays; None when neither can be."""
+        with self._lock:
+            bases = {id(value.base) for value in arrays.values()}
+            segment = _RESIDENT.get(bases.pop()) if len(bases) == 1 else None
+            if segment is not None:  # each of them where it is
+                start = _address(next(iter(arrays.values())).base)
+                places = {name: [_address(value) - start, value.dtype.str, list(value.shape)]
+                          for name, value in arrays.items()}
+            else:
+                places, size = _places(arrays)
+                segment = self._take_resident(size)
+                if segment is None:
+                    return None
+            flag = segment.take_flag()
+            if flag is None:  # every flag held: the copy path
+                return None
+        if not segment.resident_views:
+            whole = numpy.frombuffer(segment.buffer, numpy.uint8)
+            # known as resident before any variable is a view of it: from then on, an update asks
+            # lent_in_place before it writes one
+            _RESIDENT[id(whole)] = segment
+            weakref.finalize(whole, self._resident_freed, id(whole), segment).atexit = False
+            segment.resident_views = True
+            for name, value in arrays.items():
+                offset, nbytes = places[name][0], value.nbytes
+                view = whole[offset:offset + nbytes].view(value.dtype).reshape(value.shape)
+                numpy.copyto(view, value, casting="no")
+                variables[name](view)
+        return {"segment": segment.name, "arrays": places, "flag": flag}, _Lend(segment, flag)
+
+    def _take_resident(self, size: int) -> _Segment | None:
+        """A segment for variables to live in: a former resident one no one reads, else a new one."""
+        size = -(-size // GRAIN) * GRAIN
+        fitting = [segment for segment in self._free_resident if segment.size >= size and not segment.lent]
+        if fitting:
+            segment = min(fitting, key=lambda segment: segment.size)
+            self._free_resident.remove(segment)
+            return segment
+        held = sum(segment.size for segment in self._all)
+        if held + size > self.budget:
+            return None
+        try:
+            segment = _Segment(size)
+        except OSError:
+            return None
+        self._all.append(segment)
+        return segment
+
+    def _resident_freed(self, key: int, segment: _Segment) -> None:
+        """No variable lives in ``segment`` any more: it may take another payload of them."""
+        _RESIDENT.pop(key, None)
+        segment.resident_views = False
+        with self._lock:
+            if segment in self._all:
+                self._free_resident.append(segment)
+
+    def release(self, dest: str, segment) -> None:
+        if isinstance(segment, _Segment):  # (a resident segment's lend ends when the receiver frees it)
             with self._lock:
                 self._free.append((dest, segment))
 
-    def refuse(self, dest: str, segment: _Segment | None) -> None:
+    def refuse(self, dest: str, segment) -> None:
         """``dest`` answered that it cannot open the segments (another user, another /dev/shm):
         its messages go by TCP from now on, and ``segment``'s arrays were not lent to it."""
         self.refused.add(dest)
-        if segment is not None:
+        if isinstance(segment, _Lend):
+            segment.segment.buffer[segment.flag] = 0
+        elif segment is not None:
             segment.buffer[0] = 0
 
     @property
@@ -192,8 +290,37 @@ class Outbox:
         with self._lock:
             segments, self._all = self._all, []
             self._free.clear()
+            self._free_resident.clear()
         for segment in segments:
             segment.unlink()
+
+
+class _Lend(NamedTuple):
+    """A resident segment lent to one receiver, which clears ``flag`` when it frees the arrays."""
+    segment: _Segment
+    flag: int
+
+
+def _places(arrays: dict) -> tuple[dict, int]:
+    """Each array's [offset, dtype, shape] in a segment of them, one after another on cache lines,
+    and the bytes they take."""
+    places, offset = {}, HEADER
+    for name, value in arrays.items():
+        places[name] = [offset, value.dtype.str, list(value.shape)]
+        offset += -(-value.nbytes // ALIGN) * ALIGN
+    return places, offset
+
+
+def _address(array: numpy.ndarray) -> int:
+    """Where ``array``'s data starts in this process's memory."""
+    return array.__array_interface__["data"][0]
+
+
+def lent_in_place(value) -> bool:
+    """Whether ``value`` (a variable's array) lies in a resident segment that a receiver still
+    reads: an update must not write it in place (``SessionState.held_only_here`` asks)."""
+    segment = _RESIDENT.get(id(getattr(value, "base", None)))
+    return segment is not None and segment.lent
 
 
 def budget_from_environment() -> int:
@@ -231,12 +358,15 @@ class Inbox:
         read it, ValueError for a description that is not one."""
         if not isinstance(shared, dict) or not isinstance(shared.get("arrays"), dict):
             raise ValueError("a shared-memory delivery names a segment and its arrays")
+        flag = shared.get("flag", 0)
+        if not isinstance(flag, int) or not 0 <= flag < HEADER:
+            raise ValueError(f"a shared-memory delivery's flag is a byte of the header, got {flag!r}")
         with self._lock:
             buffer = self._map(shared.get("segment"))
         try:
-            return _borrow(buffer, shared["arrays"])
+            return _borrow(buffer, shared["arrays"], flag)
         except ValueError:
-            buffer[0] = 0  # nothing of it is read: the sender may write it again
+            buffer[flag] = 0  # nothing of it is read: the sender may write it again
             raise
 
     def _map(self, name) -> mmap.mmap:
@@ -264,8 +394,9 @@ class Inbox:
         return buffer
 
 
-def _borrow(buffer: mmap.mmap, arrays: dict) -> dict:
-    """The arrays at ``arrays``' places in ``buffer``, as read-only views of it."""
+def _borrow(buffer: mmap.mmap, arrays: dict, flag: int = 0) -> dict:
+    """The arrays at ``arrays``' places in ``buffer``, as read-only views of it; header byte
+    ``flag`` is cleared when the last of them is freed."""
     values = {}
     for name, place in arrays.items():
         try:
@@ -281,19 +412,19 @@ def _borrow(buffer: mmap.mmap, arrays: dict) -> dict:
                              f"beyond its segment ({len(buffer)} bytes)")
         values[name] = (offset, nbytes, dtype, shape)
     if not values:
-        buffer[0] = 0
+        buffer[flag] = 0
         return {}
     # one array over the segment, whose views the values are: when it is freed, so are they
     segment = numpy.frombuffer(buffer, numpy.uint8)
     segment.flags.writeable = False  # the sender's bytes: no kernel writes into them
-    weakref.finalize(segment, _give_back, buffer).atexit = False
+    weakref.finalize(segment, _give_back, buffer, flag).atexit = False
     return {name: segment[offset:offset + nbytes].view(dtype).reshape(shape)
             for name, (offset, nbytes, dtype, shape) in values.items()}
 
 
-def _give_back(buffer: mmap.mmap) -> None:
-    """The receiver freed the arrays of the last message in ``buffer``: its sender may reuse it."""
-    buffer[0] = 0
+def _give_back(buffer: mmap.mmap, flag: int) -> None:
+    """The receiver freed the arrays of the message in ``buffer``: its sender may write them again."""
+    buffer[flag] = 0
 
 
 def _remove_segments_of_dead_processes() -> None:

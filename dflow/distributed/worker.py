@@ -62,7 +62,7 @@ from ..runtime.state import SessionState
 from . import local_channel
 from .collective import Communicator
 from .partition import stages_from_json
-from .shared_memory import Inbox, Outbox, SharedMemoryError
+from .shared_memory import Inbox, Outbox, SharedMemoryError, lent_in_place
 
 __all__ = ["DflowWorker", "PLUGIN_NAME", "STAGE_STATS", "PlanNotFoundError", "serialized", "deserialized",
            "nbytes", "error_to_plain", "error_from_plain", "run_stage",
@@ -190,6 +190,7 @@ class DflowWorker(WorkerPlugin):
         from ..cluster.spec import role_of
 
         state = SessionState()
+        state.lent_elsewhere = lent_in_place  # its variables, lent to this host's workers
         state.communicator = Communicator(role_of(self.worker.name) or str(self.worker.name),
                                           self.addresses, self.worker.loop.asyncio_loop,
                                           send=self._send_collective, runs_started=self._runs_started)
@@ -209,22 +210,23 @@ class DflowWorker(WorkerPlugin):
             message["value"] = to_serialize(message["value"])
         return await self._call(address, "dflow_collective", **message)
 
-    def _deliver(self, address: str, run_id: str, values: dict, loop) -> Future:
+    def _deliver(self, address: str, run_id: str, values: dict, loop,
+                 variables: dict | None = None) -> Future:
         """Send ``values`` of step ``run_id`` to the task at ``address``: the future of its answer.
         To a task on this host, the arrays go through shared memory (copied into it here, on the
-        stage's thread) and the message on its Unix socket, from this thread; else as a Dask
-        message, from the event loop ``loop``."""
+        stage's thread, but for ``variables``: see ``Outbox.pack``) and the message on its Unix
+        socket, from this thread; else as a Dask message, from the event loop ``loop``."""
         path = self._channel(address, loop)
         if path is not None:
             done = Future()
             try:
-                done.set_result(self._deliver_by_channel(address, path, run_id, values))
+                done.set_result(self._deliver_by_channel(address, path, run_id, values, variables))
             except OSError as error:  # it died, or restarted with another socket: ask again next time
                 self.connections.forget(address)
                 done.set_exception(error)
             return done
-        inline, shared, segment = (self.outbox.pack(address, values) if not self._on_another_host(address)
-                                   else (values, None, None))
+        inline, shared, segment = (self.outbox.pack(address, values, variables)
+                                   if not self._on_another_host(address) else (values, None, None))
 
         async def send() -> str:
             try:
@@ -239,8 +241,9 @@ class DflowWorker(WorkerPlugin):
 
         return asyncio.run_coroutine_threadsafe(send(), loop)
 
-    def _deliver_by_channel(self, address: str, path: str, run_id: str, values: dict) -> str:
-        plain, shared, segment = local_channel.encode(values, self.outbox, address)
+    def _deliver_by_channel(self, address: str, path: str, run_id: str, values: dict,
+                            variables: dict | None = None) -> str:
+        plain, shared, segment = local_channel.encode(values, self.outbox, address, variables)
         try:
             reply = self.connections.call(path, {"op": "deliver", "run_id": run_id, "values": plain,
                                                  "shared": shared})
@@ -472,10 +475,15 @@ class DflowWorker(WorkerPlugin):
         def deliver(dest: str, payload: dict) -> None:
             payload = {n: None if v is None else on_host(v) for n, v in payload.items()}
             sent[dest] += sum(nbytes(v) for v in payload.values())
-            deliveries.append((dest, self._deliver(addresses[dest], run_id, payload, loop)))
+            deliveries.append((dest, self._deliver(addresses[dest], run_id, payload, loop,
+                                                   _variables_in(payload, self.state))))
 
+        # what each stage still needs of the values received: the rest is let go of as the stage
+        # ends, before it sends (a PS's variables lent in place are then free for its update)
+        needed_later = [set().union(*(later.receives for later in stages[i + 1:]))
+                        for i in range(len(stages))]
         try:
-            for stage in stages:
+            for index, stage in enumerate(stages):
                 inputs = {name: feeds[name] for name in stage.from_client}
                 inputs.update(kept)
                 ordering = [n for n in stage.receives if n.startswith("^") and n not in received]
@@ -498,6 +506,9 @@ class DflowWorker(WorkerPlugin):
                 timeline += [(f"{name} = {op_type}()", began, ended)
                              for name, op_type, began, ended in stage_stats.op_spans or ()]
                 collective_s += stage_stats.async_wait_s
+                inputs = None
+                for name in [name for name in received if name not in needed_later[index]]:
+                    del received[name]
                 outgoing.flush(values)
                 kept.update({n: values[n] for n in stage.keeps})
                 fetched.update({n: values[n] for n in stage.fetches})
@@ -523,6 +534,26 @@ class DflowWorker(WorkerPlugin):
         return {"fetches": fetched, "sent": dict(sent), "staleness": staleness, "compute_s": compute_s,
                 "waited_s": waited_s, "collective_s": collective_s,
                 "timeline": timeline}
+
+
+def _variables_in(payload: dict, state: SessionState) -> dict:
+    """For each value of ``payload`` that is a variable's array itself (a PS's read of it), a
+    function that makes a given array of the same values the variable's, unless it changed since
+    (``Outbox.pack`` moves the variables into shared memory this way, to lend them from there)."""
+    by_id = {id(value): name for name, value in state.variables.items()}
+    adopters = {}
+    for value_name, value in payload.items():
+        variable = by_id.get(id(value))
+        if variable is None or value is None:
+            continue
+
+        def adopt(view, variable=variable, value=value) -> None:
+            with state.updating(variable):
+                if state.variables.get(variable) is value:
+                    state.variables[variable] = view
+
+        adopters[value_name] = adopt
+    return adopters
 
 
 class _Outgoing:

@@ -42,6 +42,9 @@ log = logging.getLogger("dflow")
 # another pays (SGD over CIFAR-10's 0.9 M-parameter layer: 0.25 ms whole, 0.4-0.8 ms in two pieces)
 FLAT_PIECES_FROM = 1 << 21
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+# the arrays over shared memory that a parameter server's variables are views of, by id (kept by
+# dflow.distributed.shared_memory): such a view owns its memory as an array of its own does
+VARIABLE_ARENAS: dict[int, object] = {}
 
 
 @functools.cache
@@ -411,13 +414,15 @@ def _decayed_gradient_descent_into_numpy(var, delta, decayed, new_var, alpha, de
 
 def _writable(kernels, *arrays) -> bool:
     """Whether an update may write ``arrays`` in place: the compiled kernels loaded, each array
-    its own (no view of another), writable and C-ordered (its flat form a view). That nothing
+    its own (no view of another, but for a variable's in shared memory), writable and C-ordered
+    (its flat form a view). That nothing
     else reads them is the caller's to know (``SessionState.held_only_here``)."""
     if kernels is None:
         return False
     for a in arrays:  # (loops, not generators, here and in _numpy_floats: a small update's checks)
         flags = a.flags
-        if a.base is not None or not flags.writeable or not flags.c_contiguous:
+        if ((a.base is not None and id(a.base) not in VARIABLE_ARENAS) or not flags.writeable
+                or not flags.c_contiguous):
             return False
     return True
 

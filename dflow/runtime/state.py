@@ -38,6 +38,9 @@ class SessionState:
         # how long a blocking op (a queue's enqueue or dequeue) may wait: the session's
         # ConfigProto.operation_timeout_in_ms, ten minutes when unset
         self.operation_timeout_s = 600.0
+        # whether another process still reads a variable's array where it is (a parameter server
+        # lends its variables to workers on its host: dflow.distributed.shared_memory.lent_in_place)
+        self.lent_elsewhere: Callable[[object], bool] | None = None
 
     def read_variable(self, name: str):
         try:
@@ -78,10 +81,15 @@ class SessionState:
         """Whether each variable's value is referred to by nothing but this state: no read of it
         waits for its consumers, no caller kept a fetched value, no transfer or view of it is
         under way. An update (holding :meth:`updating`) may then write the array in place, as TF
-        1.x's kernels write theirs: a read that starts while it writes may see part of it."""
+        1.x's kernels write theirs: a read that starts while it writes may see part of it. Nor
+        may another process read it (:attr:`lent_elsewhere`)."""
         for name in names:  # (a loop: a generator's set-up cost more than a small update's check)
             if sys.getrefcount(self.variables.get(name)) > _REFERENCES_WHEN_STORED_ONLY:
                 return False
+        if self.lent_elsewhere is not None:
+            for name in names:
+                if self.lent_elsewhere(self.variables.get(name)):
+                    return False
         return True
 
     def updating(self, name: str) -> threading.Lock:
