@@ -543,14 +543,14 @@ def _variables_in(payload: dict, state: SessionState) -> dict:
     by_id = {id(value): name for name, value in state.variables.items()}
     adopters = {}
     for value_name, value in payload.items():
-        variable = by_id.get(id(value))
-        if variable is None or value is None:
+        variable = None if value is None else by_id.get(id(value))
+        if variable is None:
             continue
 
         def adopt(view, variable=variable, value=value) -> None:
             with state.updating(variable):
                 if state.variables.get(variable) is value:
-                    state.variables[variable] = view
+                    state.write_variable(variable, view)
 
         adopters[value_name] = adopt
     return adopters
