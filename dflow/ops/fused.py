@@ -415,8 +415,8 @@ def _decayed_gradient_descent_into_numpy(var, delta, decayed, new_var, alpha, de
 def _writable(kernels, *arrays) -> bool:
     """Whether an update may write ``arrays`` in place: the compiled kernels loaded, each array
     its own (no view of another, but for a variable's in shared memory), writable and C-ordered
-    (its flat form a view). That nothing
-    else reads them is the caller's to know (``SessionState.held_only_here``)."""
+    (its flat form a view). That nothing else reads them is the caller's to know
+    (``SessionState.held_only_here``)."""
     if kernels is None:
         return False
     for a in arrays:  # (loops, not generators, here and in _numpy_floats: a small update's checks)

@@ -108,9 +108,8 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             second = fused[second.name] = OpNode(second.name, *made, control, 1, second.device_type)
             absorbed.add(first.name)
     kept = [fused.get(n.name, n) for n in nodes if n.name not in absorbed]
-    kept = _with_moments_grads_added(_with_batch_norm_relus(kept, needed), needed)
-    kept = _with_decayed_updates(_with_bias_grads(kept), needed)
-    return _with_workspaces(_with_decay_terms_added(kept, needed))
+    kept = _with_decayed_updates(_with_bias_grads(_with_batch_norm_relus(kept, needed)), needed)
+    return _with_workspaces(_with_sums_fused(kept, needed))
 
 
 def _conv_shapes_from_inputs(nodes: list[OpNode]) -> list[OpNode]:
@@ -176,25 +175,6 @@ def _with_batch_norm_relus(nodes: list[OpNode], needed: Collection[str]) -> list
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
 
-def _with_moments_grads_added(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
-    """Each AddN of two terms, one a MomentsGrad that nothing else uses, as one op (:func:`fuse`)."""
-    sole_producer = _sole_producers(nodes, needed)
-    replaced, absorbed = {}, set()
-    for add in nodes:
-        if add.type != "AddN" or len(add.inputs) != 2:
-            continue
-        for grad_at in (1, 0):
-            moments_grad = sole_producer(add.inputs[grad_at], add.device_type)
-            if moments_grad is not None and moments_grad.type == "MomentsGrad":
-                control = tuple(dict.fromkeys(moments_grad.control_inputs + add.control_inputs))
-                replaced[add.name] = OpNode(add.name, "_MomentsGradAdd", {},
-                                            (*moments_grad.inputs, add.inputs[1 - grad_at]), control, 1,
-                                            add.device_type)
-                absorbed.add(moments_grad.name)
-                break
-    return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
-
-
 def _with_bias_grads(nodes: list[OpNode]) -> list[OpNode]:
     """Each Conv2DBackpropFilter with the BiasAddGrad of its ``g`` (:func:`fuse`)."""
     filter_grads = {n.inputs[2]: n for n in nodes if n.type == "Conv2DBackpropFilter"}
@@ -244,22 +224,32 @@ def _with_decayed_updates(nodes: list[OpNode], needed: Collection[str]) -> list[
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
 
-def _with_decay_terms_added(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
-    """Each AddN of two terms, one a Mul that nothing else uses, as one op (:func:`fuse`; after
-    :func:`_with_decayed_updates`, which takes such sums into an update where it can)."""
+#: by the type of the op making one of an AddN's two terms: the op both become, and its inputs
+#: from that op's and the other term
+_SUMS = {
+    "MomentsGrad": ("_MomentsGradAdd", lambda term_inputs, other: (*term_inputs, other)),
+    "Mul": ("_AddScaled", lambda term_inputs, other: (other, *term_inputs)),
+}
+
+
+def _with_sums_fused(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
+    """Each AddN of two terms, one made by an op of :data:`_SUMS` that nothing else uses, as one
+    op (:func:`fuse`; after :func:`_with_decayed_updates`, which takes a weight decay's sum into
+    its update where it can)."""
     sole_producer = _sole_producers(nodes, needed)
     replaced, absorbed = {}, set()
     for add in nodes:
         if add.type != "AddN" or len(add.inputs) != 2:
             continue
-        for product_at in (1, 0):  # the decay's gradient comes second in the tutorials' sums
-            product = sole_producer(add.inputs[product_at], add.device_type)
-            if product is not None and product.type == "Mul":
-                control = tuple(dict.fromkeys(product.control_inputs + add.control_inputs))
-                replaced[add.name] = OpNode(add.name, "_AddScaled", {},
-                                            (add.inputs[1 - product_at], *product.inputs), control, 1,
+        for term_at in (1, 0):  # (the decay's gradient comes second in the tutorials' sums)
+            term = sole_producer(add.inputs[term_at], add.device_type)
+            if term is not None and term.type in _SUMS:
+                fused_type, inputs = _SUMS[term.type]
+                control = tuple(dict.fromkeys(term.control_inputs + add.control_inputs))
+                replaced[add.name] = OpNode(add.name, fused_type, {},
+                                            inputs(term.inputs, add.inputs[1 - term_at]), control, 1,
                                             add.device_type)
-                absorbed.add(product.name)
+                absorbed.add(term.name)
                 break
     return [replaced.get(n.name, n) for n in nodes if n.name not in absorbed]
 
