@@ -67,6 +67,7 @@ BUDGET_SHARE = 4  # by default a process's segments hold at most this fraction o
 MAPPED_SEGMENTS = 32  # segments a receiver keeps open (a few per sender it hears from)
 _NAME = re.compile(r"dflow-(\d+)-(\d+)-[0-9a-f]{16}")  # dflow-<pid namespace>-<pid>-<random>
 _KINDS = "biuf"  # dtypes a segment may carry: numbers and booleans, never objects
+RESIDENT = ""  # Outbox._take's destination for a segment that variables live in
 
 
 class SharedMemoryError(OSError):
@@ -138,8 +139,8 @@ class Outbox:
         # (reentrant: a resident segment's last variable may be freed, and its finalizer take the
         # lock, on a thread that holds it)
         self._lock = threading.RLock()
-        self._free: list[tuple[str, _Segment]] = []  # (destination, segment), oldest given back first
-        self._free_resident: list[_Segment] = []  # resident segments no variable lives in now
+        # (destination, segment), oldest given back first; RESIDENT's: no variable lives in it now
+        self._free: list[tuple[str, _Segment]] = []
         self._all: list[_Segment] = []
         self.budget = budget_from_environment() if budget is None else budget
         self.refused: set[str] = set()  # destinations that could not read a segment: TCP only
@@ -192,7 +193,7 @@ class Outbox:
                           for name, value in arrays.items()}
             else:
                 places, size = _places(arrays)
-                segment = self._take_resident(size)
+                segment = self._take(RESIDENT, size)
                 if segment is None:
                     return None
             flag = segment.take_flag()
@@ -212,31 +213,13 @@ class Outbox:
                 variables[name](view)
         return {"segment": segment.name, "arrays": places, "flag": flag}, _Lend(segment, flag)
 
-    def _take_resident(self, size: int) -> _Segment | None:
-        """A segment for variables to live in: a former resident one no one reads, else a new one."""
-        size = -(-size // GRAIN) * GRAIN
-        fitting = [segment for segment in self._free_resident if segment.size >= size and not segment.lent]
-        if fitting:
-            segment = min(fitting, key=lambda segment: segment.size)
-            self._free_resident.remove(segment)
-            return segment
-        held = sum(segment.size for segment in self._all)
-        if held + size > self.budget:
-            return None
-        try:
-            segment = _Segment(size)
-        except OSError:
-            return None
-        self._all.append(segment)
-        return segment
-
     def _resident_freed(self, key: int, segment: _Segment) -> None:
         """No variable lives in ``segment`` any more: it may take another payload of them."""
         _RESIDENT.pop(key, None)
         segment.resident_views = False
         with self._lock:
             if segment in self._all:
-                self._free_resident.append(segment)
+                self._free.append((RESIDENT, segment))
 
     def release(self, dest: str, segment) -> None:
         if isinstance(segment, _Segment):  # (a resident segment's lend ends when the receiver frees it)
@@ -259,6 +242,8 @@ class Outbox:
             return sum(segment.size for segment in self._all)
 
     def _take(self, dest: str, size: int) -> _Segment | None:
+        """A segment of at least ``size`` bytes for messages to ``dest`` (:data:`RESIDENT`: for
+        variables to live in): one given back that no receiver reads, else a new one."""
         size = -(-size // GRAIN) * GRAIN
         with self._lock:
             fitting = [entry for entry in self._free
@@ -290,7 +275,6 @@ class Outbox:
         with self._lock:
             segments, self._all = self._all, []
             self._free.clear()
-            self._free_resident.clear()
         for segment in segments:
             segment.unlink()
 

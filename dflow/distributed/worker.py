@@ -475,8 +475,9 @@ class DflowWorker(WorkerPlugin):
         def deliver(dest: str, payload: dict) -> None:
             payload = {n: None if v is None else on_host(v) for n, v in payload.items()}
             sent[dest] += sum(nbytes(v) for v in payload.values())
-            deliveries.append((dest, self._deliver(addresses[dest], run_id, payload, loop,
-                                                   _variables_in(payload, self.state))))
+            # variables are lent in place only to a task on this host (the others get copies)
+            variables = None if early(dest) else _variables_in(payload, self.state)
+            deliveries.append((dest, self._deliver(addresses[dest], run_id, payload, loop, variables)))
 
         # what each stage still needs of the values received: the rest is let go of as the stage
         # ends, before it sends (a PS's variables lent in place are then free for its update)

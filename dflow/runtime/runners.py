@@ -2,7 +2,8 @@
 
 A runner has three methods: ``plan(fetches, fed) -> Plan`` (the passes of
 :mod:`~dflow.runtime.passes`, cached per signature), ``run(plan, feeds, stats) -> values``
-(the fetched values by tensor name) and ``close()``. ``Session`` makes one with
+(the fetched values by tensor name) and ``close()``, and says whether a step copies the fed
+arrays on its way (``copies_feeds``: then the session does not). ``Session`` makes one with
 :func:`make_runner` and otherwise does not care which it has:
 
 - :class:`LocalRunner`: the dependency-counting executor in this process;
@@ -42,6 +43,10 @@ RUNNERS = ("local", "direct", "dask")  # ConfigProto(runner=...); "" picks local
 class Runner(Protocol):
     """What a Session runs its steps with."""
 
+    #: whether running a step copies every fed array (to another process), so that the session
+    #: need not copy the caller's arrays first
+    copies_feeds: bool
+
     def plan(self, fetches: list, fed: Collection[str]) -> Plan:
         """The (cached) plan of the step fetching ``fetches`` with the tensors named in ``fed`` fed."""
 
@@ -54,6 +59,8 @@ class Runner(Protocol):
 
 class LocalRunner:
     """Runs every op in this process, holding the variables in :attr:`state`."""
+
+    copies_feeds = False  # its ops read the fed arrays where they are
 
     def __init__(self, graph, config):
         self.config = config

@@ -230,7 +230,7 @@ class Session:
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session")
         flat, rebuild = _flatten_fetches(fetches, self.graph)
-        copied = not getattr(self.runner, "copies_feeds", False)  # else the runner's sending copies them
+        copied = not self.runner.copies_feeds  # else the runner's sending copies them
         feeds = self._convert_feeds(feed_dict or {}, copy=copied)
         plan = self.runner.plan(flat, feeds)
         traced = options is not None and getattr(options, "trace_level", 0) > 0
