@@ -146,3 +146,29 @@ def test_a_buffer_someone_else_reads_is_not_written(bias_add_relu_calls):
     np.testing.assert_array_equal(feed, kept)
     np.testing.assert_array_equal(stored, feed)
     assert bias_add_relu_calls == [False] * 4
+
+
+def test_a_constant_is_made_once_and_never_written(bias_add_relu_calls, monkeypatch):
+    """A compiled stage makes its constants when it is compiled and starts each run with them:
+    a kernel that works in place never takes a constant's buffer, so every run sees its value."""
+    import numpy as np
+
+    import dataclasses
+
+    import dflow as tf
+    from dflow.ops.registry import OP_DEFS
+
+    const_calls = []
+    real = OP_DEFS["Const"].kernel
+    counted = dataclasses.replace(OP_DEFS["Const"], kernel=lambda xp, **attrs: const_calls.append(1) or real(xp, **attrs))
+    monkeypatch.setitem(OP_DEFS, "Const", counted)
+    x = tf.placeholder(tf.float32, [2, 3])
+    first = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3) - 3)
+    y = _relu_layer(tf, first, tf.constant([-1.0, 0.0, 1.0])) + x
+    with tf.Session() as sess:
+        runs = [sess.run(y, {x: np.ones((2, 3), np.float32)}) for _ in range(3)]
+    expected = np.maximum(np.arange(6).reshape(2, 3) - 3 + [-1, 0, 1], 0) + 1
+    for got in runs:
+        np.testing.assert_array_equal(got, expected)
+    assert bias_add_relu_calls == [False] * 3
+    assert len(const_calls) == 2  # the two constants, once each

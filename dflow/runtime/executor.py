@@ -346,12 +346,18 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
     leaving = set(plan.fetches)
     remaining = dict(plan.refcount)
     nodes = [plan.nodes[name] for name in order]
-    steps = []
+    steps, constants = [], {}
     for node in nodes:
         opdef = get_opdef(node.type)
         inputs = tuple(slot(t) for t in node.inputs)
         kept = [f"{node.name}:{i}" for i in range(node.num_outputs or 0)]
         outputs = tuple(slot(t) if t in plan.refcount and t not in fed else None for t in kept)
+        if node.type == "Const" and kept[0] not in leaving:
+            # made once, here: each run starts with it in its slot (a small step has a hundred
+            # constants, each an op call a run; on a GPU, each a copy to the device)
+            if outputs[0] is not None:
+                constants[outputs[0]] = opdef.kernel(namespaces[node.device_type], **node.attrs)
+            continue
         frees = []
         for tensor in node.inputs:
             remaining[tensor] -= 1
@@ -368,7 +374,8 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
                       opdef.stateful, inputs, outputs, opdef.num_outputs != 1, tuple(frees), node,
                       donated, arrivals, made))
     fetch_slots = [(t, slots[t]) for t in plan.fetches]
-    return CompiledStage(functools.partial(_run_compiled, steps, feed_slots, fetch_slots, len(slots)), order)
+    first_values = [constants.get(index) for index in range(len(slots))]
+    return CompiledStage(functools.partial(_run_compiled, steps, feed_slots, fetch_slots, first_values), order)
 
 
 @dataclass(frozen=True)
@@ -381,14 +388,14 @@ class CompiledStage:
     order: list[str]
 
 
-def _run_compiled(steps, feed_slots, fetch_slots, size, feeds, state, arriving=None,
+def _run_compiled(steps, feed_slots, fetch_slots, first_values, feeds, state, arriving=None,
                   produced=None) -> tuple[dict, int]:
-    """One run of a compiled stage (:func:`compile_stage`): the fetched values, and the peak
-    bytes of the values it held."""
-    values = [None] * size
+    """One run of a compiled stage (:func:`compile_stage`) whose slots start as ``first_values``
+    (its constants): the fetched values, and the peak bytes of the values it held."""
+    values = first_values.copy()
     for tensor, index in feed_slots:
         values[index] = feeds[tensor]
-    live = peak = sum(getattr(values[i], "nbytes", 0) for _, i in feed_slots)
+    live = peak = sum(getattr(value, "nbytes", 0) for value in values if value is not None)
     for kernel, xp, stateful, inputs, outputs, many, frees, node, donated, arrivals, made in steps:
         if arrivals:  # (rare: an op reading a fed value)
             for index, tensor in arrivals:
