@@ -375,7 +375,8 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
                       donated, arrivals, made))
     fetch_slots = [(t, slots[t]) for t in plan.fetches]
     first_values = [constants.get(index) for index in range(len(slots))]
-    return CompiledStage(functools.partial(_run_compiled, steps, feed_slots, fetch_slots, first_values), order)
+    run = functools.partial(_run_compiled, steps, feed_slots, fetch_slots, first_values)
+    return CompiledStage(run, order)
 
 
 @dataclass(frozen=True)
