@@ -182,6 +182,32 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
             "dflow.math)") in done.stdout
 
 
+def test_bench_script_serves_tensorflow_the_mnist_tutorial_in_every_import_form():
+    """TF 2 ships no ``tensorflow.examples``: ``dflow bench script`` gives it dflow's, reached both
+    by ``from ... import`` and by ``import ... as``, which takes each package from the one above."""
+    check = textwrap.dedent("""\
+        import sys, types
+        import dflow
+        # TensorFlow's compat.v1 as a script sees it: under another name (so that an import cannot
+        # find a package below it by its name in sys.modules, only as its attribute)
+        tensorflow = types.ModuleType("tensorflow._api.v2.compat.v1")
+        def ops_but_no_examples(name):  # (the mnist model module imports its ops from it)
+            if name == "examples":
+                raise AttributeError(name)
+            return getattr(dflow, name)
+        tensorflow.__getattr__ = ops_but_no_examples
+        sys.modules["tensorflow"] = tensorflow
+        from dflow.bench.script import _serve_mnist_tutorial_to_tensorflow
+        _serve_mnist_tutorial_to_tensorflow()
+        import tensorflow.examples.tutorials.mnist.input_data as imported
+        from tensorflow.examples.tutorials.mnist import input_data, mnist
+        assert imported is input_data and callable(input_data.read_data_sets)
+        assert mnist.__name__ == "tensorflow.examples.tutorials.mnist.mnist" and callable(mnist.inference)
+        """)
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
     script = write(tmp_path, "forever.py", """\
         import threading

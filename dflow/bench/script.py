@@ -129,8 +129,9 @@ def _serve_mnist_tutorial_to_tensorflow() -> None:
         package = types.ModuleType(f"{parent.__name__ if parent else 'tensorflow'}.{part}")
         package.__path__ = []  # only the modules set here
         sys.modules[package.__name__] = package
-        if parent is not None:
-            setattr(parent, part, package)
+        # (an attribute of the package above too: ``import tensorflow.examples.tutorials.mnist.
+        # input_data as input_data`` takes each part from the one above it)
+        setattr(sys.modules["tensorflow"] if parent is None else parent, part, package)
         parent = package
     parent.input_data, parent.mnist = input_data, model
     sys.modules[f"{name}.input_data"], sys.modules[f"{name}.mnist"] = input_data, model
