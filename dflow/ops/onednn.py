@@ -45,7 +45,7 @@ import threading
 import array_api_compat
 import numpy
 
-from . import parallel
+from . import denormals, parallel
 
 __all__ = ["available", "takes", "conv2d", "conv2d_input_grad", "conv2d_filter_grad", "max_pool",
            "max_pool_grad", "lrn", "lrn_for_grad", "lrn_grad", "matmul"]
@@ -287,9 +287,11 @@ class _Primitive:
                       "wrapping an array")
         lib.threads.limit(parallel.cores())  # the count the process was given (a number compared)
         stream = lib.stream()
-        lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
-                  "running a primitive")
-        lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
+        # (TBB's threads flush too: they take the modes of the thread that made their arena, here)
+        with denormals.flushed():
+            lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
+                      "running a primitive")
+            lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
 
 
 class _ConvPlan:

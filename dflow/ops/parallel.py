@@ -24,6 +24,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from . import denormals
+
 __all__ = ["cores", "map_pieces", "pieces_for", "stacked_pieces", "matmul",
            "set_blas_threads", "restore_blas_threads"]
 
@@ -76,7 +78,8 @@ def _setup():
     with _lock:
         if _pool is None:
             _blas_libraries()
-            _pool = ThreadPoolExecutor(_affinity(), thread_name_prefix="dflow-intra-op")
+            _pool = ThreadPoolExecutor(_affinity(), thread_name_prefix="dflow-intra-op",
+                                       initializer=denormals.flush_on_this_thread)
     return _pool
 
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy
 
 from ..errors import InvalidArgumentError, OpError
-from ..ops import parallel
+from ..ops import denormals, parallel
 from ..ops.registry import get_opdef
 from .devices import synchronize, to_namespace
 
@@ -198,7 +198,8 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
     compiled = compiled and stats.op_spans is None and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
-    with contextlib.nullcontext() if plan.on_gpu else parallel.one_blas_thread():
+    # TF's denormals: none (ops/denormals.py)
+    with contextlib.nullcontext() if plan.on_gpu else parallel.one_blas_thread(), denormals.flushed():
         if compiled:
             values, peak_bytes = compiled.run(feeds, state, arriving, produced)
             stats.ops_run += len(compiled.order)
@@ -271,7 +272,8 @@ def _count_and_run(plan: Schedule, feeds: dict, state, namespaces: dict, num_thr
     # so the ops after them in the ready list run meanwhile
     done: queue.SimpleQueue = queue.SimpleQueue()
     in_flight = asynchronous_in_flight = 0
-    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op") if num_threads > 1 else None
+    pool = ThreadPoolExecutor(num_threads, thread_name_prefix="dflow-inter-op",
+                              initializer=denormals.flush_on_this_thread) if num_threads > 1 else None
     try:
         while ready or in_flight:
             while ready:
