@@ -377,7 +377,8 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
                       donated, arrivals, made))
     fetch_slots = [(t, slots[t]) for t in plan.fetches]
     first_values = [constants.get(index) for index in range(len(slots))]
-    run = functools.partial(_run_compiled, steps, feed_slots, fetch_slots, first_values)
+    constant_bytes = sum(getattr(value, "nbytes", 0) for value in constants.values())
+    run = functools.partial(_run_compiled, steps, feed_slots, fetch_slots, first_values, constant_bytes)
     return CompiledStage(run, order)
 
 
@@ -391,14 +392,15 @@ class CompiledStage:
     order: list[str]
 
 
-def _run_compiled(steps, feed_slots, fetch_slots, first_values, feeds, state, arriving=None,
+def _run_compiled(steps, feed_slots, fetch_slots, first_values, constant_bytes, feeds, state, arriving=None,
                   produced=None) -> tuple[dict, int]:
     """One run of a compiled stage (:func:`compile_stage`) whose slots start as ``first_values``
-    (its constants): the fetched values, and the peak bytes of the values it held."""
+    (its constants, ``constant_bytes`` of them): the fetched values, and the peak bytes of the
+    values it held."""
     values = first_values.copy()
     for tensor, index in feed_slots:
         values[index] = feeds[tensor]
-    live = peak = sum(getattr(value, "nbytes", 0) for value in values if value is not None)
+    live = peak = constant_bytes + sum(getattr(values[i], "nbytes", 0) for _, i in feed_slots)
     for kernel, xp, stateful, inputs, outputs, many, frees, node, donated, arrivals, made in steps:
         if arrivals:  # (rare: an op reading a fed value)
             for index, tensor in arrivals:
