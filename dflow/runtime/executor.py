@@ -198,7 +198,7 @@ def execute(plan: Schedule, feeds: dict, state, namespaces: dict, num_threads: i
     compiled = compiled and stats.op_spans is None and plan.compiled.get(key, _NOT_YET)
     if compiled is _NOT_YET:
         compiled = plan.compiled[key] = compile_stage(plan, key[0], namespaces, num_threads)
-    # TF's denormals: none (ops/denormals.py)
+    # denormals flushed to zero, as in TensorFlow (ops/denormals.py)
     with contextlib.nullcontext() if plan.on_gpu else parallel.one_blas_thread(), denormals.flushed():
         if compiled:
             values, peak_bytes = compiled.run(feeds, state, arriving, produced)
