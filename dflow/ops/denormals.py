@@ -32,7 +32,6 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import platform
@@ -80,32 +79,38 @@ def _register():
 
 def flush_on_this_thread() -> None:
     """Flush denormals on the calling thread from now on (a pool thread's initializer)."""
-    if _FENV is not None:
-        get, put, _, bits = _FENV
-        buffer, word = _register()
-        get(buffer)
-        word.value |= bits
-        put(buffer)
+    _FLUSHED.__enter__()  # and never left
 
 
-@contextlib.contextmanager
-def flushed():
+class _Flushed:
+    """The context of :func:`flushed`: one object for every thread and every depth. Inside
+    another (a primitive in a step, anything on a pool's thread) it only counts, so a step's
+    primitives pay an attribute's increment, not two library calls."""
+
+    def __enter__(self) -> None:
+        depth = getattr(_local, "depth", 0)
+        _local.depth = depth + 1
+        if depth == 0 and _FENV is not None:
+            get, put, _, bits = _FENV
+            buffer, word = _register()
+            get(buffer)
+            _local.had = word.value & bits
+            word.value |= bits
+            put(buffer)
+
+    def __exit__(self, *_) -> None:
+        _local.depth -= 1
+        if _local.depth == 0 and _FENV is not None:
+            get, put, _, bits = _FENV
+            buffer, word = _register()
+            get(buffer)  # (the status flags as they are now: NumPy reads them after each ufunc)
+            word.value = word.value & ~bits | _local.had
+            put(buffer)
+
+
+_FLUSHED = _Flushed()
+
+
+def flushed() -> _Flushed:
     """Denormals flushed to zero on the calling thread inside; its own modes back after."""
-    if _FENV is None:
-        yield
-        return
-    get, put, _, bits = _FENV
-    buffer, word = _register()
-    get(buffer)
-    had = word.value & bits
-    if had == bits:  # (a pool's thread, or a step inside a step)
-        yield
-        return
-    word.value |= bits
-    put(buffer)
-    try:
-        yield
-    finally:
-        get(buffer)  # (the status flags as they are now: NumPy reads them after each ufunc)
-        word.value = word.value & ~bits | had
-        put(buffer)
+    return _FLUSHED
