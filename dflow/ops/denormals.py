@@ -13,7 +13,8 @@ dflow does the same:
 
 - :func:`flushed` sets the modes on the calling thread for a step (``executor.execute``) or
   a oneDNN primitive, and puts back what the thread had after it, so the caller's own NumPy
-  code outside dflow keeps IEEE's gradual underflow;
+  code outside dflow keeps IEEE's gradual underflow (inside another, as a step's primitives
+  are, it only counts);
 - :func:`flush_on_this_thread` sets them for good on dflow's own pools' threads, which run
   nothing but its kernels;
 - oneDNN's TBB worker threads take the modes of the thread whose primitive first made its
