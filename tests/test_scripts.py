@@ -208,6 +208,24 @@ def test_bench_script_serves_tensorflow_the_mnist_tutorial_in_every_import_form(
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("installed, set_before, expected", [
+    (True, None, "1"), (False, None, None), (True, "0", "0")])
+def test_bench_script_gives_tensorflow_tf_keras_where_installed(monkeypatch, installed, set_before, expected):
+    """Keras 3 refuses TF 1.x's layers; TensorFlow takes tf_keras where installed, unless the
+    environment already says which Keras to use."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (
+        (object() if installed else None) if name == "tf_keras" else real_find_spec(name, *args)))
+    if set_before is None:
+        monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    else:
+        monkeypatch.setenv("TF_USE_LEGACY_KERAS", set_before)
+    bench_script._use_tf_keras_where_installed()
+    assert os.environ.get("TF_USE_LEGACY_KERAS") == expected
+
+
 def test_bench_script_times_the_step_and_stops_the_script(tmp_path):
     script = write(tmp_path, "forever.py", """\
         import threading

@@ -87,9 +87,21 @@ def _time_session_runs(session_class, calls: int, warmup: int, timings: dict) ->
     session_class.run, session_class.make_callable = run, make_callable
 
 
+def _use_tf_keras_where_installed() -> None:
+    """``TF_USE_LEGACY_KERAS=1`` where ``tf_keras`` is installed and the environment says nothing:
+    from TensorFlow 2.16 on, Keras 3 refuses the TF 1.x layers that scripts use
+    (``tf.layers.dense``, ``tf.nn.rnn_cell.BasicRNNCell``: "not available with Keras 3"), and
+    ``tf_keras`` is TF 1.x's Keras, which TensorFlow takes instead when told so before it loads."""
+    import importlib.util
+
+    if "TF_USE_LEGACY_KERAS" not in os.environ and importlib.util.find_spec("tf_keras") is not None:
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+
 def _prepare(framework: str, checkout: str | None):
     """Make ``import tensorflow`` import ``framework``; the Session class whose runs are timed."""
     if framework == "tensorflow":
+        _use_tf_keras_where_installed()
         import tensorflow
 
         v1 = tensorflow.compat.v1
