@@ -12,7 +12,8 @@ import dflow as tf
 from dflow.ops import denormals, parallel
 
 pytestmark = pytest.mark.skipif(not denormals.available(),
-                                reason="the flush modes are set on Linux on x86-64 and AArch64 only")
+                                reason="no way to set the CPU's flush-to-zero modes on this platform "
+                                       "(dflow sets them on Linux, x86-64 and AArch64)")
 TINY = np.float32(1e-20)  # its square, 1e-40, is a denormal float32
 
 

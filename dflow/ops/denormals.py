@@ -46,7 +46,9 @@ __all__ = ["available", "flushed", "flush_on_this_thread"]
 _LAYOUTS = {"x86_64": (28, 0x8040),  # MXCSR: flush to zero (bit 15), denormals are zero (bit 6)
             "aarch64": (0, 1 << 24)}  # FPCR: flush to zero (bit 24)
 _ENV_BYTES = 64  # more than either fenv_t
-_local = threading.local()  # each thread's fenv_t buffer (the register is the thread's own)
+# per thread (the register is the thread's own): its fenv_t buffer, how deep in flushed() it
+# is, and the modes it had before the outermost one
+_local = threading.local()
 
 
 def _load():
