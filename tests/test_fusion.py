@@ -588,3 +588,103 @@ def test_the_lrn_with_a_workspace_is_the_plain_pair_on_every_namespace(xp):
     expected = get_opdef("LRNGrad").kernel(xp, dy, x, y, **attrs)
     got = get_opdef("_LRNGradWithWorkspace").kernel(xp, dy, x, got_y, workspace, **attrs)
     np.testing.assert_allclose(to_host(got), to_host(expected), rtol=1e-5, atol=1e-6)
+
+
+ACTIVATIONS = {"Relu": (tf.nn.relu, lambda y: np.maximum(y, 0)), "Sigmoid": (tf.sigmoid, lambda y: 1 / (1 + np.exp(-y))),
+               "Tanh": (tf.tanh, np.tanh), "": (tf.identity, lambda y: y)}
+
+
+def dense_layer(x, w, b, bias_form: str, activation: str):
+    """``activation(x @ w + b)`` as tutorials write it: the bias by ``bias_add``, by ``+`` or none."""
+    product = tf.matmul(x, w)
+    summed = {"BiasAdd": lambda: tf.nn.bias_add(product, b), "Add": lambda: product + b, "": lambda: product}
+    return summed[bias_form](), ACTIVATIONS[activation][0](summed[bias_form]())
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["oneDNN", "composed"])
+@pytest.mark.parametrize("bias_form, activation", [
+    ("BiasAdd", "Relu"), ("Add", "Relu"), ("BiasAdd", "Sigmoid"), ("Add", "Sigmoid"), ("Add", "Tanh"),
+    ("Add", ""), ("BiasAdd", ""), ("", "Relu"), ("", "Sigmoid"), ("", "Tanh")])
+def test_a_dense_layer_trains_as_one_op_with_the_ops_numbers(monkeypatch, onednn, bias_form, activation):
+    """x @ w + b and its activation are one op (TF's _FusedMatMul) whose forward is the ops' and
+    whose training steps are the unfused graph's; the Add's gradient reads the product's shape
+    from x and w, which does not keep the product from fusing."""
+    from dflow.ops import onednn as onednn_module
+
+    if onednn:
+        monkeypatch.setattr(onednn_module, "MATMUL_FROM", 0)  # this small product too
+    else:
+        monkeypatch.setattr(onednn_module, "takes", lambda xp, *arrays: False)
+    images = RNG.standard_normal((8, 5)).astype(np.float32)
+    w0, b0 = RNG.standard_normal((5, 3)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 5])
+        w, b = tf.Variable(w0), tf.Variable(b0)
+        summed, y = dense_layer(x, w, b, bias_form, activation)
+        train = tf.train.GradientDescentOptimizer(0.05).minimize(tf.reduce_sum(y * y))
+        types = op_types(make_plan(graph, [y, train], {x.name}, HERE))
+        assert types.count("_FusedMatMul") == 1
+        assert not {"BiasAdd", "Add", "Relu", "Sigmoid", "Tanh"} & set(types)
+        assert ("_MatMulShape" in types) == (bias_form == "Add")  # the Add's gradient reads the shape
+        results = []
+        for fetch_sum_too in (False, True):  # fetched, the sum stays an op of its own
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                first = sess.run([y, summed] if fetch_sum_too else y, {x: images})
+                for _ in range(2):
+                    sess.run([train, summed] if fetch_sum_too else train, {x: images})
+                results.append([first[0] if fetch_sum_too else first, *sess.run([w, b])])
+    reference = images.astype(np.float64) @ w0 + (b0 if bias_form else 0)
+    np.testing.assert_allclose(results[0][0], ACTIVATIONS[activation][1](reference), rtol=1e-5, atol=1e-5)
+    for fused_value, unfused_value in zip(*results, strict=True):
+        np.testing.assert_allclose(fused_value, unfused_value, rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_read_elsewhere_or_summed_with_a_matrix_stays_apart_or_composes():
+    """A product that another op also reads is not fused; a bias that is a whole matrix (a
+    residual sum) fuses, and the kernel adds it as the Add does."""
+    x0, w0 = RNG.standard_normal((4, 6)).astype(np.float32), RNG.standard_normal((6, 6)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [4, 6])
+        product = tf.matmul(x, w0)
+        shared = tf.nn.relu(product) + product
+        residual = tf.sigmoid(tf.matmul(x, w0) + x)
+        assert "_FusedMatMul" not in op_types(make_plan(graph, [shared], {x.name}, HERE))
+        assert "_FusedMatMul" in op_types(make_plan(graph, [residual], {x.name}, HERE))
+        with tf.Session() as sess:
+            got = sess.run(residual, {x: x0})
+    reference = x0.astype(np.float64) @ w0 + x0
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-reference)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fused_matmul_kernel_is_the_ops_it_replaces_on_every_namespace(xp, dtype):
+    kernel = get_opdef("_FusedMatMul").kernel
+    a, b = RNG.standard_normal((4, 6)).astype(dtype), RNG.standard_normal((6, 5)).astype(dtype)
+    biases = [None, RNG.standard_normal(5).astype(dtype), RNG.standard_normal((4, 5)).astype(dtype)]
+    for transpose_a, transpose_b in [(False, False), (True, False), (False, True), (True, True)]:
+        a_in, b_in = (a.T.copy() if transpose_a else a), (b.T.copy() if transpose_b else b)
+        for bias in biases:
+            for activation, (_, reference) in ACTIVATIONS.items():
+                inputs = [xp.asarray(a_in), xp.asarray(b_in)] + ([] if bias is None else [xp.asarray(bias)])
+                got = to_host(kernel(xp, *inputs, transpose_a=transpose_a, transpose_b=transpose_b,
+                                     activation=activation))
+                assert got.dtype == dtype
+                expected = reference(a.astype(np.float64) @ b + (0 if bias is None else bias))
+                np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                           atol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("a_shape, b_shape, transpose_a, transpose_b", [
+    ((4, 6), (6, 5), False, False), ((6, 4), (5, 6), True, True), ((3, 1, 4, 6), (2, 6, 5), False, False),
+    ((2, 6, 4), (2, 6, 5), True, False)])
+def test_a_product_s_shape_from_its_inputs_is_its_output_s(xp, a_shape, b_shape, transpose_a, transpose_b):
+    a, b = RNG.standard_normal(a_shape).astype(np.float32), RNG.standard_normal(b_shape).astype(np.float32)
+    output = get_opdef("MatMul").kernel(array_api_compat.numpy, a, b, transpose_a, transpose_b)
+    for out_type in (tf.int32, tf.int64):
+        shape = get_opdef("_MatMulShape").kernel(xp, xp.asarray(a), xp.asarray(b), out_type, transpose_a,
+                                                 transpose_b)
+        assert to_host(shape).dtype == out_type.as_numpy_dtype
+        np.testing.assert_array_equal(to_host(shape), output.shape)

@@ -169,7 +169,7 @@ def test_a_dense_layer_s_gradients_through_onednn_match_float64(monkeypatch):
     monkeypatch.setattr(onednn, "MATMUL_FROM", 0)  # these small products too
     calls = []
     real = onednn.matmul
-    monkeypatch.setattr(onednn, "matmul", lambda a, b: calls.append(a.shape) or real(a, b))
+    monkeypatch.setattr(onednn, "matmul", lambda a, b, *fused: calls.append(a.shape) or real(a, b, *fused))
     values = random((64, 300)), random((300, 200)), random((64, 200))
 
     def gradients(dtype):

@@ -350,21 +350,44 @@ def _matmul_infer(inputs, transpose_a, transpose_b):
     return [Spec(batch + (m, n), dtypes.promote(a.dtype, b.dtype))]
 
 
-def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
+def _oriented(xp, a, b, transpose_a, transpose_b):
     if type(a) is type(b) is np.ndarray and a.ndim == b.ndim == 2:  # (a view: array_api_compat's 0.6 us)
-        a, b = a.T if transpose_a else a, b.T if transpose_b else b
-    else:
-        a = xp.matrix_transpose(a) if transpose_a else a
-        b = xp.matrix_transpose(b) if transpose_b else b
+        return a.T if transpose_a else a, b.T if transpose_b else b
+    return xp.matrix_transpose(a) if transpose_a else a, xp.matrix_transpose(b) if transpose_b else b
+
+
+def _matmul_kernel(xp, a, b, transpose_a, transpose_b):
+    a, b = _oriented(xp, a, b, transpose_a, transpose_b)
     if a.ndim == b.ndim == 2:
         if a.shape[1] == b.shape[0] == 1 and fused.compiled_for(xp, a, b):
             return fused.outer(a, b)
-        # (the size first: a step's small products skip oneDNN's checks, 4 us a product)
-        if a.shape[0] * a.shape[1] * b.shape[1] >= onednn.MATMUL_FROM and onednn.takes(xp, a, b):
-            product = onednn.matmul(a, b)
-            if product is not None:
-                return product
+        product = _onednn_matmul(xp, a, b)
+        if product is not None:
+            return product
     return parallel.matmul(xp, a, b)
+
+
+def _onednn_matmul(xp, a, b, bias=None, activation=None):
+    """oneDNN's ``a @ b`` of 2-D arrays, with ``bias`` and ``activation`` as :func:`onednn.matmul`
+    takes them; None where it does not."""
+    # (the size first: a step's small products skip oneDNN's checks, 4 us a product)
+    if a.shape[0] * a.shape[1] * b.shape[1] < onednn.MATMUL_FROM:
+        return None
+    if bias is not None and not (bias.ndim == 1 and bias.shape[0] == b.shape[1]):
+        return None
+    if not onednn.takes(xp, a, b, *(() if bias is None else (bias,))):
+        return None
+    return onednn.matmul(a, b, bias, activation)
+
+
+def fused_matmul(xp, a, b, bias, activation, transpose_a=False, transpose_b=False):
+    """oneDNN's product of 2-D ``a`` and ``b`` (transposed as MatMul's attributes say) plus
+    ``bias`` (one per column, or None), then ``activation`` (``"Relu"``, ``"Sigmoid"``,
+    ``"Tanh"`` or None) in the same pass: TF's ``_FusedMatMul``. None where oneDNN does not take
+    them; the caller composes the ops then."""
+    if a.ndim != 2 or b.ndim != 2:
+        return None
+    return _onednn_matmul(xp, *_oriented(xp, a, b, transpose_a, transpose_b), bias, activation)
 
 
 def _matmul_grad(op, g):

@@ -56,7 +56,8 @@ log = logging.getLogger("dflow")
 _F32, _TAG_ANY, _TAG_A, _TAG_AB, _TAG_BA, _TAG_NHWC, _TAG_HWIO = 3, 1, 2, 3, 14, 22, 28
 _FORWARD_TRAINING, _FORWARD_INFERENCE, _DIRECT, _LRN_ACROSS_CHANNELS = 64, 96, 1, 0xaff
 _POOLING_MAX = 0x1ff
-_ELTWISE_RELU = 0x20
+# a post-op's algorithm, by the name of the TF op it stands for
+_ELTWISE = {"Relu": 0x20, "Tanh": 0x21, "Sigmoid": 0x29}
 _CPU, _IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 41, 64, 80
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS, _ARG_DIFF_BIAS = 129, 145, 161, 169
@@ -128,19 +129,20 @@ class _Library:
         self.engine = _handle()
         self.check(dnnl.dnnl_engine_create(ctypes.byref(self.engine), _CPU, 0), "creating a CPU engine")
         self.attr = self._attributes()  # every primitive takes its scratchpad from the call: thread-safe
-        self.attr_relu = self._attributes(relu=True)  # and a ReLU on the way out (TF's _FusedConv2D)
+        # and an activation on the way out, by its op's name (TF's _FusedConv2D and _FusedMatMul)
+        self.attr_then = {activation: self._attributes(activation) for activation in _ELTWISE}
         self._local = threading.local()
 
-    def _attributes(self, relu: bool = False) -> _handle:
+    def _attributes(self, activation: str | None = None) -> _handle:
         dnnl, attr = self.dnnl, _handle()
         self.check(dnnl.dnnl_primitive_attr_create(ctypes.byref(attr)), "creating attributes")
         self.check(dnnl.dnnl_primitive_attr_set_scratchpad_mode(attr, _SCRATCHPAD_USER),
                    "setting the scratchpad mode")
-        if relu:
+        if activation is not None:
             post_ops = _handle()
             self.check(dnnl.dnnl_post_ops_create(ctypes.byref(post_ops)), "creating post-ops")
-            self.check(dnnl.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(0.0),
-                                                         ctypes.c_float(0.0)), "adding a ReLU")
+            self.check(dnnl.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE[activation], ctypes.c_float(0.0),
+                                                         ctypes.c_float(0.0)), f"adding a {activation}")
             self.check(dnnl.dnnl_primitive_attr_set_post_ops(attr, post_ops), "setting post-ops")
             dnnl.dnnl_post_ops_destroy(post_ops)  # the attributes keep a copy
         return attr
@@ -315,7 +317,7 @@ class _ConvPlan:
         dnnl = lib.dnnl
         forward = lib.describe(dnnl.dnnl_convolution_forward_primitive_desc_create, lib.engine,
                                _FORWARD_TRAINING, _DIRECT, self.x_md, self.any_md, self.bias_md, self.y_md,
-                               *geometry, lib.attr_relu if relu else lib.attr)
+                               *geometry, lib.attr_then["Relu"] if relu else lib.attr)
         if forward is None:
             return
         if direction == "forward":
@@ -419,21 +421,24 @@ class _MaxPoolPlan:
 
 
 class _MatmulPlan:
-    """``a @ b`` of 2-D arrays, each C-ordered or the transpose of a C-ordered one (``ba``)."""
+    """``a @ b`` of 2-D arrays, each C-ordered or the transpose of a C-ordered one (``ba``); with
+    ``bias`` plus a row of ``n``, then ``activation`` (a key of :data:`_ELTWISE`) where given."""
 
-    def __init__(self, lib: _Library, direction: str, m, k, n, a_transposed, b_transposed):
+    def __init__(self, lib: _Library, direction: str, m, k, n, a_transposed, b_transposed, bias=False,
+                 activation=None):
         self.lib, self.primitive = lib, None
         self.a_md = lib.md((m, k), _TAG_BA if a_transposed else _TAG_AB)
         self.b_md = lib.md((k, n), _TAG_BA if b_transposed else _TAG_AB)
         self.c_md = lib.md((m, n), _TAG_AB)
+        self.bias_md = lib.md((1, n), _TAG_AB) if bias else None
         pd = lib.describe(lib.dnnl.dnnl_matmul_primitive_desc_create, lib.engine, self.a_md, self.b_md,
-                          None, self.c_md, lib.attr)
+                          self.bias_md, self.c_md, lib.attr if activation is None else lib.attr_then[activation])
         if pd is not None:
             self.primitive = _Primitive(lib, pd)
 
     def __del__(self):
-        for name in ("a_md", "b_md", "c_md"):
-            if hasattr(self, name):
+        for name in ("a_md", "b_md", "c_md", "bias_md"):
+            if getattr(self, name, None) is not None:
                 self.lib.dnnl.dnnl_memory_desc_destroy(getattr(self, name))
 
 
@@ -607,9 +612,11 @@ def _stored_transposed(a: numpy.ndarray) -> bool | None:
     return True if a.T.flags.c_contiguous else None
 
 
-def matmul(a, b) -> numpy.ndarray | None:
+def matmul(a, b, bias=None, activation: str | None = None) -> numpy.ndarray | None:
     """``a @ b`` of two float32 matrices: oneDNN's AVX-512 GEMM (1.15-1.3x OpenBLAS's pieces
-    on the dense layers here); None for small products and where oneDNN has no kernel."""
+    on the dense layers here); with ``bias`` (float32, one per column) added and ``activation``
+    (``"Relu"``, ``"Sigmoid"``, ``"Tanh"``) applied as each block of the product is made (TF's
+    ``_FusedMatMul``); None for small products and where oneDNN has no kernel."""
     (m, k), n = a.shape, b.shape[1]
     if m * k * n < MATMUL_FROM or k == 1:
         return None
@@ -618,9 +625,12 @@ def matmul(a, b) -> numpy.ndarray | None:
         a, a_transposed = numpy.ascontiguousarray(a), False
     if b_transposed is None:
         b, b_transposed = numpy.ascontiguousarray(b), False
-    plan = _plan_of("matmul", m, k, n, a_transposed, b_transposed)
+    plan = _plan_of("matmul", m, k, n, a_transposed, b_transposed, bias is not None, activation)
     if plan is None:
         return None
     c = numpy.empty((m, n), numpy.float32)
-    plan.primitive.run({_ARG_SRC: (plan.a_md, a), _ARG_WEIGHTS: (plan.b_md, b), _ARG_DST: (plan.c_md, c)})
+    args = {_ARG_SRC: (plan.a_md, a), _ARG_WEIGHTS: (plan.b_md, b), _ARG_DST: (plan.c_md, c)}
+    if bias is not None:
+        args[_ARG_BIAS] = (plan.bias_md, numpy.ascontiguousarray(bias))
+    plan.primitive.run(args)
     return c

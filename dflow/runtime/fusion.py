@@ -22,6 +22,10 @@ place and under its name, so every consumer and every fetch of its value is unch
   window's maximum was (oneDNN's pass for training), and ``_MaxPoolGradWithWorkspace(x, y,
   dy, workspace)``, which routes by it without reading ``x`` again; ``LRN`` and ``LRNGrad``
   likewise pass the forward's window sums (TF's oneDNN ops pass the same workspaces);
+- ``Add(MatMul(a, b), bias)`` or ``BiasAdd(MatMul(a, b), bias)`` -> ``_FusedMatMul(a, b,
+  bias)``, and a ``Relu``, ``Sigmoid`` or ``Tanh`` of a MatMul or of that -> ``_FusedMatMul``
+  with the activation (TF's ``_FusedMatMul``); a ``Shape`` of the product becomes
+  ``_MatMulShape(a, b)``, as for a convolution;
 - ``Relu(FusedBatchNorm(x, ...))`` -> ``_FusedBatchNormRelu(x, ...)`` (the Relu's place an
   ``Identity`` of it), and ``FusedBatchNormGrad(ReluGrad(g, y), x, ...)`` ->
   ``_FusedBatchNormGradRelu(g, y, x, ...)``: the ReLU in the batch norm's passes, as TF's
@@ -61,7 +65,21 @@ from .executor import OpNode
 __all__ = ["fuse"]
 
 
+def _matmul_bias(add: OpNode, matmul: OpNode) -> tuple[str, dict, tuple] | None:
+    if matmul.type != "MatMul" or add.attrs.get("data_format") == "NCHW":
+        return None
+    return "_FusedMatMul", {**matmul.attrs, "activation": ""}, (*matmul.inputs, add.inputs[1])
+
+
+def _activation_of(activation: OpNode, first: OpNode) -> tuple[str, dict, tuple] | None:
+    if first.type == "MatMul" or (first.type == "_FusedMatMul" and not first.attrs["activation"]):
+        return "_FusedMatMul", {**first.attrs, "activation": activation.type}, first.inputs
+    return None
+
+
 def _relu_of(relu: OpNode, first: OpNode) -> tuple[str, dict, tuple] | None:
+    if first.type in ("MatMul", "_FusedMatMul"):
+        return _activation_of(relu, first)
     if first.type == "Conv2D":  # no bias
         return "_FusedConv2DBiasRelu", first.attrs, first.inputs
     if first.type == "BatchNormalization":  # tf.nn.batch_normalization written by hand
@@ -85,7 +103,8 @@ def _max_pool_grad_relu_grad(relu_grad: OpNode, pool_grad: OpNode) -> tuple[str,
 
 #: by the second op's type, given the op making its first input: the fused op's type,
 #: attributes and inputs, or None
-_RULES = {"Relu": _relu_of, "_FusedAddRelu": _conv_bias_relu, "ReluGrad": _max_pool_grad_relu_grad}
+_RULES = {"Relu": _relu_of, "_FusedAddRelu": _conv_bias_relu, "ReluGrad": _max_pool_grad_relu_grad,
+          "Add": _matmul_bias, "BiasAdd": _matmul_bias, "Sigmoid": _activation_of, "Tanh": _activation_of}
 
 
 def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
@@ -93,7 +112,7 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
     else uses the first op's value. ``needed``: the tensor and ``^op`` names the stage gives
     out (sent to other tasks, kept for its later stages, fetched): a first op among them is
     left alone."""
-    nodes = _conv_shapes_from_inputs(nodes)
+    nodes = _shapes_from_inputs(nodes)
     sole_producer = _sole_producers(nodes, needed)
     fused, absorbed = {}, set()
     for second in nodes:
@@ -101,6 +120,7 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
             first = sole_producer(second.inputs[0], second.device_type)
             if first is None:
                 break
+            first = fused.get(first.name, first)  # (the Add of a MatMul fused before its Sigmoid's turn)
             made = rule(second, first)
             if made is None:
                 break
@@ -112,16 +132,32 @@ def fuse(nodes: list[OpNode], needed: Collection[str]) -> list[OpNode]:
     return _with_workspaces(_with_sums_fused(kept, needed))
 
 
-def _conv_shapes_from_inputs(nodes: list[OpNode]) -> list[OpNode]:
-    """Each ``Shape`` of a Conv2D's output as ``_Conv2DShape`` of the Conv2D's inputs (:func:`fuse`)."""
-    convs = {f"{n.name}:0": n for n in nodes if n.type == "Conv2D"}
+#: by the type of an op whose output's Shape is read: the op that makes that shape from its inputs
+_SHAPES_FROM_INPUTS = {"Conv2D": "_Conv2DShape", "MatMul": "_MatMulShape"}
+#: the ops after a Conv2D or MatMul that fuse with it
+_FUSING_READERS = {"Add", "BiasAdd", "Relu", "Sigmoid", "Tanh"}
+
+
+def _shapes_from_inputs(nodes: list[OpNode]) -> list[OpNode]:
+    """Each ``Shape`` of a Conv2D's or MatMul's output as ``_Conv2DShape`` or ``_MatMulShape`` of
+    its inputs (:func:`fuse`), where one other op reads that output and may fuse with it (else
+    the Shape would only add a reader of the inputs, such as a variable an update waits for)."""
+    producers = {f"{n.name}:0": n for n in nodes if n.type in _SHAPES_FROM_INPUTS}
+    readers = {tensor: [] for tensor in producers}  # the types of the ops other than Shape reading each
+    for node in nodes:
+        for tensor in set(node.inputs) & producers.keys():
+            if node.type != "Shape":
+                readers[tensor].append(node.type)
 
     def from_inputs(node: OpNode) -> OpNode:
-        conv = convs.get(node.inputs[0]) if node.type == "Shape" else None
-        if conv is None or conv.device_type != node.device_type:
+        producer = producers.get(node.inputs[0]) if node.type == "Shape" else None
+        if producer is None or producer.device_type != node.device_type:
             return node
-        return OpNode(node.name, "_Conv2DShape", {**conv.attrs, **node.attrs}, conv.inputs,
-                      node.control_inputs, 1, node.device_type)
+        others = readers[node.inputs[0]]
+        if len(others) != 1 or others[0] not in _FUSING_READERS:
+            return node
+        return OpNode(node.name, _SHAPES_FROM_INPUTS[producer.type], {**producer.attrs, **node.attrs},
+                      producer.inputs, node.control_inputs, 1, node.device_type)
 
     return [from_inputs(n) for n in nodes]
 
