@@ -159,6 +159,34 @@ def test_relu_grad_compiled_is_tf_s_select(monkeypatch):
     np.testing.assert_array_equal(compiled, kernel(xp_numpy, *big))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op_type", ["SigmoidGrad", "TanhGrad"])
+def test_an_activation_s_gradient_compiled_is_its_ops_numbers(compiled, op_type, dtype):
+    """SigmoidGrad and TanhGrad give the numbers of the multiplies they replace, bit for bit, on
+    every NumPy path, a transposed gradient read in its logical order."""
+    y = np.tanh(RNG.standard_normal((6, 300))).astype(dtype)
+    if op_type == "SigmoidGrad":
+        y = (y + 1) / 2
+    dy = np.asarray(RNG.standard_normal((300, 6)), dtype).T
+    expected = dy * y * (1 - y) if op_type == "SigmoidGrad" else dy * (1 - y * y)
+    got = get_opdef(op_type).kernel(xp_numpy, y, dy)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_sigmoid_s_and_a_tanh_s_gradients_are_one_op_each():
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [3])
+        gradients = tf.gradients(tf.reduce_sum(tf.sigmoid(x) + tf.tanh(x)), x)
+        with tf.Session() as sess:
+            got = sess.run(gradients, {x: [0.0, 1.0, -2.0]})[0]
+            types = [node.type for node in sess.runner.plans.values()[-1].schedule.nodes.values()]
+    assert types.count("SigmoidGrad") == types.count("TanhGrad") == 1 and "Sub" not in types
+    x0 = np.asarray([0.0, 1.0, -2.0])
+    sigmoid = 1 / (1 + np.exp(-x0))
+    np.testing.assert_allclose(got, sigmoid * (1 - sigmoid) + 1 - np.tanh(x0) ** 2, rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype, rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])
 @pytest.mark.parametrize("labels_dtype", [np.int32, np.int64, np.uint8])
 @pytest.mark.parametrize("batch", [1, 7])

@@ -590,7 +590,8 @@ def test_the_lrn_with_a_workspace_is_the_plain_pair_on_every_namespace(xp):
     np.testing.assert_allclose(to_host(got), to_host(expected), rtol=1e-5, atol=1e-6)
 
 
-ACTIVATIONS = {"Relu": (tf.nn.relu, lambda y: np.maximum(y, 0)), "Sigmoid": (tf.sigmoid, lambda y: 1 / (1 + np.exp(-y))),
+ACTIVATIONS = {"Relu": (tf.nn.relu, lambda y: np.maximum(y, 0)),
+               "Sigmoid": (tf.sigmoid, lambda y: 1 / (1 + np.exp(-y))),
                "Tanh": (tf.tanh, np.tanh), "": (tf.identity, lambda y: y)}
 
 

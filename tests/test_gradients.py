@@ -7,6 +7,7 @@ from gradcheck import check_gradients
 from namespaces import OTHER_NAMESPACES, assert_of_namespace, reference_session, to_host
 
 import dflow as tf
+from dflow.python.ops import gen_math_ops
 from dflow.runtime.executor import execute
 from dflow.runtime.state import SessionState
 
@@ -38,6 +39,8 @@ GRAD_ROWS = [
     ("log", tf.log, [positive(2, 3)]),
     ("abs", tf.abs, [r(6)]),
     ("sigmoid", tf.sigmoid, [r(2, 3)]),
+    ("sigmoid_grad", lambda y, dy: gen_math_ops.sigmoid_grad(y, dy), [r(2, 3, low=0.1, high=0.9), r(2, 3)]),
+    ("tanh_grad", lambda y, dy: gen_math_ops.tanh_grad(y, dy), [r(2, 3), r(2, 3)]),
     ("tanh", tf.tanh, [r(2, 3)]),
     ("matmul", tf.matmul, [r(3, 4), r(4, 2)]),
     ("matmul_ta", lambda a, b: tf.matmul(a, b, transpose_a=True), [r(4, 3), r(4, 2)]),

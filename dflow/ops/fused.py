@@ -218,6 +218,17 @@ def _compile(numba) -> dict:
         for i in range(out.size):  # TF's select: an inf gradient at a zero feature is 0, not NaN
             out[i] = gradient[i] if features[i] > 0 else 0
 
+    # an activation's gradient from its output, in the order its ops multiplied
+    @jit
+    def sigmoid_grad_into(y, dy, out, one):
+        for i in range(out.size):
+            out[i] = dy[i] * y[i] * (one - y[i])
+
+    @jit
+    def tanh_grad_into(y, dy, out, one):
+        for i in range(out.size):
+            out[i] = dy[i] * (one - y[i] * y[i])
+
     @jit
     def sparse_xent_into(logits, labels, loss, backprop):
         classes = logits.shape[1]
@@ -327,6 +338,8 @@ def _compile(numba) -> dict:
         max_pool_grad_into(image, image, image, image.copy(), 1, 1, 1, 1, 0, 0, False)
         relu_into(one, one.copy(), one[0])
         relu_grad_into(one, one, one.copy())
+        sigmoid_grad_into(one, one, one.copy(), one[0])
+        tanh_grad_into(one, one, one.copy(), one[0])
         bias_add_relu_into(one.reshape(1, 1), one, one.reshape(1, 1).copy())
         row, wide = one.reshape(1, 1), numpy.zeros(1)
         channel_sums_into(row, wide.copy(), wide.copy())
@@ -347,6 +360,7 @@ def _compile(numba) -> dict:
             "add_scaled_into": add_scaled_into,
             "max_pool_into": max_pool_into, "max_pool_grad_into": max_pool_grad_into,
             "relu_into": relu_into, "relu_grad_into": relu_grad_into,
+            "sigmoid_grad_into": sigmoid_grad_into, "tanh_grad_into": tanh_grad_into,
             "bias_add_relu_into": bias_add_relu_into, "sparse_xent_into": sparse_xent_into,
             "rms_prop_into": rms_prop_into,
             "momentum_into": momentum_into, "dropout_into": dropout_into,
@@ -583,6 +597,20 @@ def relu_grad(gradient, features):
     feature is positive, else 0."""
     out = numpy.empty(gradient.shape, gradient.dtype)
     _flat_pieces(compiled_kernels()["relu_grad_into"], [gradient, features, out])
+    return out
+
+
+def sigmoid_grad(y, dy):
+    """TF's ``SigmoidGrad`` of arrays that :func:`compiled_for` takes: ``dy * y * (1 - y)``."""
+    out = numpy.empty(y.shape, y.dtype)
+    _flat_pieces(compiled_kernels()["sigmoid_grad_into"], [y, dy, out], [y.dtype.type(1)])
+    return out
+
+
+def tanh_grad(y, dy):
+    """TF's ``TanhGrad`` of arrays that :func:`compiled_for` takes: ``dy * (1 - y * y)``."""
+    out = numpy.empty(y.shape, y.dtype)
+    _flat_pieces(compiled_kernels()["tanh_grad_into"], [y, dy, out], [y.dtype.type(1)])
     return out
 
 

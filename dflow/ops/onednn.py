@@ -431,8 +431,9 @@ class _MatmulPlan:
         self.b_md = lib.md((k, n), _TAG_BA if b_transposed else _TAG_AB)
         self.c_md = lib.md((m, n), _TAG_AB)
         self.bias_md = lib.md((1, n), _TAG_AB) if bias else None
+        attr = lib.attr if activation is None else lib.attr_then[activation]
         pd = lib.describe(lib.dnnl.dnnl_matmul_primitive_desc_create, lib.engine, self.a_md, self.b_md,
-                          self.bias_md, self.c_md, lib.attr if activation is None else lib.attr_then[activation])
+                          self.bias_md, self.c_md, attr)
         if pd is not None:
             self.primitive = _Primitive(lib, pd)
 

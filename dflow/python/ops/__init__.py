@@ -17,6 +17,7 @@ import sys
 import types
 
 import dflow
+from dflow.ops.math_ops import sigmoid_grad, tanh_grad
 from dflow.rnn_cell import zero_state_tensors
 
 __all__ = ["MODULES"]
@@ -45,7 +46,8 @@ def _relu_grad(gradients, features, name=None):
     return graph.create_op("ReluGrad", [gradients, features], name=name or "ReluGrad").outputs[0]
 
 
-# names a module has under TF's spelling only: init_ops' initializer classes, the generated ReLU gradient
+# names a module has under TF's spelling only: init_ops' initializer classes, the generated activation
+# gradients
 _OWN = {
     "init_ops": {"Zeros": dflow.zeros_initializer, "Ones": dflow.ones_initializer,
                  "Constant": dflow.constant_initializer, "RandomNormal": dflow.random_normal_initializer,
@@ -55,6 +57,7 @@ _OWN = {
                  "GlorotNormal": dflow.glorot_normal_initializer,
                  "VarianceScaling": dflow.variance_scaling_initializer},
     "gen_nn_ops": {"relu_grad": _relu_grad, "_relu_grad": _relu_grad},
+    "gen_math_ops": {"sigmoid_grad": sigmoid_grad, "tanh_grad": tanh_grad},
     "rnn_cell_impl": {"_zero_state_tensors": zero_state_tensors},
 }
 
