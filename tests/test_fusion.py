@@ -171,14 +171,14 @@ def test_a_relu_of_a_convolution_without_bias_is_one_op(monkeypatch, onednn, dat
 
 
 def test_the_shape_a_gradient_reads_does_not_keep_a_convolution_from_fusing():
-    """relu(conv + b): the Add's gradient reads the convolution's shape (the batch is unknown until
-    run), which is taken from the convolution's inputs, and training steps the same as unfused."""
+    """relu(conv + b), b of a shape unknown until run: the Add's gradient reads the convolution's
+    shape, which is taken from the convolution's inputs, and training steps the same as unfused."""
     images = RNG.standard_normal((3, 6, 6, 2)).astype(np.float32)
     kernel0 = RNG.standard_normal((3, 3, 2, 4)).astype(np.float32)
     bias0 = RNG.standard_normal(4).astype(np.float32)
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [None, 6, 6, 2])
-        kernel, bias = tf.Variable(kernel0), tf.Variable(bias0)
+        kernel, bias = tf.Variable(kernel0), tf.Variable(bias0, validate_shape=False)
         conv = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME")
         loss = tf.reduce_sum(tf.nn.relu(conv + bias) ** 2)
         train = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
@@ -606,10 +606,12 @@ def dense_layer(x, w, b, bias_form: str, activation: str):
 @pytest.mark.parametrize("bias_form, activation", [
     ("BiasAdd", "Relu"), ("Add", "Relu"), ("BiasAdd", "Sigmoid"), ("Add", "Sigmoid"), ("Add", "Tanh"),
     ("Add", ""), ("BiasAdd", ""), ("", "Relu"), ("", "Sigmoid"), ("", "Tanh")])
-def test_a_dense_layer_trains_as_one_op_with_the_ops_numbers(monkeypatch, onednn, bias_form, activation):
+@pytest.mark.parametrize("rank_known", [True, False], ids=["[None, 5]", "unknown shape"])
+def test_a_dense_layer_trains_as_one_op_with_the_ops_numbers(monkeypatch, onednn, bias_form, activation,
+                                                             rank_known):
     """x @ w + b and its activation are one op (TF's _FusedMatMul) whose forward is the ops' and
-    whose training steps are the unfused graph's; the Add's gradient reads the product's shape
-    from x and w, which does not keep the product from fusing."""
+    whose training steps are the unfused graph's; where the product's rank is unknown, the Add's
+    gradient reads its shape, taken from x and w, which does not keep the product from fusing."""
     from dflow.ops import onednn as onednn_module
 
     if onednn:
@@ -619,14 +621,14 @@ def test_a_dense_layer_trains_as_one_op_with_the_ops_numbers(monkeypatch, onednn
     images = RNG.standard_normal((8, 5)).astype(np.float32)
     w0, b0 = RNG.standard_normal((5, 3)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
     with tf.Graph().as_default() as graph:
-        x = tf.placeholder(tf.float32, [None, 5])
+        x = tf.placeholder(tf.float32, [None, 5] if rank_known else None)
         w, b = tf.Variable(w0), tf.Variable(b0)
         summed, y = dense_layer(x, w, b, bias_form, activation)
         train = tf.train.GradientDescentOptimizer(0.05).minimize(tf.reduce_sum(y * y))
         types = op_types(make_plan(graph, [y, train], {x.name}, HERE))
         assert types.count("_FusedMatMul") == 1
         assert not {"BiasAdd", "Add", "Relu", "Sigmoid", "Tanh"} & set(types)
-        assert ("_MatMulShape" in types) == (bias_form == "Add")  # the Add's gradient reads the shape
+        assert ("_MatMulShape" in types) == (bias_form == "Add" and not rank_known)
         results = []
         for fetch_sum_too in (False, True):  # fetched, the sum stays an op of its own
             with tf.Session() as sess:

@@ -139,6 +139,23 @@ def test_second_order_gradient_builds_graph():
         assert sess.run([dy, d2y], {x: 2.0}) == [12.0, 12.0]
 
 
+@pytest.mark.parametrize("other_shape, summed", [
+    ((3,), False), ((1, 3), False), ((), False), ((None, 3), True), ((None, 1), True)])
+def test_a_broadcast_that_cannot_grow_an_operand_sums_nothing_back(other_shape, summed):
+    """x of shape [None, 3] plus a bias: x's gradient is the sum's, with no op to sum it back; where
+    the other operand's unknown batch could be bigger than x's, it is summed to x's shape."""
+    x = tf.placeholder(tf.float64, [None, 3])
+    other = tf.placeholder(tf.float64, other_shape)
+    (dx,) = tf.gradients(tf.reduce_sum(tf.square(x + other)), [x])
+    x0 = rng.standard_normal((1 if summed else 4, 3))
+    other0 = rng.standard_normal(tuple(4 if d is None else d for d in other_shape))
+    with tf.Session() as sess:
+        got = sess.run(dx, {x: x0, other: other0})
+        types = [n.type for n in sess.runner.plans.values()[-1].schedule.nodes.values()]
+    assert ("SumToShape" in types) == summed
+    np.testing.assert_allclose(got, np.reshape(2 * (x0 + other0), (-1, *x0.shape)).sum(axis=0))
+
+
 def test_unconnected_input_gives_none_and_fan_out_sums():
     a = tf.placeholder(tf.float32, [2])
     b = tf.placeholder(tf.float32, [2])

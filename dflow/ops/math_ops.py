@@ -80,10 +80,27 @@ def _compare_infer(inputs, **_):
     return [Spec(broadcast(a.shape, b.shape), dtypes.bool)]
 
 
-def _unbroadcast(g, x):
-    if g.shape.is_fully_defined() and g.shape == x.shape:
-        return g  # the common case (no broadcasting) costs no op at all
+def _unbroadcast(g, x, other=None):
+    """``g``, the gradient of ``x``'s broadcast against ``other``, summed back to ``x``'s shape:
+    no op at all where that broadcast cannot change ``x``'s shape (``x @ w + b``'s product, its
+    batch unknown until run, against a bias), as Grappler folds TF's BroadcastGradientArgs."""
+    if (g.shape.is_fully_defined() and g.shape == x.shape) or (
+            other is not None and _broadcast_keeps(x.shape.dims, other.shape.dims)):
+        return g
     return sum_to_shape(g, shape(x))
+
+
+def _broadcast_keeps(dims, other_dims) -> bool:
+    """Whether broadcasting a shape of ``dims`` against ``other_dims`` (static dims, None unknown)
+    gives ``dims`` again, whatever sizes the unknown ones take at run time.
+
+    >>> _broadcast_keeps((None, 10), (10,)), _broadcast_keeps((None, 10), (None, 10))
+    (True, False)
+    """
+    if dims is None or other_dims is None or len(other_dims) > len(dims):
+        return False
+    return all(o == 1 or (d is not None and d != 1 and o in (None, d))
+               for d, o in zip(reversed(dims), reversed(other_dims)))
 
 
 def _binary(op_type, kernel, grad):
@@ -97,7 +114,7 @@ def _binary(op_type, kernel, grad):
 
 def _both(op, gx, gy):
     x, y = op.inputs
-    return [None if gx is None else _unbroadcast(gx, x), None if gy is None else _unbroadcast(gy, y)]
+    return [None if gx is None else _unbroadcast(gx, x, y), None if gy is None else _unbroadcast(gy, y, x)]
 
 
 _add = _binary("Add", lambda xp, a, b: a + b, lambda op, g: _both(op, g, g))
