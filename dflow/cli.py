@@ -322,13 +322,11 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
 def _run_script(args, parser) -> int:
     from .scripts import alias_tensorflow, run_script
 
+    if not os.path.isfile(args.script):  # (checked here: whatever the script raises is its own)
+        parser.error(f"{args.script}: no such script")
     alias_tensorflow()
     try:
         run_script(args.script, args.script_args)
-    except FileNotFoundError as missing:  # the script itself (run_script checks before it runs)
-        if missing.filename is None:
-            parser.error(str(missing))
-        raise
     except SystemExit as exit:  # the script's own sys.exit / tf.app.run
         return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     return 0

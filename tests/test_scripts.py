@@ -78,6 +78,11 @@ def test_dflow_run_trains_the_softmax_tutorial_unchanged(mnist_dir, tmp_path):  
     assert missing.returncode == 2 and "missing.py: no such script" in missing.stderr
     reads = write(tmp_path, "reads.py", "open('/no/such/file')\n")  # the script's own error, not a usage one
     assert "FileNotFoundError" in dflow_command("run", reads).stderr
+    # dflow's NotFoundError is a FileNotFoundError without a file name: still the script's own
+    store = write(tmp_path, "store.py", "import tensorflow as tf\ntf.data.Dataset('./no_store/')\n")
+    failed = dflow_command("run", store)
+    assert failed.returncode == 1 and "usage:" not in failed.stderr
+    assert 'store.py", line 2' in failed.stderr and "NotFoundError" in failed.stderr
 
 
 # TF 1.x's "reading data" how-to in one script: MNIST converted to TFRecords of Examples with the
