@@ -539,10 +539,14 @@ def test_an_in_graph_monitored_session_recovers_a_killed_role(tmp_path, role, ru
         assert len(killer.process.deaths) == 1  # it came back, under its name
     final_step, w, recoveries = loop.result
     assert final_step == last_step and np.isfinite(w).all()
-    (recovery,) = recoveries
-    assert "UnavailableError" in recovery.error and task in recovery.error, recovery.error
-    assert recovery.step_reached >= KILL_AT_STEP and recovery.checkpoint is not None, recovery
-    assert 0 <= recovery.steps_lost <= every + 1, recovery  # (+1: a step may finish as the kill lands)
+    # on a loaded machine the first step after a recovery may come before the role is back up (its
+    # process still starting): a second recovery, from the same checkpoint, within the budget of 3
+    assert 1 <= len(recoveries) <= 2, recoveries
+    for recovery in recoveries:
+        assert "UnavailableError" in recovery.error and task in recovery.error, recovery.error
+        assert recovery.step_reached >= KILL_AT_STEP and recovery.checkpoint is not None, recovery
+        assert 0 <= recovery.steps_lost <= every + 1, recovery  # (+1: a step may finish as the kill lands)
+    recovery = recoveries[0]
     report(f"in-graph MonitoredTrainingSession (runner={runner}), kill {role}",
            recover_s=back["at"] - killed_at, recovery_s=recovery.seconds, steps_lost=recovery.steps_lost,
            restored_step=recovery.step_restored)

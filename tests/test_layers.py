@@ -352,11 +352,13 @@ def test_contrib_initializers_have_the_documented_variance(make, shape, std):
 
 
 def test_unsupported_contrib_names_say_so_and_what_to_use():
-    with pytest.raises(AttributeError, match=r"tf.contrib.slim.conv2d is not supported by dflow; use "
-                                             r"tf.contrib.layers.conv2d \(the same arguments\) instead"):
-        _ = tf.contrib.slim.conv2d
-    with pytest.raises(AttributeError, match=r"tf.contrib.slim.arg_scope is not supported by dflow; use"):
-        _ = tf.contrib.slim.arg_scope
+    with pytest.raises(AttributeError, match=r"tf.contrib.slim.learning is not supported by dflow; use "
+                                             r"a tf.train.MonitoredTrainingSession loop"):
+        _ = tf.contrib.slim.learning
+    with pytest.raises(AttributeError, match=r"tf.contrib.framework.get_variables_to_restore is not "
+                                             r"supported by dflow \(it has arg_scope, .*\); use "
+                                             r"tf.global_variables"):
+        _ = tf.contrib.framework.get_variables_to_restore
     with pytest.raises(AttributeError, match=r"tf.contrib.learn.Estimator is not supported by dflow; use "
                                              r"tf.estimator"):
         _ = tf.contrib.learn.Estimator
@@ -364,6 +366,43 @@ def test_unsupported_contrib_names_say_so_and_what_to_use():
         _ = tf.contrib.layers.embed_sequence
     with pytest.raises(AttributeError, match=r"tf.contrib.bayesflow is not supported by dflow"):
         _ = tf.contrib.bayesflow
+
+
+def test_arg_scope_sets_defaults_that_a_call_and_an_inner_scope_override():
+    """The Hands-On ML book's stacked autoencoder, and slim's networks: the scope's arguments are
+    the listed layers' defaults, an argument the call gives wins, an inner scope adds to the outer
+    one, a saved scope is entered again, and the scope ends with its block."""
+    fully_connected, conv2d = tf.contrib.layers.fully_connected, tf.contrib.slim.conv2d
+    scope_of = tf.contrib.framework.arg_scope
+    regularizer = tf.contrib.layers.l2_regularizer(0.01)
+    x = tf.zeros([2, 4])
+    with scope_of([fully_connected, conv2d], activation_fn=tf.nn.elu, weights_regularizer=regularizer):
+        hidden = fully_connected(x, 3)
+        plain = fully_connected(x, 3, activation_fn=None)
+        with scope_of([fully_connected], activation_fn=tf.nn.tanh, num_outputs=5) as inner:
+            wide = fully_connected(x)
+            image = conv2d(tf.zeros([1, 4, 4, 1]), 2, 3)
+        with scope_of(inner):
+            again = fully_connected(hidden)
+    after = fully_connected(x, 3)
+    assert [t.op.type for t in (hidden, plain, wide, image, again, after)] == [
+        "Elu", "BiasAdd", "Tanh", "Elu", "Tanh", "Relu"]
+    assert wide.shape.as_list() == [2, 5] and again.shape.as_list() == [2, 5]
+    assert len(tf.losses.get_regularization_losses()) == 5  # every layer in the scope, not the last
+    assert tf.contrib.slim.arg_scope is scope_of and tf.contrib.framework.current_arg_scope() == {}
+
+
+def test_arg_scope_says_what_it_cannot_take():
+    with pytest.raises(ValueError, match="relu is not decorated with @add_arg_scope"):
+        with tf.contrib.framework.arg_scope([tf.nn.relu], name="x"):
+            pass
+    with pytest.raises(TypeError, match="fully_connected has no argument activation"):
+        with tf.contrib.framework.arg_scope([tf.contrib.layers.fully_connected], activation=tf.nn.elu):
+            pass
+    with pytest.raises(TypeError, match="a list or tuple of ops"):
+        with tf.contrib.framework.arg_scope(tf.contrib.layers.fully_connected, activation_fn=None):
+            pass
+    assert tf.contrib.framework.current_arg_scope() == {}
 
 
 # ---- a TF 1.x style conv net that learns the digits --------------------------------------------

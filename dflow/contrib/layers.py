@@ -1,5 +1,7 @@
 """``tf.contrib.layers``: initializers, regularizers and layers with contrib's names.
 
+The layers take their defaults from ``tf.contrib.framework.arg_scope``, as in TF.
+
 Layers name their variables ``weights`` and ``biases`` under ``fully_connected``,
 ``Conv``, ``BatchNorm`` (numbered ``_1``, ``_2``... or the ``scope=`` given), default
 to ReLU (``activation_fn``) and take a ``normalizer_fn`` applied before it, as in TF.
@@ -34,6 +36,7 @@ from ..variables import (
     variable_scope,
     zeros_initializer,
 )
+from .framework import add_arg_scope
 
 _ZEROS, _ONES = zeros_initializer(), ones_initializer()
 
@@ -203,6 +206,7 @@ def _apply_contrib(layer, inputs, variables_collections, outputs_collections):
     return _outputs(outputs, outputs_collections)
 
 
+@add_arg_scope
 def fully_connected(inputs, num_outputs, activation_fn=nn_ops.relu, normalizer_fn=None,
                     normalizer_params=None, weights_initializer=None, weights_regularizer=None,
                     biases_initializer=_ZEROS, biases_regularizer=None, reuse=None,
@@ -224,6 +228,7 @@ def fully_connected(inputs, num_outputs, activation_fn=nn_ops.relu, normalizer_f
     return _apply_contrib(layer, inputs, variables_collections, outputs_collections)
 
 
+@add_arg_scope
 def conv2d(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_format=None, rate=1,
            activation_fn=nn_ops.relu, normalizer_fn=None, normalizer_params=None, weights_initializer=None,
            weights_regularizer=None, biases_initializer=_ZEROS, biases_regularizer=None,
@@ -243,6 +248,7 @@ def conv2d(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_form
 convolution2d = conv2d
 
 
+@add_arg_scope
 def conv2d_transpose(inputs, num_outputs, kernel_size, stride=1, padding="SAME", data_format="NHWC",
                      activation_fn=nn_ops.relu, normalizer_fn=None, normalizer_params=None,
                      weights_initializer=None, weights_regularizer=None, biases_initializer=_ZEROS,
@@ -264,6 +270,7 @@ def conv2d_transpose(inputs, num_outputs, kernel_size, stride=1, padding="SAME",
 convolution2d_transpose = conv2d_transpose
 
 
+@add_arg_scope
 def one_hot_encoding(labels, num_classes, on_value=1.0, off_value=0.0, outputs_collections=None, scope=None):
     """``labels`` (class indices) as one-hot float vectors of ``num_classes``."""
     with name_scope(scope, "OneHotEncoding", [labels]):
@@ -274,6 +281,7 @@ def one_hot_encoding(labels, num_classes, on_value=1.0, off_value=0.0, outputs_c
     return _outputs(outputs, outputs_collections)
 
 
+@add_arg_scope
 def max_pool2d(inputs, kernel_size, stride=2, padding="VALID", data_format="NHWC", outputs_collections=None,
                scope=None):
     """2-D max pooling, stride 2 and ``'VALID'`` by default."""
@@ -282,6 +290,7 @@ def max_pool2d(inputs, kernel_size, stride=2, padding="VALID", data_format="NHWC
     return _outputs(outputs, outputs_collections)
 
 
+@add_arg_scope
 def avg_pool2d(inputs, kernel_size, stride=2, padding="VALID", data_format="NHWC", outputs_collections=None,
                scope=None):
     """2-D average pooling, stride 2 and ``'VALID'`` by default."""
@@ -290,12 +299,14 @@ def avg_pool2d(inputs, kernel_size, stride=2, padding="VALID", data_format="NHWC
     return _outputs(outputs, outputs_collections)
 
 
+@add_arg_scope
 def flatten(inputs, outputs_collections=None, scope=None):
     """``[batch, ...]`` to ``[batch, features]``."""
     with name_scope(scope, "Flatten", [inputs]):
         return _outputs(core.flatten(inputs), outputs_collections)
 
 
+@add_arg_scope
 def dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True, outputs_collections=None, scope=None,
             seed=None):
     """Keep each element with probability ``keep_prob`` while ``is_training`` (a bool or tensor)."""
@@ -308,6 +319,7 @@ class _BatchNorm(core.BatchNormalization):
     _base_name = "BatchNorm"
 
 
+@add_arg_scope
 def batch_norm(inputs, decay=0.999, center=True, scale=False, epsilon=0.001, activation_fn=None,
                param_initializers=None, param_regularizers=None, updates_collections=GraphKeys.UPDATE_OPS,
                is_training=True, reuse=None, variables_collections=None, outputs_collections=None,
@@ -337,6 +349,7 @@ def batch_norm(inputs, decay=0.999, center=True, scale=False, epsilon=0.001, act
     return _outputs(outputs, outputs_collections)
 
 
+@add_arg_scope
 def layer_norm(inputs, center=True, scale=True, activation_fn=None, reuse=None, variables_collections=None,
                outputs_collections=None, trainable=True, begin_norm_axis=1, begin_params_axis=-1, scope=None):
     """Layer normalization (Ba et al.): each example normalized over the axes from

@@ -1,27 +1,31 @@
-"""``tf.contrib.slim``: only ``prefetch_queue`` (a queue, as the multi-GPU CIFAR-10 tutorial uses it).
+"""``tf.contrib.slim``: its layers (``tf.contrib.layers``' own, as in TF), ``arg_scope`` and
+``prefetch_queue`` (a queue, as the multi-GPU CIFAR-10 tutorial uses it).
 
-The rest of slim (its layers, ``arg_scope``, ``learning.train``, datasets and nets) is not
-supported; each name says so and what to use instead.
+The rest of slim (``learning.train``, its losses, datasets and nets) is not supported; each name
+says so and what to use instead.
 
 >>> import dflow as tf
+>>> tf.contrib.slim.fully_connected is tf.contrib.layers.fully_connected
+True
 >>> tf.contrib.slim.losses
 Traceback (most recent call last):
 ...
 AttributeError: tf.contrib.slim.losses is not supported by dflow; use tf.losses instead
 """
 
+from .. import layers
+from ..framework import add_arg_scope, arg_scope, current_arg_scope
 from . import prefetch_queue
 
-__all__ = ["prefetch_queue"]
+__all__ = ["prefetch_queue", "arg_scope", "add_arg_scope", "current_arg_scope"]
 
-# slim's layers that tf.contrib.layers has under the same name and arguments
-_SAME_IN_CONTRIB_LAYERS = {
+# slim's layers: tf.contrib.layers' own functions, under the same names
+_FROM_CONTRIB_LAYERS = {
     "conv2d", "convolution2d", "conv2d_transpose", "fully_connected", "flatten", "max_pool2d", "avg_pool2d",
     "dropout", "batch_norm", "layer_norm", "one_hot_encoding", "l2_regularizer", "l1_regularizer",
     "xavier_initializer", "variance_scaling_initializer",
 }
 _INSTEAD = {
-    "arg_scope": "explicit arguments to tf.contrib.layers or tf.layers (dflow has no arg_scope)",
     "losses": "tf.losses",
     "metrics": "tf.metrics",
     "learning": "a tf.train.MonitoredTrainingSession loop or tf.estimator.Estimator",
@@ -42,9 +46,8 @@ _INSTEAD = {
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    if name in _SAME_IN_CONTRIB_LAYERS:
-        instead = f"tf.contrib.layers.{name} (the same arguments)"
-    else:
-        instead = _INSTEAD.get(name, "tf.layers and tf.contrib.layers for layers, tf.losses, tf.metrics, "
-                                     "tf.train for training loops")
+    if name in _FROM_CONTRIB_LAYERS:
+        return getattr(layers, name)
+    instead = _INSTEAD.get(name, "tf.layers and tf.contrib.layers for layers, tf.losses, tf.metrics, "
+                                 "tf.train for training loops")
     raise AttributeError(f"tf.contrib.slim.{name} is not supported by dflow; use {instead} instead")
