@@ -213,10 +213,11 @@ sigmoid = _unary("Sigmoid", lambda xp, x: 1.0 / (1.0 + xp.exp(-x)),
 tanh = _unary("Tanh", lambda xp, x: xp.tanh(x), lambda op, g: [tanh_grad(op.outputs[0], g)], _float_infer)
 
 
-def _activation_grad(op_type: str, formula, compiled):
+def _activation_grad(op_type: str, formula, compiled, slope_in_y):
     """TF's ``SigmoidGrad`` or ``TanhGrad``: ``formula(y, dy)``, the gradient from the activation's
-    output ``y``, as one op (the three ops it was took 3x as long: an LSTM step has five), one
-    compiled pass where it takes the arrays."""
+    output ``y``, as one op, one compiled pass where it takes the arrays (the three NumPy ops it
+    was took 29 us on a 100 x 784 array, the pass 8; an LSTM step has five); ``slope_in_y(y)``,
+    the formula's derivative in ``y`` per unit of ``dy``, makes its own gradient."""
 
     def kernel(xp, y, dy):
         if y.shape == dy.shape and fused.compiled_for(xp, y, dy):
@@ -224,7 +225,7 @@ def _activation_grad(op_type: str, formula, compiled):
         return formula(y, dy)
 
     defop(op_type, lambda inputs: same_as_input(inputs[1:]), kernel,
-          lambda op, g: [g * op.inputs[1] * _OUTER_DERIVATIVE[op_type](op.inputs[0]), build(op.inputs[0], g)])
+          lambda op, g: [g * op.inputs[1] * slope_in_y(op.inputs[0]), build(op.inputs[0], g)])
 
     def build(y, dy, name=None) -> Tensor:
         return _out(op_type, [y, dy], name=name)
@@ -232,10 +233,10 @@ def _activation_grad(op_type: str, formula, compiled):
     return build
 
 
-#: d(SigmoidGrad)/dy and d(TanhGrad)/dy over dy: the activation's second derivative in terms of y
-_OUTER_DERIVATIVE = {"SigmoidGrad": lambda y: 1.0 - 2.0 * y, "TanhGrad": lambda y: -2.0 * y}
-sigmoid_grad = _activation_grad("SigmoidGrad", lambda y, dy: dy * y * (1.0 - y), fused.sigmoid_grad)
-tanh_grad = _activation_grad("TanhGrad", lambda y, dy: dy * (1.0 - y * y), fused.tanh_grad)
+sigmoid_grad = _activation_grad("SigmoidGrad", lambda y, dy: dy * y * (1.0 - y), fused.sigmoid_grad,
+                                lambda y: 1.0 - 2.0 * y)
+tanh_grad = _activation_grad("TanhGrad", lambda y, dy: dy * (1.0 - y * y), fused.tanh_grad,
+                             lambda y: -2.0 * y)
 logical_not = _unary("LogicalNot", lambda xp, x: xp.logical_not(x))
 floor = _unary("Floor", lambda xp, x: xp.floor(x), lambda op, g: [None])
 ceil = _unary("Ceil", lambda xp, x: xp.ceil(x), lambda op, g: [None])
