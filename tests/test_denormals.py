@@ -65,7 +65,7 @@ def test_onednn_s_threads_flush_whatever_ran_on_them_first():
     from dflow.ops import onednn
 
     if not onednn.available():
-        pytest.skip("oneDNN is not loaded here")
+        pytest.skip("oneDNN is not installed here (onednn-cpu-tbb: x86-64 Linux only)")
     check = textwrap.dedent("""\
         import numpy as np
         from dflow.ops import onednn

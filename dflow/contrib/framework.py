@@ -32,10 +32,6 @@ __all__ = ["arg_scope", "add_arg_scope", "has_arg_scope", "arg_scoped_arguments"
 _SCOPES: list[dict[str, dict]] = [{}]
 
 
-def _key(op: Callable) -> str:
-    return op._arg_scope_key
-
-
 def current_arg_scope() -> dict[str, dict]:
     """The innermost scope's defaults, by op: ``arg_scope(current_arg_scope())`` enters it again."""
     return _SCOPES[-1]
@@ -86,7 +82,7 @@ def arg_scope(list_ops_or_scope, **kwargs) -> Iterator[dict[str, dict]]:
             unknown = set(kwargs) - set(arg_scoped_arguments(op))
             if unknown:  # said here, not at a call deep in a network
                 raise TypeError(f"{op.__name__} has no argument {', '.join(sorted(unknown))}")
-            scope[_key(op)] = {**scope.get(_key(op), {}), **kwargs}
+            scope[op._arg_scope_key] = {**scope.get(op._arg_scope_key, {}), **kwargs}
     _SCOPES.append(scope)
     try:
         yield scope

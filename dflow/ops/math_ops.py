@@ -427,8 +427,8 @@ def fused_matmul(xp, a, b, bias, activation, transpose_a=False, transpose_b=Fals
     ``bias`` (one per column, or None), then ``activation`` (``"Relu"``, ``"Sigmoid"``,
     ``"Tanh"`` or None) in the same pass: TF's ``_FusedMatMul``. None where oneDNN does not take
     them; the caller composes the ops then."""
-    if a.ndim != 2 or b.ndim != 2:
-        return None
+    if a.ndim != 2 or b.ndim != 2 or a.size * b.shape[0 if transpose_b else 1] < onednn.MATMUL_FROM:
+        return None  # (a small product's fused op composes the ops: not oriented twice)
     return _onednn_matmul(xp, *_oriented(xp, a, b, transpose_a, transpose_b), bias, activation)
 
 
