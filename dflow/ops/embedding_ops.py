@@ -28,7 +28,7 @@ import numpy as np  # the candidate samplers draw on the host, as TF's CPU kerne
 from .. import dtypes
 from ..graph import Tensor, colocate_with, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
-from . import math_ops
+from . import fused, math_ops
 from .array_ops import concat, constant, expand_dims, reshape, shape, stop_gradient, transpose
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis
@@ -242,14 +242,10 @@ def _segment_sum_kernel(xp, data, ids, num_segments):
     rows = xp.reshape(data, (flat_ids.shape[0], -1))
     if flat_ids.shape[0] and bool(xp.any(flat_ids >= count)):
         raise ValueError(f"segment id {int(xp.max(flat_ids))} is not below num_segments = {count}")
-    keep = flat_ids >= 0  # TF drops the rows of negative ids
-    out = xp.zeros((count, rows.shape[1]), dtype=data.dtype)
-    scatter_add = getattr(getattr(xp, "add", None), "at", None)  # NumPy's and CuPy's ufunc.at
-    if scatter_add is not None:
-        scatter_add(out, flat_ids[keep], rows[keep])
-    else:  # the array API has no scatter: a one-hot matmul gives the same sums
-        onehot = xp.astype(flat_ids[:, None] == xp.arange(count, dtype=flat_ids.dtype)[None, :], data.dtype)
-        out = xp.matmul(xp.matrix_transpose(onehot), rows)
+    if flat_ids.shape[0] and bool(xp.any(flat_ids < 0)):  # TF drops the rows of negative ids
+        keep = flat_ids >= 0
+        flat_ids, rows = flat_ids[keep], rows[keep]
+    out = _add_rows(xp, xp.zeros((count, rows.shape[1]), dtype=data.dtype), flat_ids, rows)
     return xp.reshape(out, (count,) + tuple(rest))
 
 
@@ -298,7 +294,13 @@ def _scatter_infer(inputs, var):
     return [Spec(ref.shape, ref.dtype)]
 
 
-def _add_rows(xp, table, ids, rows):
+def _add_rows(xp, table, ids, rows, scale=1):
+    """``table[ids[i]] += rows[i] * scale``, repeated ids adding up: into ``table`` itself where
+    the namespace can write (NumPy, CuPy), else a new array."""
+    if fused.compiled_for(xp, table, rows) and fused.add_rows(table, ids, rows, scale):
+        return table
+    if scale != 1:
+        rows = rows * scale
     at = getattr(getattr(xp, "add", None), "at", None)  # NumPy's and CuPy's ufunc.at
     if at is not None:
         at(table, ids, rows)
@@ -323,22 +325,27 @@ def _set_rows(xp, table, ids, rows):
 def _scatter_kernel(combine):
     def kernel(state, xp, ref, indices, updates, var):
         with state.updating(ref):
+            in_place = state.held_only_here(ref)
             old = state.read_variable(ref)
+            in_place = in_place and getattr(getattr(old, "flags", None), "writeable", True)
             ids = xp.reshape(indices, (-1,))
             _check_range(xp, ids, old.shape[0], f"scatter index into {var}")
             rows = xp.reshape(updates, (ids.shape[0],) + tuple(old.shape[1:]))
-            # a copy, written: readers of the old value (this step's, a fetch's) keep theirs
-            new = combine(xp, xp.asarray(old, copy=True), ids, xp.astype(rows, old.dtype))
+            # written in place where nothing else holds the value (an embedding's 128 rows, not a
+            # copy of its 50,000), else into a copy: readers of the old value keep theirs
+            table = old if in_place else xp.asarray(old, copy=True)
+            new = combine(xp, table, ids, xp.astype(rows, old.dtype))
             state.write_variable(ref, new)
             return new
 
     return kernel
 
 
-defop("ScatterAdd", _scatter_infer, _scatter_kernel(_add_rows), stateful=True)
-defop("ScatterSub", _scatter_infer, _scatter_kernel(lambda xp, t, ids, rows: _add_rows(xp, t, ids, -rows)),
-      stateful=True)
-defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True)
+# (updates=True: a step runs them after its ops that read the variable, as the optimizers' updates)
+defop("ScatterAdd", _scatter_infer, _scatter_kernel(_add_rows), stateful=True, updates=True)
+defop("ScatterSub", _scatter_infer, _scatter_kernel(lambda xp, t, ids, rows: _add_rows(xp, t, ids, rows, -1)),
+      stateful=True, updates=True)
+defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True, updates=True)
 
 
 def _scatter(op_type, ref, indices, updates, name):
