@@ -215,6 +215,28 @@ def test_scatters_on_other_namespaces(xp):
     np.testing.assert_array_equal(want, [[9, 8], [4, 4], [7, 6], [1.5, 1.5]])
 
 
+@pytest.mark.parametrize("xp", OTHER_NAMESPACES)
+def test_sparse_updates_on_other_namespaces(xp):
+    """A lookup's gradient through RMSProp's sparse form (three references, repeated ids) on
+    array_api_strict and CuPy: the variable and its slots as NumPy's."""
+    table = tf.Variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="table")
+    loss = tf.reduce_sum(tf.square(tf.nn.embedding_lookup(table, [2, 0, 2])))
+    train = tf.train.RMSPropOptimizer(0.1, momentum=0.5).minimize(loss)
+    state = SessionState()
+    with reference_session() as sess:
+        sess.run(tf.global_variables_initializer())
+        execute(sess.runner.plans.values()[-1].schedule, {}, state, {"CPU": xp})
+        for _ in range(2):
+            sess.run(train)
+            execute(sess.runner.plans.values()[-1].schedule, {}, state, {"CPU": xp})
+        names = [v.op.name for v in tf.global_variables()]
+        want = sess.run(tf.global_variables())
+    assert "SparseApplyRMSProp" in {op.type for op in tf.get_default_graph().get_operations()}
+    for name, value in zip(names, want, strict=True):
+        np.testing.assert_allclose(to_host(state.read_variable(name)), value, rtol=1e-6)
+    np.testing.assert_array_equal(want[0][[1, 3]], [[3, 4, 5], [9, 10, 11]])  # rows never looked up
+
+
 # ---- candidate samplers ---------------------------------------------------------------------------
 def _log_uniform(k, range_max):
     return math.log((k + 2.0) / (k + 1.0)) / math.log(range_max + 1.0)

@@ -86,6 +86,45 @@ OPTIMIZERS = [  # (id, build the optimizer, NumPy step)
 ]
 
 
+def _momentum(lr, momentum, nesterov=False):
+    def step(p, g, s):
+        accum = momentum * (s if s is not None else np.zeros_like(p)) + g
+        return p - lr * (g + momentum * accum if nesterov else accum), accum
+    return step
+
+
+MOMENTUM = [
+    ("momentum", lambda: tf.train.MomentumOptimizer(0.1, 0.9), _momentum(0.1, 0.9)),
+    ("momentum-nesterov", lambda: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+     _momentum(0.1, 0.9, True)),
+]
+LOOKUPS = [[1, 3, 1], [0, 1], [3, 3, 4]]  # a step's ids: rows 2 never, 3 not in the second step
+
+
+@pytest.mark.parametrize("make, reference", [row[1:] for row in OPTIMIZERS + MOMENTUM],
+                         ids=[row[0] for row in OPTIMIZERS + MOMENTUM])
+def test_a_lookup_s_gradient_changes_only_its_rows_as_tf_1_x_s_sparse_updates(make, reference):
+    """TF 1.x applies a lookup's gradient (an IndexedSlices) with its optimizers' sparse kernels:
+    each row looked up takes the dense rule with its gradients summed; every other row keeps its
+    value and its slots (a momentum does not carry it on, moments do not decay)."""
+    table0 = (np.arange(15, dtype=np.float32).reshape(5, 3) - 7) / 4
+    with tf.Graph().as_default():
+        table = tf.Variable(table0, name="table")
+        ids = tf.placeholder(tf.int32, [None])
+        train = make().minimize(tf.reduce_sum(tf.square(tf.nn.embedding_lookup(table, ids) - 0.25)))
+        assert [op.type for op in tf.get_default_graph().get_operations() if "Apply" in op.type][0] \
+            .startswith("SparseApply")
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            params, slots = table0.astype(np.float64), {}
+            for step_ids in LOOKUPS:
+                sess.run(train, {ids: step_ids})
+                for row in sorted(set(step_ids)):
+                    gradient = 2.0 * step_ids.count(row) * (params[row] - 0.25)
+                    params[row], slots[row] = reference(params[row], gradient, slots.get(row))
+                np.testing.assert_allclose(sess.run(table), params, rtol=2e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("make, reference", [row[1:] for row in OPTIMIZERS],
                          ids=[row[0] for row in OPTIMIZERS])
 def test_optimizer_matches_numpy_reference(make, reference):

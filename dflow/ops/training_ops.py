@@ -1,6 +1,7 @@
 """The optimizers' update ops (TF's ``training_ops``): ``ApplyGradientDescent``, ``ApplyMomentum``,
 ``ApplyAdam``, ``ApplyAdagrad``, ``ApplyRMSProp``, ``ApplyCenteredRMSProp``, ``ApplyAdadelta``,
-``ApplyFtrlV2``.
+``ApplyFtrlV2``, and the sparse forms of those TF 1.x applies to a lookup's gradient
+(``SparseApplyMomentum`` ...: only the rows looked up change).
 
 Each takes variable *references* (shared names) for the variable and its slots, so the kernel
 reads and writes the session state in one step. Kernels compute new arrays and never write into
@@ -12,12 +13,14 @@ update after the ops of the step that read its variable: ``executor.schedule``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy
 
 from ..graph import Tensor, get_default_graph
 from . import fused
+from .embedding_ops import _add_rows, _check_range, _set_rows, scattered_rows
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 
@@ -162,8 +165,96 @@ defop("ApplyRMSProp", _apply_infer(7), _rms_prop, stateful=True, updates=True)
 defop("ApplyCenteredRMSProp", _apply_infer(8), _centered_rms_prop, stateful=True, updates=True)
 defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True, updates=True)
 defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True, updates=True)
+_DENSE_KERNELS = {"ApplyMomentum": _momentum, "ApplyAdagrad": _adagrad, "ApplyRMSProp": _rms_prop,
+                  "ApplyCenteredRMSProp": _centered_rms_prop, "ApplyAdadelta": _adadelta,
+                  "ApplyFtrlV2": _ftrl}
+
+
+# ---- TF's sparse updates -----------------------------------------------------------------------
+#: the dense updates that TF 1.x applies to a lookup's gradient (an ``IndexedSlices``) row by row:
+#: their references (the variable, then its slots) and the gradient's place among their inputs.
+#: (Adam's sparse form decays every row's moments, as the dense one does: it stays dense.)
+_SPARSE_FORMS = {"ApplyMomentum": (2, 3), "ApplyAdagrad": (2, 3), "ApplyRMSProp": (3, 7),
+                 "ApplyCenteredRMSProp": (4, 8), "ApplyAdadelta": (3, 6), "ApplyFtrlV2": (3, 3)}
+
+
+class _Rows:
+    """Some rows of a step's variables as a session state, for the dense rule's kernel to update:
+    arrays of their own (gathered), written in place or replaced."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def updating(self, name):
+        return contextlib.nullcontext()  # (the sparse kernel holds the variable's lock)
+
+    def held_only_here(self, *names) -> bool:
+        return True
+
+    def read_variable(self, name):
+        return self.values[name]
+
+    def write_variable(self, name, value) -> None:
+        self.values[name] = value
+
+
+def _sparse_kernel(dense, num_refs: int, grad_at: int):
+    """TF's ``SparseApply*``: the ``dense`` rule's kernel over the rows the gradient's indices
+    (the input after it) name, repeated ones summed first as TF 1.x's optimizers do, written back
+    into the variable and its slots; every other row keeps its values, momentum and moments too.
+    In place where nothing else holds them (an embedding's 128 rows of 50,000, not its copy)."""
+
+    def kernel(state, xp, *args, **attrs):
+        refs, values, indices = args[:num_refs], args[grad_at], args[grad_at + 1]
+        with state.updating(refs[0]):
+            in_place = state.held_only_here(*refs)
+            tables = [state.read_variable(ref) for ref in refs]
+            ids = xp.reshape(indices, (-1,))
+            _check_range(xp, ids, tables[0].shape[0], f"sparse update index into {refs[0]}")
+            unique, inverse = xp.unique_inverse(ids)
+            row_shape, dtype = tuple(tables[0].shape[1:]), tables[0].dtype
+            grad = _add_rows(xp, xp.zeros((unique.shape[0], *row_shape), dtype=dtype), inverse,
+                             xp.astype(xp.reshape(values, (ids.shape[0], *row_shape)), dtype))
+            rows = _Rows({ref: xp.take(table, unique, axis=0) for ref, table in zip(refs, tables)})
+            dense(rows, xp, *refs, *args[num_refs:grad_at], grad, *args[grad_at + 2:], **attrs)
+            for ref, table in zip(refs, tables):
+                if not (in_place and getattr(getattr(table, "flags", None), "writeable", True)):
+                    table = xp.asarray(table, copy=True)
+                state.write_variable(ref, _set_rows(xp, table, unique, rows.values[ref]))
+            return state.read_variable(refs[0])
+
+    return kernel
+
+
+def _sparse_infer(grad_at: int):
+    """As the dense rule's, for a gradient of rows: one per index, each the variable's row shape."""
+
+    def infer(inputs, **_):
+        var, values, indices = inputs[0], inputs[grad_at], inputs[grad_at + 1]
+        if not indices.dtype.is_integer:
+            raise ShapeError(f"a sparse update's indices must be integers, not {indices.dtype.name}")
+        if None not in (var.shape, values.shape, indices.shape) and \
+                tuple(values.shape) != tuple(indices.shape) + tuple(var.shape[1:]):
+            raise ShapeError(f"gradient rows of shape {fmt(values.shape)} do not fit indices of shape "
+                             f"{fmt(indices.shape)} into a variable of shape {fmt(var.shape)}")
+        if values.dtype != var.dtype:
+            raise ShapeError(f"gradient is {values.dtype.name}, the variable {var.dtype.name}")
+        return [Spec(var.shape, var.dtype)]
+
+    return infer
+
+
+for _dense, (_refs, _grad_at) in _SPARSE_FORMS.items():
+    defop("Sparse" + _dense, _sparse_infer(_grad_at),
+          _sparse_kernel(_DENSE_KERNELS[_dense], _refs, _grad_at), stateful=True, updates=True)
 
 
 def apply_update(op_type: str, inputs: list, attrs: dict | None = None) -> Tensor:
-    """The variable's new value after the update op ``op_type`` (one of :data:`UPDATE_OPS`) ran."""
+    """The variable's new value after the update op ``op_type`` (one of :data:`UPDATE_OPS`) ran;
+    its sparse form where the gradient is a lookup's rows and TF 1.x applies that form."""
+    if op_type in _SPARSE_FORMS:
+        _, grad_at = _SPARSE_FORMS[op_type]
+        rows = scattered_rows(inputs[grad_at])
+        if rows is not None:
+            op_type, inputs = "Sparse" + op_type, [*inputs[:grad_at], *rows, *inputs[grad_at + 1:]]
     return get_default_graph().create_op(op_type, inputs, attrs, name=op_type).outputs[0]

@@ -258,7 +258,7 @@ class Stage:
     sends: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> tensors/tokens
     keeps: tuple[str, ...] = ()  # values later stages of this task use
     fetches: tuple[str, ...] = ()  # values the client asked for
-    applies_updates: bool = False  # has training updates (Apply* ops, fused ones too): counted for staleness
+    applies_updates: bool = False  # has training updates (Apply*, scatters): counted for staleness
 
     @property
     def name(self) -> str:
@@ -340,7 +340,7 @@ def build_stages(graph: nx.MultiDiGraph, fetches: Iterable[str]) -> dict[str, li
             sends=outgoing,
             keeps=tuple(sorted(keeps.get(key, ()))),
             fetches=own_fetches,
-            applies_updates=any(node.type.lstrip("_").startswith("Apply") for node in nodes),
+            applies_updates=any(get_opdef(node.type).updates for node in nodes),
         ))
     return dict(stages)
 
