@@ -29,7 +29,17 @@ from .. import dtypes
 from ..graph import Tensor, colocate_with, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
 from . import fused, math_ops
-from .array_ops import concat, constant, expand_dims, reshape, shape, stop_gradient, transpose
+from .array_ops import (
+    concat,
+    constant,
+    expand_dims,
+    ones_like,
+    reshape,
+    shape,
+    stop_gradient,
+    transpose,
+    zeros_like,
+)
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt, normalize_axis
 from .state_ops import op_seed
@@ -629,12 +639,10 @@ def _sampled_logits(weights, biases, labels, inputs, num_sampled, num_classes, n
         true_logits = true_logits - math_ops.log(math_ops.cast(true_expected, true_logits.dtype))
         sampled_logits = sampled_logits - math_ops.log(math_ops.cast(sampled_expected, true_logits.dtype))
     logits = concat([true_logits, sampled_logits], 1)
-    targets = concat([_fill_like(true_logits, 1.0 / num_true), _fill_like(sampled_logits, 0.0)], 1)
-    return logits, targets
-
-
-def _fill_like(t, value):
-    return math_ops.multiply(t, 0.0) + value
+    # (OnesLike and ZerosLike pass no gradient back: the targets are not a path to the weights,
+    # and no step computes the loss's gradient with respect to them)
+    true_targets = ones_like(true_logits) if num_true == 1 else ones_like(true_logits) / num_true
+    return logits, concat([true_targets, zeros_like(sampled_logits)], 1)
 
 
 def _accidental_hit_penalty(labels, sampled, dtype):
