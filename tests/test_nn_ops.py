@@ -8,11 +8,13 @@ import array_api_compat.numpy as xp_numpy
 import numpy as np
 import pytest
 from gradcheck import check_gradients
-from namespaces import NAMESPACES, to_host
+from namespaces import NAMESPACES, reference_session, to_host
 
 import dflow as tf
 from dflow.ops import conv_lowering
 from dflow.ops.registry import get_opdef
+from dflow.runtime.executor import execute
+from dflow.runtime.state import SessionState
 
 
 def run_kernel(xp, op_type, *arrays, **attrs):
@@ -405,6 +407,48 @@ def test_composite_gradients(fn):
             f = lambda v: sess.run(out, {z: v})
             np.testing.assert_allclose(sess.run(dz, {z: z_val}), numeric_vjp(f, [z_val], 0, 1.0),
                                        rtol=1e-6, atol=1e-8)
+
+
+def _logistic_loss_reference(x, z):
+    """TF's composed form in float64: where(x >= 0, x, 0) - x * z + log1p(exp(where(x >= 0, -x, x)))."""
+    x, z = np.asarray(x, np.float64), np.asarray(z, np.float64)
+    loss = np.where(x >= 0, x, 0) - x * z + np.log1p(np.exp(np.where(x >= 0, -x, x)))
+    return loss, 1 / (1 + np.exp(-x)) - z
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_logistic_loss_is_one_op_with_tensorflow_s_values_and_gradient(xp, dtype):
+    """sigmoid_cross_entropy_with_logits as one op each way (TF composes nine and their gradients):
+    TF's values at logits up to +-100 (log1p keeps the tiny losses TF keeps), and the gradient
+    sigmoid(x) - z, on every namespace."""
+    x = np.concatenate([np.linspace(-100, 100, 41), np.random.default_rng(3).standard_normal(300)])
+    x = x.astype(dtype)
+    z = np.random.default_rng(4).uniform(0, 1, x.shape).astype(dtype)
+    with tf.Graph().as_default():
+        logits, labels = tf.placeholder(dtype, [None]), tf.placeholder(dtype, [None])
+        loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        (grad,) = tf.gradients(tf.reduce_sum(loss * 2.0), [logits])
+        types = [op.type for op in tf.get_default_graph().get_operations()]
+        assert types.count("SigmoidCrossEntropyWithLogits") == 1 and "Abs" not in types and "Exp" not in types
+        with reference_session() as sess:
+            got_loss, got_grad = sess.run([loss, grad], {logits: x, labels: z})
+            plan = sess.runner.plans.values()[-1].schedule
+            on_xp = execute(plan, {logits.name: xp.asarray(x), labels.name: xp.asarray(z)}, SessionState(),
+                            {"CPU": xp})
+    want_loss, want_slope = _logistic_loss_reference(x, z)
+    tolerance = {"rtol": 2e-6, "atol": 1e-30} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-300}
+    np.testing.assert_allclose(got_loss, want_loss, **tolerance)
+    np.testing.assert_allclose(got_grad, 2 * want_slope, rtol=tolerance["rtol"], atol=1e-7)
+    assert got_loss.dtype == got_grad.dtype == dtype
+    np.testing.assert_allclose(to_host(on_xp[loss.name]), got_loss, rtol=1e-6, atol=1e-30)
+    np.testing.assert_allclose(to_host(on_xp[grad.name]), got_grad, rtol=1e-6, atol=1e-7)
+
+
+def test_the_logistic_loss_refuses_labels_of_another_shape_as_tensorflow():
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"must have the same shape \(\(4, 1\) vs \(4,\)\)"):
+            tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.zeros([4]), logits=tf.zeros([4, 1]))
 
 
 def test_second_order_conv_gradient():
