@@ -182,6 +182,31 @@ def test_sgd_on_an_embedding_writes_its_rows_into_the_table_not_a_copy(monkeypat
         np.testing.assert_array_equal(sess.run(table)[:, 1], [-4.0, -2.0, 0.0, 0.0, -2.0, 0.0])
 
 
+@pytest.mark.parametrize("make", [lambda: tf.train.GradientDescentOptimizer(0.5),
+                                  lambda: tf.train.MomentumOptimizer(0.5, 0.9)], ids=["sgd", "momentum"])
+def test_a_clipped_lookup_gradient_stays_rows_as_tf_s_indexed_slices(make):
+    """The PTB language model's clip_by_global_norm over a lookup's gradient: the norm counts each
+    lookup's row (TF's IndexedSlices values, a repeated id twice), the update stays sparse, and no
+    dense table of the gradient is made."""
+    table0 = np.arange(10, dtype=np.float32).reshape(5, 2) / 4
+    table = tf.Variable(table0, name="embeddings")
+    ids = tf.constant([1, 3, 1])
+    weights = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    loss = tf.reduce_sum(tf.nn.embedding_lookup(table, ids) * weights)
+    grads, norm = tf.clip_by_global_norm(tf.gradients(loss, [table]), 2.0)
+    train = make().apply_gradients(zip(grads, [table]))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got_norm, _ = sess.run([norm, train])
+        ran = {sess.runner.plans.values()[-1].schedule.nodes[n].type for n in sess.last_run_stats.order}
+        after = sess.run(table)
+    np.testing.assert_allclose(got_norm, np.sqrt(1 + 4 + 9 + 16 + 25 + 36), rtol=1e-6)
+    assert "UnsortedSegmentSum" not in ran and ran & {"ScatterSub", "SparseApplyMomentum"}
+    step = 0.5 * 2.0 / np.sqrt(91.0) * np.array([[6.0, 8.0], [3.0, 4.0]])  # rows 1 and 3, summed
+    np.testing.assert_allclose(after[[1, 3]], table0[[1, 3]] - step, rtol=1e-6)
+    np.testing.assert_array_equal(after[[0, 2, 4]], table0[[0, 2, 4]])
+
+
 @pytest.mark.parametrize("ids_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("shape", [(7,), (7, 3), (7, 2, 4)], ids=["vector", "matrix", "rank3"])
 def test_compiled_row_adds_sum_repeated_ids_as_numpy_add_at(shape, ids_dtype):

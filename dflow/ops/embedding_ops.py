@@ -46,7 +46,7 @@ from .state_ops import op_seed
 
 __all__ = [
     "gather", "gather_nd", "boolean_mask", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
-    "scatter_add", "scatter_sub", "scatter_update", "scattered_rows", "log_uniform_candidate_sampler",
+    "scatter_add", "scatter_sub", "scatter_update", "log_uniform_candidate_sampler",
     "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
 
@@ -379,23 +379,6 @@ def scatter_sub(ref, indices, updates, use_locking=False, name=None) -> Tensor:
 def scatter_update(ref, indices, updates, use_locking=False, name=None) -> Tensor:
     """``ref[indices[i]] = updates[i]``; the result is the new value."""
     return _scatter("ScatterUpdate", ref, indices, updates, name)
-
-
-def scattered_rows(grad):
-    """``(rows, indices)`` when ``grad`` is a scatter-add of rows into a dense tensor (a gather's
-    gradient, or a sum of them), else None: an optimizer may then update only those rows, as TF
-    applies an ``IndexedSlices`` gradient."""
-    if not isinstance(grad, Tensor):
-        return None
-    parts = grad.op.inputs if grad.op.type == "AddN" else [grad]
-    if not all(isinstance(p, Tensor) and p.op.type == "UnsortedSegmentSum" for p in parts):
-        return None
-    if len(parts) == 1:
-        data, ids, _ = parts[0].op.inputs
-        return data, ids
-    row_shape = concat([[-1], shape(grad)[1:]], 0)
-    rows = concat([reshape(p.op.inputs[0], row_shape) for p in parts], 0)
-    return rows, concat([reshape(p.op.inputs[1], [-1]) for p in parts], 0)
 
 
 # ---- embedding_lookup -------------------------------------------------------------------------

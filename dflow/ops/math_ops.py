@@ -16,11 +16,13 @@ from ..graph import Tensor, convert_to_tensor, get_default_graph, register_op_bu
 from . import fused, onednn, parallel
 from .array_ops import (
     cast,
+    concat,
     constant,
     expand_dims,
     is_symbolic,
     no_op,
     range_,
+    reshape,
     shape,
     shape_value,
     static_axis,
@@ -660,13 +662,43 @@ def clip_by_norm(t, clip_norm, axes=None, name=None) -> Tensor:
         return divide(t * clip, maximum(l2norm, clip), name=scope)
 
 
+def scattered_rows(grad):
+    """``(rows, indices)`` when ``grad`` is a scatter-add of rows into a dense tensor (a gather's
+    gradient, a sum of them, either times a scalar: a clipped one), else None: an optimizer may
+    then update only those rows, and a norm read the rows, as TF treats an ``IndexedSlices``."""
+    if not isinstance(grad, Tensor):
+        return None
+    if grad.op.type == "Mul":  # (clip_by_global_norm's scale)
+        for part, scale in (grad.op.inputs, grad.op.inputs[::-1]):
+            inner = scattered_rows(part) if scale.shape.ndims == 0 else None
+            if inner is not None:
+                return multiply(inner[0], scale), inner[1]
+        return None
+    parts = grad.op.inputs if grad.op.type == "AddN" else [grad]
+    if not all(isinstance(p, Tensor) and p.op.type == "UnsortedSegmentSum" for p in parts):
+        return None
+    if len(parts) == 1:
+        data, ids, _ = parts[0].op.inputs
+        return data, ids
+    row_shape = concat([[-1], shape(grad)[1:]], 0)
+    rows = concat([reshape(p.op.inputs[0], row_shape) for p in parts], 0)
+    return rows, concat([reshape(p.op.inputs[1], [-1]) for p in parts], 0)
+
+
+def _rows_or_whole(t):
+    rows = scattered_rows(t)
+    return t if rows is None else rows[0]
+
+
 def global_norm(t_list, name=None) -> Tensor:
-    """``sqrt(sum of the squared L2 norms of every tensor in t_list)``; None entries are skipped."""
+    """``sqrt(sum of the squared L2 norms of every tensor in t_list)``; None entries are skipped. A
+    lookup's gradient counts its rows, each looked-up row once per lookup, as TF counts an
+    ``IndexedSlices``'s values (and no dense table is made for it)."""
     tensors = [convert_to_tensor(t) for t in t_list if t is not None]
     if not tensors:
         raise ValueError("global_norm needs at least one tensor")
     with get_default_graph().name_scope(name or "global_norm") as scope:
-        squares = [reduce_sum(square(t)) for t in tensors]
+        squares = [reduce_sum(square(_rows_or_whole(t))) for t in tensors]
         return sqrt(add_n(squares), name=scope)
 
 

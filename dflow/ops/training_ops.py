@@ -20,7 +20,8 @@ import numpy
 
 from ..graph import Tensor, get_default_graph
 from . import fused
-from .embedding_ops import _add_rows, _check_range, _set_rows, scattered_rows
+from .embedding_ops import _add_rows, _check_range, _set_rows
+from .math_ops import scattered_rows
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from ..autodiff import gradients
 from ..graph import GraphKeys, Tensor, colocate_with, convert_to_tensor, get_default_graph, name_scope
 from ..ops import array_ops, math_ops, state_ops
-from ..ops.embedding_ops import scatter_sub, scattered_rows
+from ..ops.embedding_ops import scatter_sub
+from ..ops.math_ops import scattered_rows
 from ..ops.training_ops import apply_update
 from ..variables import Variable, group, trainable_variables
 
