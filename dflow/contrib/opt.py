@@ -1,7 +1,9 @@
 """``tf.contrib.opt``: the decoupled-weight-decay optimizers (Loshchilov and Hutter's AdamW and
 its momentum twin), as TF 1.x's ``DecoupledWeightDecayExtension`` builds them: each variable is
 first shrunk by ``weight_decay * var`` (not scaled by the learning rate), then the base
-optimizer's update runs on it. Any other name says to use ``tf.train``'s optimizers.
+optimizer's update runs on it; and ``LazyAdamOptimizer``, whose step for a lookup's gradient
+changes only the rows looked up and their moments. Any other name says to use ``tf.train``'s
+optimizers.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -20,7 +22,7 @@ from ..graph import get_default_graph
 from ..ops import state_ops
 from ..train.optimizers import AdamOptimizer, MomentumOptimizer
 
-__all__ = ["AdamWOptimizer", "MomentumWOptimizer"]
+__all__ = ["AdamWOptimizer", "LazyAdamOptimizer", "MomentumWOptimizer"]
 
 
 class _DecoupledWeightDecay:
@@ -56,8 +58,16 @@ class MomentumWOptimizer(_DecoupledWeightDecay, MomentumOptimizer):
         return self._decayed_then(grad, var, super()._apply_dense)
 
 
+class LazyAdamOptimizer(AdamOptimizer):
+    """Adam whose step for a lookup's gradient (an embedding's) updates only the rows looked up, and
+    only their moments, as TF 1.x's: a large table's step costs its batch's rows, not the table.
+    Dense gradients take Adam's step."""
+
+    _lazy = True  # (its slots and name are Adam's, as in TF)
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(f"tf.contrib.opt.{name} is not supported by dflow; use the optimizers of tf.train "
-                         "(or AdamWOptimizer / MomentumWOptimizer here)")
+                         "(or AdamWOptimizer / MomentumWOptimizer / LazyAdamOptimizer here)")

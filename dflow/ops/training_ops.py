@@ -168,15 +168,18 @@ defop("ApplyAdadelta", _apply_infer(6), _adadelta, stateful=True, updates=True)
 defop("ApplyFtrlV2", _apply_infer(3), _ftrl, stateful=True, updates=True)
 _DENSE_KERNELS = {"ApplyMomentum": _momentum, "ApplyAdagrad": _adagrad, "ApplyRMSProp": _rms_prop,
                   "ApplyCenteredRMSProp": _centered_rms_prop, "ApplyAdadelta": _adadelta,
-                  "ApplyFtrlV2": _ftrl}
+                  "ApplyFtrlV2": _ftrl, "ApplyAdam": _adam}
 
 
 # ---- TF's sparse updates -----------------------------------------------------------------------
 #: the dense updates that TF 1.x applies to a lookup's gradient (an ``IndexedSlices``) row by row:
-#: their references (the variable, then its slots) and the gradient's place among their inputs.
-#: (Adam's sparse form decays every row's moments, as the dense one does: it stays dense.)
+#: their references (the variable, then its slots) and the gradient's place among their inputs
 _SPARSE_FORMS = {"ApplyMomentum": (2, 3), "ApplyAdagrad": (2, 3), "ApplyRMSProp": (3, 7),
-                 "ApplyCenteredRMSProp": (4, 8), "ApplyAdadelta": (3, 6), "ApplyFtrlV2": (3, 3)}
+                 "ApplyCenteredRMSProp": (4, 8), "ApplyAdadelta": (3, 6), "ApplyFtrlV2": (3, 3),
+                 "ApplyAdam": (3, 9)}
+#: TF 1.x's Adam decays every row's moments for a lookup's gradient too, as the dense rule does;
+#: only its LazyAdam (``lazy``) updates the rows looked up
+_DENSE_FOR_ROWS = {"ApplyAdam"}
 
 
 class _Rows:
@@ -250,10 +253,11 @@ for _dense, (_refs, _grad_at) in _SPARSE_FORMS.items():
           _sparse_kernel(_DENSE_KERNELS[_dense], _refs, _grad_at), stateful=True, updates=True)
 
 
-def apply_update(op_type: str, inputs: list, attrs: dict | None = None) -> Tensor:
+def apply_update(op_type: str, inputs: list, attrs: dict | None = None, lazy: bool = False) -> Tensor:
     """The variable's new value after the update op ``op_type`` (one of :data:`UPDATE_OPS`) ran;
-    its sparse form where the gradient is a lookup's rows and TF 1.x applies that form."""
-    if op_type in _SPARSE_FORMS:
+    its sparse form where the gradient is a lookup's rows and TF 1.x applies that form (Adam's
+    with ``lazy``)."""
+    if op_type in _SPARSE_FORMS and (lazy or op_type not in _DENSE_FOR_ROWS):
         _, grad_at = _SPARSE_FORMS[op_type]
         rows = scattered_rows(inputs[grad_at])
         if rows is not None:

@@ -270,6 +270,8 @@ class AdamOptimizer(Optimizer):
     ``beta1``/``beta2`` after every variable of the step has been updated.
     """
 
+    _lazy = False  # (tf.contrib.opt.LazyAdamOptimizer's: a lookup's gradient changes its rows only)
+
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  use_locking=False, name="Adam"):
         super().__init__(use_locking, name)
@@ -298,7 +300,8 @@ class AdamOptimizer(Optimizer):
         refs = [var, self.get_slot(var, "m"), self.get_slot(var, "v")]
         # the powers are values, as in TF: they may live on another PS task than ``var``
         values = [beta1_power, beta2_power, self._lr_t, self._beta1_t, self._beta2_t, self._epsilon_t]
-        return apply_update("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in values] + [grad])
+        return apply_update("ApplyAdam", [r._variable for r in refs] + [_as(h, var) for h in values] + [grad],
+                            lazy=self._lazy)
 
     def _finish(self, update_ops, name_scope):
         graph = get_default_graph()
