@@ -332,19 +332,24 @@ def _set_rows(xp, table, ids, rows):
     return xp.where(hit, xp.reshape(picked, table.shape), table)
 
 
+def _table_to_write(xp, table, in_place: bool):
+    """``table`` itself where an update may write into it (nothing else holds it: an embedding's
+    128 rows written, not a copy of its 50,000 made; and its memory is writable), else a copy:
+    readers of the old value keep theirs."""
+    if in_place and getattr(getattr(table, "flags", None), "writeable", True):
+        return table
+    return xp.asarray(table, copy=True)
+
+
 def _scatter_kernel(combine):
     def kernel(state, xp, ref, indices, updates, var):
         with state.updating(ref):
             in_place = state.held_only_here(ref)
             old = state.read_variable(ref)
-            in_place = in_place and getattr(getattr(old, "flags", None), "writeable", True)
             ids = xp.reshape(indices, (-1,))
             _check_range(xp, ids, old.shape[0], f"scatter index into {var}")
             rows = xp.reshape(updates, (ids.shape[0],) + tuple(old.shape[1:]))
-            # written in place where nothing else holds the value (an embedding's 128 rows, not a
-            # copy of its 50,000), else into a copy: readers of the old value keep theirs
-            table = old if in_place else xp.asarray(old, copy=True)
-            new = combine(xp, table, ids, xp.astype(rows, old.dtype))
+            new = combine(xp, _table_to_write(xp, old, in_place), ids, xp.astype(rows, old.dtype))
             state.write_variable(ref, new)
             return new
 

@@ -20,7 +20,7 @@ import numpy
 
 from ..graph import Tensor, get_default_graph
 from . import fused
-from .embedding_ops import _add_rows, _check_range, _set_rows
+from .embedding_ops import _add_rows, _check_range, _set_rows, _table_to_write
 from .math_ops import scattered_rows
 from .registry import ShapeError, Spec, defop
 from .shape_rules import fmt
@@ -222,9 +222,8 @@ def _sparse_kernel(dense, num_refs: int, grad_at: int):
             rows = _Rows({ref: xp.take(table, unique, axis=0) for ref, table in zip(refs, tables)})
             dense(rows, xp, *refs, *args[num_refs:grad_at], grad, *args[grad_at + 2:], **attrs)
             for ref, table in zip(refs, tables):
-                if not (in_place and getattr(getattr(table, "flags", None), "writeable", True)):
-                    table = xp.asarray(table, copy=True)
-                state.write_variable(ref, _set_rows(xp, table, unique, rows.values[ref]))
+                state.write_variable(ref, _set_rows(xp, _table_to_write(xp, table, in_place), unique,
+                                                    rows.values[ref]))
             return state.read_variable(refs[0])
 
     return kernel
