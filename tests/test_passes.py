@@ -107,3 +107,19 @@ def test_a_local_session_plans_one_stage_and_the_runner_can_be_chosen():
     with pytest.raises(ValueError, match="choose one of local, direct, dask"):
         tf.Session(config=tf.ConfigProto(runner="grpc"))
     np.testing.assert_array_equal(plan.schedule.fetches, (y.name,))
+
+
+def test_a_shape_known_when_the_graph_is_built_is_a_constant_that_reads_nothing():
+    """As Grappler folds it: the gradients' reads of their forwards' shapes run as constants, and
+    an op needed only for its known shape does not run; a shape known only at run time is read."""
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    w = tf.Variable(tf.ones([3, 2]), name="w")
+    only_shaped = tf.matmul(tf.ones([4, 3]), w, name="only_shaped")
+    known, dynamic = tf.shape(only_shaped, out_type=tf.int64), tf.shape(x)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        got_known, got_dynamic = sess.run([known, dynamic], {x: np.zeros((5, 3), np.float32)})
+        nodes = sess.runner.plans.values()[-1].schedule.nodes
+    assert got_known.tolist() == [4, 2] and got_known.dtype == np.int64 and got_dynamic.tolist() == [5, 3]
+    assert nodes[known.op.name].type == "Const" and nodes[known.op.name].inputs == ()
+    assert "only_shaped" not in nodes and nodes[dynamic.op.name].type == "Shape"

@@ -55,6 +55,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy
 
 from .. import dtypes
 from ..errors import InvalidArgumentError
@@ -110,10 +111,24 @@ def task_of(device: str) -> str:
     return device.rpartition("/device:")[0] if "/device:" in device else device
 
 
+def _known_shape(op: Operation) -> numpy.ndarray | None:
+    """The value of a ``Shape`` op whose input's shape is known when the graph is built (a
+    gradient's read of its forward's shape, mostly), else None: it runs as a constant, reading
+    nothing, as Grappler folds it (a feed of another shape is refused: Session.run checks)."""
+    if op.type != "Shape" or not op.inputs[0].shape.is_fully_defined():
+        return None
+    return numpy.asarray(op.inputs[0].shape.as_list(), dtype=op.attrs["out_type"].as_numpy_dtype)
+
+
 def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
     """``op`` as plain data for the executor (or a worker)."""
-    return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs),
-                  tuple(c.name for c in op.control_inputs), len(op.outputs), device_type)
+    control = tuple(c.name for c in op.control_inputs)
+    known = _known_shape(op)
+    if known is not None:
+        return OpNode(op.name, "Const", {"value": known, "dtype": op.attrs["out_type"]}, (), control, 1,
+                      device_type)
+    return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs), control, len(op.outputs),
+                  device_type)
 
 
 # ---- 1. prune --------------------------------------------------------------------------------------
@@ -127,13 +142,15 @@ def prune(graph: nx.MultiDiGraph, fetches: Iterable[str], fed: Collection[str]) 
         if name in needed:
             continue
         needed.add(name)
+        reads = _known_shape(graph.nodes[name]["op"]) is None  # (a known shape reads nothing)
         stack.extend(producer for producer, _, key, tensor in graph.in_edges(name, keys=True, data="tensor")
-                     if key == "control" or tensor.name not in fed)
+                     if key == "control" or (reads and tensor.name not in fed))
     pruned = nx.MultiDiGraph(fed=frozenset(fed))
     for name in sorted(needed, key=lambda n: graph.nodes[n]["op"]._id):  # creation order is topological
         pruned.add_node(name, op=graph.nodes[name]["op"])
     for producer, consumer, key, data in graph.in_edges(needed, keys=True, data=True):
-        if producer in needed and (key == "control" or data["tensor"].name not in fed):
+        if producer in needed and (key == "control" or (data["tensor"].name not in fed and
+                                                        _known_shape(graph.nodes[consumer]["op"]) is None)):
             pruned.add_edge(producer, consumer, key=key, **data)
     return pruned
 
