@@ -144,6 +144,7 @@ from .ops.array_ops import slice_ as slice
 from .ops.control_flow_ops import case, cond, foldl, foldr, map_fn, scan, while_loop
 from .ops.ctc_ops import edit_distance
 from .ops.embedding_ops import (
+    IndexedSlices,
     boolean_mask,
     gather,
     gather_nd,

@@ -422,3 +422,19 @@ def test_embedding_trains_with_its_table_on_a_parameter_server(cluster):
     table_bytes = 400 * 8 * 4  # 12,800; the rows of a step: (32 + 32 + 6) * 8 * 4 = 2,240
     for link in [("/job:ps/task:0", "/job:worker/task:0"), ("/job:worker/task:0", "/job:ps/task:0")]:
         assert 0 < traffic[link] < table_bytes / 2, traffic
+
+
+def test_indexed_slices_of_a_script_convert_and_a_lookup_gradient_is_dense():
+    """Scripts test ``isinstance(grad, tf.IndexedSlices)`` and take the dense branch on dflow (its
+    gradients are tensors); an IndexedSlices a script makes is its dense tensor where a tensor goes."""
+    table = tf.Variable(tf.ones([4, 2]))
+    (grad,) = tf.gradients(tf.reduce_sum(tf.nn.embedding_lookup(table, [3, 3])), [table])
+    assert not isinstance(grad, tf.IndexedSlices) and isinstance(grad, tf.Tensor)
+    rows = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), tf.constant([1, 3, 1]),
+                            tf.constant([4, 2]))
+    assert rows.dtype == tf.float32
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(tf.convert_to_tensor(rows)), [[0, 0], [6, 8], [0, 0], [3, 4]])
+        assert sess.run(tf.reduce_sum(rows)) == 21.0
+    with pytest.raises(ValueError, match="without a dense_shape"):
+        tf.convert_to_tensor(tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([0])))

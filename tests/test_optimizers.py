@@ -317,5 +317,5 @@ def test_decoupled_weight_decay_optimizers_shrink_then_step():
         m, v = 0.9 * m + 0.1 * grad, 0.999 * v + 0.001 * grad * grad
         var = var - 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-8)
     np.testing.assert_allclose(got, var, rtol=1e-5)
-    with pytest.raises(AttributeError, match="tf.contrib.opt.ScipyOptimizerInterface is not supported by dflow"):
+    with pytest.raises(AttributeError, match="tf.contrib.opt.ScipyOptimizerInterface is not supported"):
         _ = tf.contrib.opt.ScipyOptimizerInterface

@@ -46,7 +46,7 @@ from .state_ops import op_seed
 
 __all__ = [
     "gather", "gather_nd", "boolean_mask", "unsorted_segment_sum", "embedding_lookup", "reverse_sequence",
-    "scatter_add", "scatter_sub", "scatter_update", "log_uniform_candidate_sampler",
+    "scatter_add", "scatter_sub", "scatter_update", "IndexedSlices", "log_uniform_candidate_sampler",
     "uniform_candidate_sampler", "nce_loss", "sampled_softmax_loss",
 ]
 
@@ -289,6 +289,42 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None) -> Tensor:
     num_segments = convert_to_tensor(num_segments, dtype=None if isinstance(num_segments, Tensor)
                                      else segment_ids.dtype)
     return _out("UnsortedSegmentSum", [data, segment_ids, num_segments], name=name)
+
+
+class IndexedSlices:
+    """TF's sparse form of a tensor: ``values`` (rows) at ``indices`` of a tensor of
+    ``dense_shape``, repeated indices adding up. dflow's gradients are dense tensors (a lookup's
+    is a scatter of its rows, which the optimizers and ``clip_by_global_norm`` treat as TF treats
+    its ``IndexedSlices``), so ``isinstance(grad, tf.IndexedSlices)`` in a script is False and its
+    dense branch runs; one made by a script converts to its dense tensor wherever a tensor goes.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     rows = tf.IndexedSlices(tf.constant([[1.0], [2.0]]), tf.constant([2, 0]), tf.constant([3, 1]))
+    ...     tf.Session().run(tf.convert_to_tensor(rows)).tolist()
+    [[2.0], [0.0], [1.0]]
+    """
+
+    def __init__(self, values, indices, dense_shape=None):
+        self.values, self.indices, self.dense_shape = values, indices, dense_shape
+        self._dense = None
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    @property
+    def name(self) -> str:
+        return self.values.name
+
+    def _as_graph_element(self) -> Tensor:
+        if self._dense is None:
+            if self.dense_shape is None:
+                raise ValueError("an IndexedSlices without a dense_shape has no dense form: give it one")
+            dense_shape = convert_to_tensor(self.dense_shape)
+            rows = unsorted_segment_sum(self.values, self.indices, dense_shape[0])
+            self._dense = reshape(rows, dense_shape)
+        return self._dense
 
 
 # ---- scatter updates of a variable's rows ---------------------------------------------------------
