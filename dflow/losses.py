@@ -136,9 +136,9 @@ def sigmoid_cross_entropy(multi_class_labels, logits, weights=1.0, label_smoothi
 
 
 def _pairwise(labels, predictions):
-    predictions = _float(predictions)
-    return math_ops.cast(convert_to_tensor(labels), predictions.dtype) if isinstance(labels, Tensor) \
-        else convert_to_tensor(labels, dtype=predictions.dtype), predictions
+    """Both as float32, whatever their dtype, as TF 1.x's losses take them (``to_float``)."""
+    return tuple(math_ops.cast(convert_to_tensor(x), dtypes.float32) if isinstance(x, Tensor)
+                 else convert_to_tensor(x, dtype=dtypes.float32) for x in (labels, predictions))
 
 
 def mean_squared_error(labels, predictions, weights=1.0, scope=None, loss_collection=GraphKeys.LOSSES,

@@ -223,3 +223,15 @@ def test_apply_refuses_what_it_cannot_average():
         ema.apply([tf.Variable(1, name="counter")])
     with pytest.raises(ValueError, match=r"zero_debias=True\) is not supported by dflow"):
         tf.train.ExponentialMovingAverage(0.99, zero_debias=True)
+
+
+def test_pairwise_losses_are_float32_whatever_their_inputs_as_tf_1_x_casts_them():
+    """TF 1.x's mean_squared_error, absolute_difference, log_loss, hinge and Huber losses take
+    labels and predictions through ``to_float``: float64 inputs give a float32 loss."""
+    labels, predictions = tf.constant(np.array([0.0, 1.0])), tf.constant(np.array([0.5, 0.25]))
+    losses = [loss(labels, predictions) for loss in (
+        tf.losses.mean_squared_error, tf.losses.absolute_difference, tf.losses.log_loss, tf.losses.hinge_loss,
+        tf.losses.huber_loss)]
+    assert {loss.dtype for loss in losses} == {tf.float32}
+    with tf.Session() as sess:
+        np.testing.assert_allclose(sess.run(losses[0]), (0.25 + 0.5625) / 2, rtol=1e-6)
