@@ -546,3 +546,20 @@ def test_space_to_depth_and_back_in_tensorflows_order():
         tf.depth_to_space(x, 2)
     pixels = np.random.default_rng(0).standard_normal((1, 2, 4, 2))
     check_gradients(lambda t: tf.space_to_depth(t, 2), [pixels])
+
+
+def test_softmax_cross_entropy_takes_labels_of_the_same_rows_in_another_rank_as_tf():
+    """TF flattens logits and labels each to [rows, classes] before its kernel: a word2vec's one-hot
+    labels of [batch, 1, vocabulary] for logits of [batch, vocabulary] are the same rows."""
+    logits = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    ids = np.array([[1], [5], [0], [2]])
+    with tf.Graph().as_default():
+        z = tf.constant(logits)
+        cost = tf.nn.softmax_cross_entropy_with_logits(logits=z, labels=tf.one_hot(ids, 6))
+        (grad,) = tf.gradients(tf.reduce_sum(cost), [z])
+        assert cost.shape.as_list() == [4]
+        with tf.Session() as sess:
+            got, got_grad = sess.run([cost, grad])
+    log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    np.testing.assert_allclose(got, -log_p[np.arange(4), ids[:, 0]], rtol=1e-6)
+    np.testing.assert_allclose(got_grad, np.exp(log_p) - np.eye(6)[ids[:, 0]], rtol=1e-5, atol=1e-7)

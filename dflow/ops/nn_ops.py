@@ -936,6 +936,11 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
     logits = convert_to_tensor(logits)
     labels = convert_to_tensor(labels, dtype=None if isinstance(labels, Tensor) else logits.dtype)
     axis = int(dim if axis is None else axis)
+    if (logits.shape.ndims is not None and labels.shape.ndims is not None
+            and logits.shape.ndims != labels.shape.ndims and axis in (-1, logits.shape.ndims - 1)):
+        # TF flattens each to [rows, classes] before its kernel: labels of [128, 1, 10000] for
+        # logits of [128, 10000] (a widely copied word2vec's) are the same rows
+        labels = reshape(labels, shape(logits))
     return _op("SoftmaxCrossEntropyWithLogits", [logits, labels], {"axis": axis}, name).outputs[0]
 
 
