@@ -691,3 +691,30 @@ def test_a_product_s_shape_from_its_inputs_is_its_output_s(xp, a_shape, b_shape,
                                                  transpose_b)
         assert to_host(shape).dtype == out_type.as_numpy_dtype
         np.testing.assert_array_equal(to_host(shape), output.shape)
+
+
+def test_transposes_into_and_out_of_a_product_fold_into_its_flags():
+    """A word2vec's ``transpose(matmul(transpose(w), transpose(e))) + b``: one product with its bias
+    (e @ w + b), written C-ordered, as Grappler folds the transposes; a transpose another op also
+    reads stays, and the gradients keep the numbers."""
+    rng = np.random.default_rng(0)
+    w_value, e_value, b_value = (rng.standard_normal(size).astype(np.float32) for size in ((3, 7), (4, 3), 7))
+    with tf.Graph().as_default():
+        w, e, b = (tf.placeholder(tf.float32, v.shape) for v in (w_value, e_value, b_value))
+        h = tf.transpose(tf.matmul(tf.transpose(w), tf.transpose(e))) + b
+        e_t = tf.transpose(e)
+        kept = tf.matmul(e_t, e) + tf.reduce_sum(e_t)  # the transpose has two readers
+        grads = tf.gradients(tf.reduce_sum(h * h), [w, e])
+        feeds = {w: w_value, e: e_value, b: b_value}
+        with tf.Session() as sess:
+            got = sess.run(h, feeds)
+            assert op_types(sess.runner.plans.values()[-1]) == ["_FusedMatMul"]
+            got_kept = sess.run(kept, feeds)
+            assert "Transpose" in op_types(sess.runner.plans.values()[-1])
+            got_w, got_e = sess.run(grads, feeds)
+    want = e_value @ w_value + b_value
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(got_kept, e_value.T @ e_value + e_value.sum(), rtol=1e-5)
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got_w, e_value.T @ (2 * want), rtol=1e-5)
+    np.testing.assert_allclose(got_e, 2 * want @ w_value.T, rtol=1e-5)

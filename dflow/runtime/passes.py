@@ -127,7 +127,10 @@ def to_node(op: Operation, device_type: str = "CPU") -> OpNode:
     if known is not None:
         return OpNode(op.name, "Const", {"value": known, "dtype": op.attrs["out_type"]}, (), control, 1,
                       device_type)
-    return OpNode(op.name, op.type, op.attrs, tuple(t.name for t in op.inputs), control, len(op.outputs),
+    attrs = op.attrs
+    if op.type == "Transpose" and attrs["perm"] is None and op.inputs[0].shape.ndims is not None:
+        attrs = {**attrs, "perm": list(range(op.inputs[0].shape.ndims))[::-1]}  # (for the fusion's rules)
+    return OpNode(op.name, op.type, attrs, tuple(t.name for t in op.inputs), control, len(op.outputs),
                   device_type)
 
 
