@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import math
 
-import array_api_compat
 import numpy as np  # the candidate samplers draw on the host, as TF's CPU kernels do
 
 from .. import dtypes
 from ..graph import Tensor, colocate_with, convert_to_tensor, get_default_graph
 from ..runtime.devices import numpy_namespace, to_namespace
-from . import fused, math_ops
+from . import math_ops
 from .array_ops import (
     concat,
     constant,
@@ -41,6 +40,7 @@ from .array_ops import (
     zeros_like,
 )
 from .registry import ShapeError, Spec, defop
+from .rows import add_rows, check_range, set_rows, table_to_write
 from .shape_rules import fmt, normalize_axis
 from .state_ops import op_seed
 
@@ -74,12 +74,6 @@ def _integer(spec, what):
         raise ShapeError(f"{what} must be int32 or int64, got {spec.dtype.name}; use tf.cast")
 
 
-def _check_range(xp, flat_ids, limit, what):
-    if flat_ids.shape[0] and bool(xp.any((flat_ids < 0) | (flat_ids >= limit))):
-        bad = int(xp.min(flat_ids)) if bool(xp.any(flat_ids < 0)) else int(xp.max(flat_ids))
-        raise ValueError(f"{what} = {bad} is not in [0, {limit})")
-
-
 # ---- gather ---------------------------------------------------------------------------------
 def _gather_infer(inputs, axis):
     params, indices = inputs
@@ -93,7 +87,7 @@ def _gather_infer(inputs, axis):
 def _gather_kernel(xp, params, indices, axis):
     axis = axis % params.ndim
     flat = xp.reshape(indices, (-1,))
-    _check_range(xp, flat, params.shape[axis], "gather index")
+    check_range(xp, flat, params.shape[axis], "gather index")
     rows = xp.take(params, flat, axis=axis)
     return xp.reshape(rows, params.shape[:axis] + tuple(indices.shape) + params.shape[axis + 1:])
 
@@ -194,7 +188,7 @@ def _gather_nd_kernel(xp, params, indices):
     outer, inner = params.shape[:depth], params.shape[depth:]
     linear = xp.zeros(indices.shape[:-1], dtype=indices.dtype)
     for k in range(depth):  # row-major position of each index tuple among the outer dims
-        _check_range(xp, xp.reshape(indices[..., k], (-1,)), outer[k], f"gather_nd index (dim {k})")
+        check_range(xp, xp.reshape(indices[..., k], (-1,)), outer[k], f"gather_nd index (dim {k})")
         linear = linear * outer[k] + indices[..., k]
     rows = xp.reshape(params, (-1,) + tuple(inner))
     return xp.reshape(xp.take(rows, xp.reshape(linear, (-1,)), axis=0), tuple(indices.shape[:-1]) + inner)
@@ -255,7 +249,7 @@ def _segment_sum_kernel(xp, data, ids, num_segments):
     if flat_ids.shape[0] and bool(xp.any(flat_ids < 0)):  # TF drops the rows of negative ids
         keep = flat_ids >= 0
         flat_ids, rows = flat_ids[keep], rows[keep]
-    out = _add_rows(xp, xp.zeros((count, rows.shape[1]), dtype=data.dtype), flat_ids, rows)
+    out = add_rows(xp, xp.zeros((count, rows.shape[1]), dtype=data.dtype), flat_ids, rows)
     return xp.reshape(out, (count,) + tuple(rest))
 
 
@@ -340,52 +334,15 @@ def _scatter_infer(inputs, var):
     return [Spec(ref.shape, ref.dtype)]
 
 
-def _add_rows(xp, table, ids, rows, scale=1):
-    """``table[ids[i]] += rows[i] * scale``, repeated ids adding up: into ``table`` itself where
-    the namespace can write (NumPy, CuPy), else a new array."""
-    if fused.compiled_for(xp, table, rows) and fused.add_rows(table, ids, rows, scale):
-        return table
-    if scale != 1:
-        rows = rows * scale
-    at = getattr(getattr(xp, "add", None), "at", None)  # NumPy's and CuPy's ufunc.at
-    if at is not None:
-        at(table, ids, rows)
-        return table
-    onehot = xp.astype(ids[:, None] == xp.arange(table.shape[0], dtype=ids.dtype)[None, :], table.dtype)
-    return table + xp.reshape(xp.matmul(xp.matrix_transpose(onehot), xp.reshape(rows, (ids.shape[0], -1))),
-                              table.shape)
-
-
-def _set_rows(xp, table, ids, rows):
-    if array_api_compat.is_numpy_namespace(xp) or array_api_compat.is_cupy_namespace(xp):
-        table[ids] = rows
-        return table
-    # the standard has no assignment through an index array: the rows picked by a one-hot
-    # product (ids that repeat add up; TF leaves their order unspecified anyway)
-    onehot = xp.astype(ids[:, None] == xp.arange(table.shape[0], dtype=ids.dtype)[None, :], table.dtype)
-    picked = xp.matmul(xp.matrix_transpose(onehot), xp.reshape(rows, (ids.shape[0], -1)))
-    hit = xp.reshape(xp.sum(onehot, axis=0) > 0, (-1,) + (1,) * (table.ndim - 1))
-    return xp.where(hit, xp.reshape(picked, table.shape), table)
-
-
-def _table_to_write(xp, table, in_place: bool):
-    """``table`` itself where an update may write into it (nothing else holds it: an embedding's
-    128 rows written, not a copy of its 50,000 made; and its memory is writable), else a copy:
-    readers of the old value keep theirs."""
-    if in_place and getattr(getattr(table, "flags", None), "writeable", True):
-        return table
-    return xp.asarray(table, copy=True)
-
-
 def _scatter_kernel(combine):
     def kernel(state, xp, ref, indices, updates, var):
         with state.updating(ref):
             in_place = state.held_only_here(ref)
             old = state.read_variable(ref)
             ids = xp.reshape(indices, (-1,))
-            _check_range(xp, ids, old.shape[0], f"scatter index into {var}")
+            check_range(xp, ids, old.shape[0], f"scatter index into {var}")
             rows = xp.reshape(updates, (ids.shape[0],) + tuple(old.shape[1:]))
-            new = combine(xp, _table_to_write(xp, old, in_place), ids, xp.astype(rows, old.dtype))
+            new = combine(xp, table_to_write(xp, old, in_place), ids, xp.astype(rows, old.dtype))
             state.write_variable(ref, new)
             return new
 
@@ -393,10 +350,10 @@ def _scatter_kernel(combine):
 
 
 # (updates=True: a step runs them after its ops that read the variable, as the optimizers' updates)
-defop("ScatterAdd", _scatter_infer, _scatter_kernel(_add_rows), stateful=True, updates=True)
-defop("ScatterSub", _scatter_infer, _scatter_kernel(lambda xp, t, ids, rows: _add_rows(xp, t, ids, rows, -1)),
+defop("ScatterAdd", _scatter_infer, _scatter_kernel(add_rows), stateful=True, updates=True)
+defop("ScatterSub", _scatter_infer, _scatter_kernel(lambda xp, t, ids, rows: add_rows(xp, t, ids, rows, -1)),
       stateful=True, updates=True)
-defop("ScatterUpdate", _scatter_infer, _scatter_kernel(_set_rows), stateful=True, updates=True)
+defop("ScatterUpdate", _scatter_infer, _scatter_kernel(set_rows), stateful=True, updates=True)
 
 
 def _scatter(op_type, ref, indices, updates, name):

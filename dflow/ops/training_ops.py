@@ -20,9 +20,9 @@ import numpy
 
 from ..graph import Tensor, get_default_graph
 from . import fused
-from .embedding_ops import _add_rows, _check_range, _set_rows, _table_to_write
 from .math_ops import scattered_rows
 from .registry import ShapeError, Spec, defop
+from .rows import add_rows, check_range, set_rows, table_to_write
 from .shape_rules import fmt
 
 __all__ = ["apply_update", "UPDATE_OPS"]
@@ -214,15 +214,15 @@ def _sparse_kernel(dense, num_refs: int, grad_at: int):
             in_place = state.held_only_here(*refs)
             tables = [state.read_variable(ref) for ref in refs]
             ids = xp.reshape(indices, (-1,))
-            _check_range(xp, ids, tables[0].shape[0], f"sparse update index into {refs[0]}")
+            check_range(xp, ids, tables[0].shape[0], f"sparse update index into {refs[0]}")
             unique, inverse = xp.unique_inverse(ids)
             row_shape, dtype = tuple(tables[0].shape[1:]), tables[0].dtype
-            grad = _add_rows(xp, xp.zeros((unique.shape[0], *row_shape), dtype=dtype), inverse,
+            grad = add_rows(xp, xp.zeros((unique.shape[0], *row_shape), dtype=dtype), inverse,
                              xp.astype(xp.reshape(values, (ids.shape[0], *row_shape)), dtype))
             rows = _Rows({ref: xp.take(table, unique, axis=0) for ref, table in zip(refs, tables)})
             dense(rows, xp, *refs, *args[num_refs:grad_at], grad, *args[grad_at + 2:], **attrs)
             for ref, table in zip(refs, tables):
-                state.write_variable(ref, _set_rows(xp, _table_to_write(xp, table, in_place), unique,
+                state.write_variable(ref, set_rows(xp, table_to_write(xp, table, in_place), unique,
                                                     rows.values[ref]))
             return state.read_variable(refs[0])
 
