@@ -25,6 +25,7 @@ from . import (
     flags,
     gfile,
     image,  # tf.image
+    keras,  # its datasets' load_data and to_categorical only
     layers,
     linalg,
     lookup,

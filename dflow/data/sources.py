@@ -31,7 +31,8 @@ import numpy as np
 
 from .store import DatasetSource, SplitSource
 
-__all__ = ["SourceError", "cifar10", "mnist", "digits", "synthetic", "file_sha256", "in_memory"]
+__all__ = ["SourceError", "cifar10", "cifar_batch", "mnist", "digits", "synthetic", "file_sha256",
+           "in_memory", "read_idx", "unpickle_arrays"]
 
 
 class SourceError(ValueError):
@@ -85,7 +86,8 @@ class _ArrayUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def _unpickle(data: bytes, where: str) -> dict:
+def unpickle_arrays(data: bytes, where: str) -> dict:
+    """A CIFAR pickle's dict (its keys as str), unpickled with only NumPy's array types allowed."""
     try:
         batch = _ArrayUnpickler(io.BytesIO(data), encoding="bytes").load()
     except Exception as error:
@@ -117,8 +119,9 @@ def _cifar_members(path: str) -> dict:
     return found
 
 
-def _cifar_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
-    batch = _unpickle(data, where)
+def cifar_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """A CIFAR-10 batch's images (n, 32, 32, 3) and labels, checked."""
+    batch = unpickle_arrays(data, where)
     pixels, labels = batch.get("data"), batch.get("labels")
     if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8 or pixels.ndim != 2 \
             or pixels.shape[1] != 3072 or labels is None or len(labels) != len(pixels):
@@ -135,14 +138,14 @@ def cifar10(source: str | None) -> DatasetSource:
     """CIFAR-10 from ``cifar-10-python.tar.gz``: ``train`` (50,000) and ``test`` (10,000), 32x32x3."""
     path = _require(source, "the path of cifar-10-python.tar.gz", CIFAR10_URL)
     members = _cifar_members(path)
-    meta = _unpickle(members["batches.meta"], f"{path}:batches.meta")
+    meta = unpickle_arrays(members["batches.meta"], f"{path}:batches.meta")
     names = [n.decode() if isinstance(n, bytes) else str(n) for n in meta.get("label_names", [])]
     if not names:
         raise SourceError(f"{path}:batches.meta has no 'label_names'; download the archive again "
                           f"from {CIFAR10_URL}")
-    parts = [_cifar_batch(members[f"data_batch_{i}"], f"{path}:data_batch_{i}") for i in range(1, 6)]
+    parts = [cifar_batch(members[f"data_batch_{i}"], f"{path}:data_batch_{i}") for i in range(1, 6)]
     train = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-    test = _cifar_batch(members["test_batch"], f"{path}:test_batch")
+    test = cifar_batch(members["test_batch"], f"{path}:test_batch")
     _check_labels({"train": train[1], "test": test[1]}, len(names), path)
     return in_memory("cifar10", {"train": train, "test": test}, names, [_source_entry(path)])
 
