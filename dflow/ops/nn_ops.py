@@ -998,7 +998,7 @@ def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None,
     >>> import dflow as tf
     >>> with tf.Graph().as_default():
     ...     loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=[1.0, 0.0], logits=[0.0, 0.0])
-    ...     print(tf.Session().run(loss).round(4).tolist())
+    ...     print([round(float(v), 4) for v in tf.Session().run(loss)])
     [0.6931, 0.6931]
     """
     if _sentinel is not None or labels is None or logits is None:
