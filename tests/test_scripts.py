@@ -176,13 +176,13 @@ def test_tensorflow_names_import_dflows_modules_and_missing_ones_say_so(tmp_path
         assert tf.get_default_graph() is not graph and dtypes.float32 is tf.float32
         assert tensor_shape.TensorShape([None, 3]).merge_with([2, None]).as_list() == [2, 3]
         try:
-            import tensorflow.keras
+            import tensorflow.lite
         except ModuleNotFoundError as error:
             print(error)
         """)
     done = dflow_command("run", script)
     assert done.returncode == 0, done.stderr
-    assert "No module named 'tensorflow.keras' (dflow has no 'dflow.keras'" in done.stdout
+    assert "No module named 'tensorflow.lite' (dflow has no 'dflow.lite'" in done.stdout
     assert ("'tensorflow.python.ops.math_ops' has no attribute 'no_such_op' in dflow (looked in dflow, "
             "dflow.math)") in done.stdout
 
