@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable
 
 from .graph import Tensor, convert_to_tensor, get_default_graph
-from .ops.array_ops import identity_n, ones_like, zeros_like
+from .ops.array_ops import identity_n, ones, shape, zeros_like
 from .ops.math_ops import add_n
 from .ops.registry import OP_DEFS
 
@@ -174,8 +174,11 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None) -> li
     between = _ops_between(graph, xs, ys)
     pending: dict[Tensor, list[Tensor]] = {}
     with graph.as_default(), graph.name_scope(name):
-        for y, gy in zip(ys, grad_ys):
-            pending.setdefault(y, []).append(ones_like(y) if gy is None else convert_to_tensor(gy))
+        for i, (y, gy) in enumerate(zip(ys, grad_ys)):
+            # ones of y's shape, not ones_like(y), as TF does: where the shape is known the seed reads
+            # nothing, so a step that fetches only the train_op does not compute the loss itself
+            seed = ones(shape(y), dtype=y.dtype, name=f"grad_ys_{i}") if gy is None else convert_to_tensor(gy)
+            pending.setdefault(y, []).append(seed)
         for op in sorted(between, key=lambda op: op._id, reverse=True):
             out_grads = [_total(pending.pop(t, None)) for t in op.outputs]
             gradient = _gradient_function(op) if any(g is not None for g in out_grads) else None

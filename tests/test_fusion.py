@@ -438,7 +438,7 @@ def test_a_step_with_weight_decay_sums_it_in_one_pass_with_the_three_ops_numbers
         decay_first, batch, optimizer, fused_ops):
     """SGD's ApplyGradientDescent of AddN(the data's gradient, Mul(weights, decay)) is one op;
     Momentum takes no decay in its pass, so the sum is one _AddScaled, into the data gradient's
-    buffer; the loss's own sum (data + Mul(l2, wd)) is one _AddScaled too. A first step makes
+    buffer; the loss's own sum (data + Mul(l2, wd)), fetched too, is one _AddScaled. A first step makes
     ``w - lr * (x^T dy + wd * w)`` (Momentum's accumulator starts at 0), computed here in float64.
     At batch 1 the data's gradient is an outer product (its own compiled kernel)."""
     x_value = RNG.standard_normal((batch, 5)).astype(np.float32)
@@ -447,7 +447,7 @@ def test_a_step_with_weight_decay_sums_it_in_one_pass_with_the_three_ops_numbers
         x = tf.placeholder(tf.float32, [batch, 5])
         loss, weights = decayed_dense_layer(x, w_value, 0.25, decay_first)
         train = optimizer().minimize(loss)
-        types = op_types(make_plan(graph, [train], {x.name}, HERE))
+        types = op_types(make_plan(graph, [train, loss], {x.name}, HERE))
         assert {op: types.count(op) for op in fused_ops} == fused_ops and "AddN" not in types
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
@@ -476,7 +476,8 @@ def test_a_decay_sum_used_elsewhere_or_of_three_terms_is_not_fused():
 
 def test_a_worker_sums_the_decay_gradient_in_one_op_where_its_update_is_on_the_ps():
     """On 1 PS + 1 worker the update is the PS's and the gradients' sum the worker's: the sum is
-    one _AddScaled there (the decay's Mul and the AddN made two passes and a temporary)."""
+    one _AddScaled there (the decay's Mul and the AddN made two passes and a temporary); a step
+    that does not fetch the loss does not compute it, its sum included."""
     w_value = RNG.standard_normal((5, 4)).astype(np.float32)
     with tf.Graph().as_default() as graph:
         x = tf.placeholder(tf.float32, [2, 5])
@@ -487,7 +488,8 @@ def test_a_worker_sums_the_decay_gradient_in_one_op_where_its_update_is_on_the_p
     types = {task: [node.type for stage in stages for node in stage.schedule.nodes.values()]
              for task, stages in plan.stages.items()}
     assert "ApplyGradientDescent" in types[PS0]
-    assert types[W0].count("_AddScaled") == 2 and "AddN" not in types[W0]  # the loss's and the gradients'
+    assert types[W0].count("_AddScaled") == 1 and "AddN" not in types[W0]  # the gradients'
+    assert "L2Loss" not in types[W0]
 
 
 @pytest.mark.parametrize("xp", NAMESPACES)

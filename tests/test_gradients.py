@@ -174,6 +174,38 @@ def test_grad_ys_and_stop_gradient():
         np.testing.assert_allclose(sess.run(dx, {x: [1.0, 1.0, 1.0]}), [1.0, 2.0, 3.0])
 
 
+def test_a_step_that_fetches_only_the_train_op_does_not_compute_the_loss():
+    """The gradients' seed is ones of the loss's shape, as in TF: a known shape reads nothing, so
+    the weight decay's L2Loss, the mean and the total run only where the loss is fetched."""
+    x = tf.placeholder(tf.float32, [4, 3])
+    w = tf.Variable(tf.ones([3, 2]))
+    logits = tf.matmul(x, w)
+    decay = tf.multiply(tf.nn.l2_loss(w), 0.1, name="decay")
+    loss = tf.add_n([tf.reduce_mean(tf.square(logits), name="mean"), decay], name="total")
+    train = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
+    feed = {x: np.arange(12, dtype=np.float32).reshape(4, 3)}
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train, feed)
+        nodes = sess.runner.plans.values()[-1].schedule.nodes
+        fetched_loss, _ = sess.run([loss, train], feed)
+    assert not {"decay", "mean", "total", w.op.name + "_1"} & set(nodes), sorted(nodes)
+    assert not any(nodes[name].type == "L2Loss" for name in nodes)
+    # the same two updates as a reference that computes everything: w -= 0.01 * (d mean + 0.1 w)
+    xv, wv = feed[x], np.ones((3, 2), np.float32)
+    for _ in range(2):
+        loss_here = np.mean((xv @ wv) ** 2) + 0.1 * 0.5 * np.sum(wv**2)
+        wv = wv - 0.01 * (xv.T @ (2 * (xv @ wv) / 8) + 0.1 * wv)
+    np.testing.assert_allclose(fetched_loss, loss_here, rtol=1e-5)
+
+
+def test_the_seed_of_a_loss_of_unknown_shape_reads_it():
+    x = tf.placeholder(tf.float32, [None])
+    (dx,) = tf.gradients(x * 3.0, [x])
+    with tf.Session() as sess:
+        np.testing.assert_allclose(sess.run(dx, {x: [1.0, 2.0]}), [3.0, 3.0])
+
+
 def test_gradient_through_unknown_batch_dimension():
     x = tf.placeholder(tf.float32, [None, 3])
     w = tf.Variable(tf.ones([3, 2]))

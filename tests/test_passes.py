@@ -67,10 +67,11 @@ def test_a_last_stage_that_only_waits_for_the_updates_is_dropped_with_its_tokens
     staged = partition(place(prune(tf.get_default_graph().nx, [train.name, loss.name], {x.name}), CLUSTER))
     built = build_stages(staged, [loss.name])
     # the train op's NoOp on the worker waits for the PS's update: a stage of its own
-    assert [s.level for s in built[W0]] == [1, 3] and built[W0][-1].schedule.nodes.keys() == {train.name}
+    # (level 0: the gradients' seed, ones of the loss's known shape, needs nothing from the PS)
+    assert [s.level for s in built[W0]] == [0, 1, 3] and built[W0][-1].schedule.nodes.keys() == {train.name}
     assert any(name.startswith("^") for name in built[PS0][-1].sends[W0])
     plan = make_plan(tf.get_default_graph(), [train, loss], {x.name}, CLUSTER)
-    assert [s.level for s in plan.stages[W0]] == [1]
+    assert [s.level for s in plan.stages[W0]] == [0, 1]
     assert W0 not in plan.stages[PS0][-1].sends  # the update's token went only to that stage
     assert [s.level for s in plan.stages[PS0]] == [0, 2]
     # a task's only stage stays, waiting or not

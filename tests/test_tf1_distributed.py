@@ -289,15 +289,16 @@ def test_a_traced_step_times_each_op_and_the_timeline_writes_a_chrome_trace():
 
     x = tf.placeholder(tf.float32, [64, 128])
     w = tf.Variable(tf.ones([128, 128]), name="w")
-    train = tf.train.GradientDescentOptimizer(0.01).minimize(tf.reduce_sum(tf.matmul(x, w)))
+    loss = tf.reduce_sum(tf.matmul(x, w))
+    train = tf.train.GradientDescentOptimizer(0.01).minimize(loss)
     batch = np.ones((64, 128), np.float32)
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
-        sess.run(train, {x: batch})
+        sess.run([train, loss], {x: batch})
         assert sess.last_run_stats.op_spans is None  # untraced: a compiled stage, no clock read per op
         metadata = tf.RunMetadata()
         before = time.time()
-        sess.run(train, {x: batch}, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+        sess.run([train, loss], {x: batch}, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
                  run_metadata=metadata)
         after = time.time()
     (device,) = metadata.step_stats.dev_stats

@@ -320,7 +320,7 @@ def build_stages(graph: nx.MultiDiGraph, fetches: Iterable[str]) -> dict[str, li
     needs: dict[tuple, dict[str, tuple | None]] = defaultdict(dict)
     for name, op in graph.nodes(data="op"):
         here = stage_of[name]
-        for t in op.inputs:
+        for t in op.inputs if _known_shape(op) is None else ():  # (a known shape reads nothing)
             producer = None if t.name in fed else stage_of.get(t.op.name)
             if producer != here:
                 needs[here][t.name] = producer
