@@ -151,7 +151,8 @@ def test_an_update_runs_once_the_step_s_reads_of_its_variable_are_consumed_compi
     # which frees its gradient before the backward pass goes on to w1
     with tf.Graph().as_default():
         w1, w2 = tf.Variable(normal(5, 6), name="w1"), tf.Variable(normal(6, 3), name="w2")
-        loss = tf.reduce_sum(tf.matmul(tf.nn.relu(tf.matmul(tf.constant(normal(4, 5)), w1)), w2))
+        # (squared: the loss's gradient reads the product, so the step computes it)
+        loss = tf.reduce_sum(tf.square(tf.matmul(tf.nn.relu(tf.matmul(tf.constant(normal(4, 5)), w1)), w2)))
         train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())

@@ -256,8 +256,8 @@ def test_a_task_that_cannot_read_the_segments_gets_its_values_by_tcp():
             config = tf.ConfigProto(operation_timeout_in_ms=30_000)  # a value that never came fails
             with tf.Session(cluster.target, config=config) as sess:
                 sess.run(tf.global_variables_initializer())
-                for _ in range(2):
-                    sess.run(train, {x: np.ones((4, 3), np.float32)})
+                for _ in range(2):  # (the loss fetched, so that the worker reads w)
+                    sess.run([train, loss], {x: np.ones((4, 3), np.float32)})
                 np.testing.assert_allclose(sess.run(w), np.full((3, 2), 1.0 - 2 * 0.5 * 4))
                 # the client's feeds and the PS's reads went by TCP once refused
                 assert sess.runner._outbox.refused == {roles["worker/0"]}
