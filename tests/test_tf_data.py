@@ -107,13 +107,15 @@ def test_shuffle_permutes_each_epoch_differently_and_a_graph_seed_repeats_it():
 
 
 def test_shuffle_buffer_mixes_only_nearby_elements():
+    # (1,000 elements: the full buffer's draws come in blocks of 256, several of them)
     with tf.Graph().as_default():
-        data = tf.data.Dataset.range(100).shuffle(buffer_size=2, seed=1)
+        data = tf.data.Dataset.range(1000).shuffle(buffer_size=2, seed=1)
         element = data.make_one_shot_iterator().get_next()
         with tf.Session() as sess:
             values = [int(v) for v in run_all(sess, element)]
-    assert sorted(values) == list(range(100)) and values != list(range(100))
+    assert sorted(values) == list(range(1000)) and values != list(range(1000))
     assert all(v <= i + 1 for i, v in enumerate(values))  # a buffer of 2 holds at most one element back
+    assert 300 < sum(v == i + 1 for i, v in enumerate(values)) < 700  # the newer one, half the time
 
 
 def test_repeat_take_skip_filter_concatenate_cache():

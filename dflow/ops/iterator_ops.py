@@ -22,6 +22,8 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
+import array_api_compat
+
 from .. import dtypes
 from ..data.structure import flatten
 from ..errors import FailedPreconditionError, InvalidArgumentError, OutOfRangeError
@@ -285,6 +287,8 @@ def _stack(xp, parts):
     if isinstance(parts[0], numpy.ndarray) and parts[0].dtype == object:  # strings
         return numpy.stack(parts)
     try:
+        if array_api_compat.is_numpy_namespace(xp) and all(isinstance(part, numpy.ndarray) for part in parts):
+            return numpy.stack(parts)  # (each part through xp.asarray: 3 us an element)
         return xp.stack([xp.asarray(part) for part in parts])
     except ValueError as e:
         shapes = sorted({tuple(getattr(p, "shape", ())) for p in parts})
@@ -304,11 +308,14 @@ def _shuffle(plan, upstream, ctx) -> Pass:
     def shuffled():
         draw = rng if plan["reshuffle_each_iteration"] else _fresh_rng(seed)
         buffer: list = []
+        indices: list = []  # the full buffer's next draws, drawn a block at a time (1.5 us a call)
         for element in source():
             if len(buffer) < size:
                 buffer.append(element)
                 continue
-            index = int(draw.integers(len(buffer)))
+            if not indices:
+                indices = draw.integers(size, size=_DRAWS_AT_ONCE).tolist()[::-1]
+            index = indices.pop()
             yield buffer[index]
             buffer[index] = element
         while buffer:
@@ -316,6 +323,9 @@ def _shuffle(plan, upstream, ctx) -> Pass:
             buffer[index], buffer[-1] = buffer[-1], buffer[index]
             yield buffer.pop()
     return shuffled
+
+
+_DRAWS_AT_ONCE = 256
 
 
 def _fresh_rng(seed):
