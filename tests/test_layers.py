@@ -495,6 +495,19 @@ def test_optimize_loss_runs_update_ops_clips_and_steps():
         tf.contrib.layers.optimize_loss(loss, step, 0.1, "Nadam")
 
 
+def test_optimize_loss_without_a_global_step_counts_nothing_and_a_decay_needs_one():
+    """As TF 1.x's: no global step (none given, none in the graph) is no step counted."""
+    w = tf.Variable([3.0, 4.0], name="w")
+    loss = 0.5 * tf.reduce_sum(tf.square(w))
+    train = tf.contrib.layers.optimize_loss(loss, tf.train.get_global_step(), 0.1, "SGD")
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(train)
+        assert sess.run(w).tolist() == pytest.approx([3.0 * 0.9, 4.0 * 0.9], rel=1e-6)
+    with pytest.raises(ValueError, match="decays by the global step.*get_or_create_global_step"):
+        tf.contrib.layers.optimize_loss(loss, None, 0.1, "SGD", learning_rate_decay_fn=lambda lr, step: lr)
+
+
 def test_contrib_conv2d_transpose_and_one_hot_encoding():
     x = tf.placeholder(tf.float32, [None, 4, 4, 3])
     y = tf.contrib.layers.conv2d_transpose(x, 2, 3, stride=2)

@@ -459,10 +459,10 @@ def optimize_loss(loss, global_step, learning_rate, optimizer, gradient_noise_sc
         raise ValueError("optimize_loss(gradient_noise_scale=) is not supported by dflow")
     loss = convert_to_tensor(loss)
     if global_step is None:
-        global_step = get_global_step()
-        if global_step is None:
-            raise ValueError("Global step was not found: create one with "
-                             "tf.train.get_or_create_global_step()")
+        global_step = get_global_step()  # none at all: no step counts the updates, as in TF
+    if global_step is None and learning_rate_decay_fn is not None:
+        raise ValueError("optimize_loss(learning_rate_decay_fn=...) decays by the global step, and there is "
+                         "none: create one with tf.train.get_or_create_global_step()")
     graph = loss.graph
     with variable_scope(name, "OptimizeLoss", [loss, global_step]):
         update_ops = list(graph.get_collection(GraphKeys.UPDATE_OPS) if update_ops is None else update_ops)
