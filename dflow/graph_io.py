@@ -16,31 +16,59 @@ import json
 from .graph import GRAPH_FORMAT_VERSION, Graph
 from .plain_values import decode
 
-__all__ = ["graph_to_dict", "import_graph_def", "graph_to_dot", "write_graph", "read_graph"]
+__all__ = ["graph_to_dict", "import_graph_def", "graph_to_dot", "write_graph", "read_graph",
+           "collection_item", "meta_graph_def", "read_meta_graph"]
 
 
 
-def import_graph_def(graph_def: dict, graph: Graph | None = None) -> Graph:
-    """Rebuild a graph written by :func:`graph_to_dict` (shapes are inferred again)."""
+def import_graph_def(graph_def: dict, graph: Graph | None = None, import_scope: str | None = None,
+                     clear_devices: bool = False) -> Graph:
+    """Rebuild a graph written by :func:`graph_to_dict` (shapes are inferred again) into ``graph``
+    (a new one by default), every name under ``import_scope`` where one is given, and every op on
+    no device with ``clear_devices``."""
     if graph_def.get("format") != "dflow.graph" or graph_def.get("version") != GRAPH_FORMAT_VERSION:
         raise ValueError(
             f"not a dflow graph of format version {GRAPH_FORMAT_VERSION}: "
             f"format={graph_def.get('format')!r} version={graph_def.get('version')!r}")
     graph = graph or Graph()
+    scoped = _Scoped(import_scope)
+    present = {op.name for op in graph.get_operations()}
+    taken = [name for name in (scoped.name(entry["name"]) for entry in graph_def["ops"]) if name in present]
+    if taken:
+        raise ValueError(f"the graph already has ops named {', '.join(taken[:5])}"
+                         f"{' and more' if len(taken) > 5 else ''}: import into a new tf.Graph(), or "
+                         "give an import_scope")
     with graph.as_default():
         for entry in graph_def["ops"]:
             if entry["type"] == "DatasetNext":
                 _check_input_op(entry)
-            inputs = [graph.get_tensor_by_name(name) for name in entry["inputs"]]
-            controls = [graph.get_operation_by_name(name) for name in entry["control_inputs"]]
+            inputs = [graph.get_tensor_by_name(scoped.name(name)) for name in entry["inputs"]]
+            controls = [graph.get_operation_by_name(scoped.name(name)) for name in entry["control_inputs"]]
+            attrs = decode(entry["attrs"])
+            if import_scope and entry["type"] == "VariableV2":  # a copy of its own, not the original's
+                attrs["shared_name"] = scoped.name(attrs["shared_name"])
             with graph.control_dependencies(controls), graph.device(None):
-                op = graph.create_op(entry["type"], inputs, decode(entry["attrs"]),
-                                     name=entry["name"] + "/")
-            op._set_device(entry["device"])
+                op = graph.create_op(entry["type"], inputs, attrs, name=scoped.name(entry["name"]) + "/")
+            op._set_device("" if clear_devices else entry["device"])
         for key, items in graph_def["collections"].items():
             for item in items:
-                graph.add_to_collection(key, _restore_item(graph, key, item))
+                graph.add_to_collection(key, collection_item(graph, scoped.item(item)))
     return graph
+
+
+class _Scoped:
+    """Names under an import scope (``None``: unchanged)."""
+
+    def __init__(self, scope: str | None):
+        self.prefix = f"{scope.rstrip('/')}/" if scope else ""
+
+    def name(self, name: str) -> str:
+        """An op's or a tensor's."""
+        return self.prefix + name
+
+    def item(self, item: dict) -> dict:
+        """A collection item's names (a variable's, a tensor's or an op's)."""
+        return {key: self.prefix + value if isinstance(value, str) else value for key, value in item.items()}
 
 
 def _check_input_op(entry: dict) -> None:
@@ -55,7 +83,9 @@ def _check_input_op(entry: dict) -> None:
         raise ValueError(f"graph op {entry['name']!r} (DatasetNext): {error}") from None
 
 
-def _restore_item(graph: Graph, key: str, item: dict):
+def collection_item(graph: Graph, item: dict):
+    """The variable, tensor or op of ``graph`` that a collection item of :func:`graph_to_dict`
+    names (a variable's ``tf.Variable`` made again, where the graph has none for it yet)."""
     from .variables import Variable
 
     if "variable" in item:
@@ -97,3 +127,44 @@ def read_graph(path: str) -> Graph:
     with open(path) as f:
         return import_graph_def(json.load(f))
 
+
+
+# ---- meta graphs ------------------------------------------------------------------------------------
+META_GRAPH_FORMAT = "dflow.meta_graph"
+
+
+def meta_graph_def(graph: Graph, saver_def: dict | None = None, collection_list=None,
+                   clear_devices: bool = False) -> dict:
+    """TF's MetaGraphDef as plain data: the graph (:func:`graph_to_dict`), its collections (those
+    of ``collection_list`` where given), and the saver that restores its variables (names of its
+    variables, restore values and restore op: :attr:`dflow.train.Saver.saver_def`)."""
+    graph_def = graph.as_graph_def()
+    if collection_list is not None:
+        graph_def["collections"] = {key: items for key, items in graph_def["collections"].items()
+                                    if key in set(collection_list)}
+    if clear_devices:
+        for entry in graph_def["ops"]:
+            entry["device"] = ""
+    return {"format": META_GRAPH_FORMAT, "version": GRAPH_FORMAT_VERSION, "graph_def": graph_def,
+            "saver_def": saver_def}
+
+
+def read_meta_graph(path: str) -> dict:
+    """A meta graph file written by dflow (``Saver.save``'s ``<checkpoint>.meta``), checked."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no meta graph file {path!r}: Saver.save writes <checkpoint>.meta beside "
+                                "each checkpoint (tf.train.latest_checkpoint(dir) + '.meta')") from None
+    try:
+        meta = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{path!r} is not a dflow meta graph (JSON): a .meta written by TensorFlow is a "
+                         "MetaGraphDef protobuf, which dflow does not read, and its checkpoints are not "
+                         "dflow's either; build the model in dflow and save it with tf.train.Saver") from None
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found != META_GRAPH_FORMAT:
+        raise ValueError(f"{path!r} is not a dflow meta graph: format {found!r}, "
+                         f"expected {META_GRAPH_FORMAT!r}")
+    return meta

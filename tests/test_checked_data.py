@@ -219,7 +219,8 @@ def test_max_to_keep_counts_the_checkpoints_already_in_the_directory(tmp_path):
     second_run = _save_steps(directory, [5, 6])
     _save_steps(directory, [6], prefix="best")  # another saver's: never this one's to remove
     third_run = _save_steps(directory, [7], max_to_keep=2)  # a rerun that keeps 2 in all
-    assert sorted(os.listdir(directory)) == ["best-6", "checkpoint", "model-6", "model-7"]
+    assert sorted(os.listdir(directory)) == ["best-6", "best-6.meta", "checkpoint", "model-6", "model-6.meta",
+                                             "model-7", "model-7.meta"]  # (and each one's meta graph)
     state = tf.train.get_checkpoint_state(directory)
     assert state.all_model_checkpoint_paths == [second_run[1], third_run[0]]
     assert tf.train.latest_checkpoint(directory) == third_run[0]
@@ -240,7 +241,7 @@ def test_leftovers_of_dead_writers_are_removed_at_the_next_save(tmp_path, caplog
         os.makedirs(tmp_path / name / "w" / "c") if "checkpoint" not in name else (tmp_path / name).touch()
     with caplog.at_level(logging.WARNING, logger="dflow"):
         _save_steps(str(tmp_path), [10])
-    assert sorted(os.listdir(tmp_path)) == sorted(["checkpoint", "model-10"] +
+    assert sorted(os.listdir(tmp_path)) == sorted(["checkpoint", "model-10", "model-10.meta"] +
                                                   [n for n, alive in names.items() if alive])
     assert any("removed 4 leftovers of interrupted saves" in r.getMessage() for r in caplog.records)
 
@@ -315,7 +316,8 @@ def test_a_save_killed_midway_is_never_chosen_and_is_removed_next_time(tmp_path,
             saver.restore(sess, tf.train.latest_checkpoint(str(directory)))
             assert sess.run(w)[-1] == 199_999
             saver.save(sess, str(directory / "model"), global_step=3)
-    assert sorted(os.listdir(directory)) == ["checkpoint", "model-1", "model-3"]
+    assert sorted(os.listdir(directory)) == ["checkpoint", "model-1", "model-1.meta", "model-3",
+                                             "model-3.meta"]
 
 
 def test_dflow_data_verify_names_every_damaged_chunk(copy, capsys):

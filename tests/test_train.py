@@ -286,6 +286,97 @@ def test_max_to_keep_and_checkpoint_file(tmp_path, keep):
         assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
 
 
+def test_a_meta_graph_beside_each_checkpoint_runs_the_model_again_in_a_new_graph(tmp_path):
+    """TF 1.x's save-then-load scripts: Saver.save writes <checkpoint>.meta, and in a new graph
+    import_meta_graph + restore gets the model back, by its tensors' and ops' names, with its
+    optimizer: training goes on exactly as in the graph that saved it. An expired checkpoint's
+    meta graph goes with it."""
+    with tf.Graph().as_default():
+        w, b, step, train = _saver_graph()
+        saver = tf.train.Saver(max_to_keep=2)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(3):
+                sess.run(train)
+                path = saver.save(sess, str(tmp_path / "model"), global_step=step)
+            sess.run(train)
+            expected = sess.run([w, b, step])
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-2", "model-2.meta", "model-3",
+                                            "model-3.meta"]
+    with tf.Graph().as_default(), tf.Session() as sess:  # a directory not made yet: made, as TF's
+        tf.Variable(1.0)
+        sess.run(tf.global_variables_initializer())
+        nested = tf.train.Saver().save(sess, str(tmp_path / "new" / "dir" / "model.ckpt"))
+        assert tf.train.latest_checkpoint(str(tmp_path / "new" / "dir")) == nested
+    with tf.Graph().as_default() as graph, tf.Session() as sess:
+        restored = tf.train.import_meta_graph(path + ".meta")
+        restored.restore(sess, path)
+        sess.run(graph.get_operation_by_name(train.name))
+        got = sess.run([graph.get_tensor_by_name(w.name), graph.get_tensor_by_name(b.name),
+                        tf.train.get_global_step()])
+        assert len(tf.trainable_variables()) == 2
+        assert [op.name for op in graph.get_collection(tf.GraphKeys.TRAIN_OP)] == [train.name]
+        again = restored.save(sess, str(tmp_path / "again"))
+        assert os.path.exists(again + ".meta")
+    for value, want in zip(got, expected):
+        np.testing.assert_array_equal(value, want)
+
+
+def test_import_meta_graph_under_scopes_makes_copies_and_refuses_what_it_cannot_read(tmp_path):
+    with tf.Graph().as_default():
+        v = tf.Variable([1.0, 2.0], name="v")
+        tf.multiply(v, 3.0, name="tripled")
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            path = tf.train.Saver().save(sess, str(tmp_path / "m"), write_meta_graph=False)
+            meta = tf.train.Saver().export_meta_graph(str(tmp_path / "m.meta"))
+    with tf.Graph().as_default() as graph, tf.Session() as sess:
+        first = tf.train.import_meta_graph(str(tmp_path / "m.meta"), import_scope="a")
+        second = tf.train.import_meta_graph(meta, import_scope="b", clear_devices=True)
+        first.restore(sess, path)
+        second.restore(sess, path)
+        sess.run(tf.assign(graph.get_tensor_by_name("b/v:0"), [0.0, 0.0]))
+        assert sess.run(graph.get_tensor_by_name("a/tripled:0")).tolist() == [3.0, 6.0]
+        assert sess.run(graph.get_tensor_by_name("b/tripled:0")).tolist() == [0.0, 0.0]
+        with pytest.raises(ValueError, match="already has ops named a/v.*import_scope"):
+            tf.train.import_meta_graph(meta, import_scope="a/")
+    (tmp_path / "tf.meta").write_bytes(b"\n\x8f\x01\n\x0cVariableV2\x12\x03\xff\xfe")  # a protobuf
+    with pytest.raises(ValueError, match="written by TensorFlow is a MetaGraphDef protobuf"):
+        tf.train.import_meta_graph(str(tmp_path / "tf.meta"))
+    with pytest.raises(FileNotFoundError, match="no meta graph file .*latest_checkpoint"):
+        tf.train.import_meta_graph(str(tmp_path / "nowhere.meta"))
+
+
+def test_saver_takes_tensorflow_s_arguments(tmp_path):
+    with tf.Graph().as_default():
+        tf.Variable(np.arange(6, dtype=np.float32), name="w")
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            padded = tf.train.Saver(pad_step_number=True, sharded=True, write_version=2).save(
+                sess, str(tmp_path / "p"), global_step=7)
+    assert os.path.basename(padded) == "p-00000007"
+    with tf.Graph().as_default():
+        square = tf.Variable(tf.zeros([2, 3]), name="w")
+        with tf.Session() as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="shape"):
+                tf.train.Saver().restore(sess, padded)
+            tf.train.Saver(reshape=True).restore(sess, padded)
+            assert sess.run(square).tolist() == [[0, 1, 2], [3, 4, 5]]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        empty = tf.train.Saver(allow_empty=True)
+        assert empty.save(sess, str(tmp_path / "e")) is None and not os.path.exists(tmp_path / "e")
+        empty.restore(sess, padded)
+        with pytest.raises(ValueError, match="No variables to save"):
+            tf.train.Saver()
+    with tf.Graph().as_default():  # one checkpoint of each span kept for good: every one, spans of 0 h
+        w, b, step, train = _saver_graph()
+        saver = tf.train.Saver(max_to_keep=1, keep_checkpoint_every_n_hours=0)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            paths = [saver.save(sess, str(tmp_path / "k"), global_step=i) for i in range(3)]
+        assert all(os.path.exists(p) for p in paths) and saver.last_checkpoints == paths[-1:]
+
+
 def test_leftover_temp_directory_is_never_the_latest(tmp_path):
     import zarr
 

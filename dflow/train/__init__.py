@@ -68,7 +68,15 @@ from .optimizers import (
     exponential_decay,
 )
 from .queue_runner import QueueRunner, add_queue_runner, start_queue_runners
-from .saver import CheckpointState, Saver, checkpoint_exists, get_checkpoint_state, latest_checkpoint
+from .saver import (
+    CheckpointState,
+    Saver,
+    checkpoint_exists,
+    export_meta_graph,
+    get_checkpoint_state,
+    import_meta_graph,
+    latest_checkpoint,
+)
 from .supervisor import Supervisor
 from .sync_replicas import SyncReplicasOptimizer
 from .training_util import create_global_step, get_global_step, get_or_create_global_step, global_step
@@ -80,6 +88,7 @@ __all__ = [
     "cosine_decay", "cosine_decay_restarts", "get_global_step", "create_global_step",
     "get_or_create_global_step",
     "global_step", "Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
+    "export_meta_graph", "import_meta_graph",
     "CheckpointState", "MonitoredTrainingSession", "MonitoredSession", "SingularMonitoredSession", "Scaffold",
     "ChiefSessionCreator", "WorkerSessionCreator", "SessionRunHook", "SessionRunArgs",
     "SessionRunContext", "SessionRunValues", "StopAtStepHook", "CheckpointSaverHook",

@@ -68,13 +68,15 @@ import zarr
 
 from ..checked_arrays import ChunkReader, write_checked
 from ..errors import DataLossError, InvalidArgumentError, NotFoundError
+from ..graph import get_default_graph
+from ..graph_io import import_graph_def, meta_graph_def, read_meta_graph
 from ..ops import array_ops, state_ops
 from ..processes import alive as process_alive
-from ..variables import Variable, global_variables, group
+from ..variables import Variable, global_variables, group, local_variables
 from . import training_util
 
 __all__ = ["Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
-           "CheckpointState"]
+           "CheckpointState", "export_meta_graph", "import_meta_graph"]
 
 log = logging.getLogger("dflow")
 
@@ -107,10 +109,28 @@ class Saver:
     var_list : list of Variable or dict of name -> Variable, optional
         What to save; defaults to all global variables. A list saves each
         variable under its shared name.
+    reshape : bool
+        Restore a saved array of another shape with as many elements (TF's ``reshape``).
     max_to_keep : int, optional
         Checkpoints kept by :meth:`save`; older ones are deleted. ``None`` or 0 keeps all.
+    keep_checkpoint_every_n_hours : float
+        Beside ``max_to_keep``'s: keep one checkpoint of each such span for good.
     name : str, optional
         Name scope of the restore ops (default ``save``).
+    saver_def : dict, optional
+        :attr:`saver_def` of a saver in this graph (a meta graph's): restores through its ops.
+    allow_empty : bool
+        With no variables, save and restore nothing, instead of raising.
+    pad_step_number : bool
+        Name checkpoints ``<path>-00000100``, the step in 8 digits.
+
+    ``sharded``, ``restore_sequentially``, ``builder`` (None), ``defer_build``,
+    ``write_version``, ``save_relative_paths`` and ``filename`` are TF's, accepted for its
+    scripts: a checkpoint is a Zarr group whatever they say, and the ``checkpoint`` file
+    names checkpoints relative to its directory already.
+
+    :meth:`save` writes ``<checkpoint>.meta`` beside each checkpoint, the graph to run again
+    (:func:`import_meta_graph`).
 
     Example
     -------
@@ -121,16 +141,36 @@ class Saver:
     ...     saver = tf.train.Saver(max_to_keep=3)
     ...     sess.run(tf.global_variables_initializer())
     ...     path = saver.save(sess, os.path.join(ckpt, "model"), global_step=sess.run(tf.assign(step, 1000)))
-    >>> os.path.basename(path)
-    'model-1000'
+    >>> os.path.basename(path), sorted(os.listdir(ckpt))
+    ('model-1000', ['checkpoint', 'model-1000', 'model-1000.meta'])
     """
 
-    def __init__(self, var_list=None, max_to_keep: int | None = 5, name: str | None = None):
+    def __init__(self, var_list=None, reshape: bool = False, sharded: bool = False,
+                 max_to_keep: int | None = 5, keep_checkpoint_every_n_hours: float = 10000.0,
+                 name: str | None = None, restore_sequentially: bool = False, saver_def: dict | None = None,
+                 builder=None, defer_build: bool = False, allow_empty: bool = False, write_version=None,
+                 pad_step_number: bool = False, save_relative_paths: bool = False, filename=None):
+        if builder is not None:
+            raise ValueError("tf.train.Saver(builder=...): dflow's checkpoints have one writer; "
+                             "leave it None")
+        self._reshape, self._pad_step_number = reshape, pad_step_number
+        self._max_to_keep = max_to_keep
+        self._keep_every = keep_checkpoint_every_n_hours * 3600.0
+        self._next_kept_for_good = time.time() + self._keep_every
+        self._last_checkpoints: list[str] = []
+        self._adopted: set = set()  # directories whose existing checkpoints this saver counts
+        self._meta_graph: tuple | None = None  # (the graph's size, its meta graph's text) of the last save
+        self._placeholders: dict = {}
+        self._restore_op = None
+        if saver_def is not None:
+            self._bind(saver_def)
+            return
         self._variables = _by_name(global_variables() if var_list is None else var_list)
         if not self._variables:
+            if allow_empty:
+                return
             raise ValueError("No variables to save")
-        graph = next(iter(self._variables.values())).graph
-        self._placeholders = {}
+        graph = self._graph
         with graph.as_default(), graph.name_scope(name or "save"):
             assigns = []
             for var_name, var in self._variables.items():
@@ -138,9 +178,34 @@ class Saver:
                 self._placeholders[var_name] = feed
                 assigns.append(state_ops.assign(var, feed))
             self._restore_op = group(*assigns, name="restore_all")
-        self._max_to_keep = max_to_keep
-        self._last_checkpoints: list[str] = []
-        self._adopted: set = set()  # directories whose existing checkpoints this saver counts
+
+    @property
+    def _graph(self):
+        return next(iter(self._variables.values())).graph
+
+    @property
+    def saver_def(self) -> dict:
+        """What a meta graph keeps of this saver: each saved name's variable, restore value (a
+        placeholder) and the op that assigns them all, by name in the graph."""
+        return {"variables": {name: var.op.name for name, var in self._variables.items()},
+                "restore_values": {name: feed.name for name, feed in self._placeholders.items()},
+                "restore_op": None if self._restore_op is None else self._restore_op.name,
+                "max_to_keep": self._max_to_keep}
+
+    def _bind(self, saver_def: dict) -> None:
+        """Restore through the ops :attr:`saver_def` names, in the default graph."""
+        graph = get_default_graph()
+        with graph.as_default():
+            by_op = {v.op.name: v for v in (*global_variables(), *local_variables())}
+        missing = sorted(set(saver_def["variables"].values()) - by_op.keys())
+        if missing:
+            raise ValueError(f"the saver's variables {_listing(missing, 5)} are not variables of this graph "
+                             "(a meta graph's collections list them: was it exported with collection_list?)")
+        self._variables = {name: by_op[op] for name, op in saver_def["variables"].items()}
+        self._placeholders = {name: graph.get_tensor_by_name(tensor)
+                              for name, tensor in saver_def["restore_values"].items()}
+        if saver_def["restore_op"] is not None:
+            self._restore_op = graph.get_operation_by_name(saver_def["restore_op"])
 
     @property
     def last_checkpoints(self) -> list[str]:
@@ -152,38 +217,64 @@ class Saver:
         self._last_checkpoints = [p for p in checkpoint_paths if checkpoint_exists(p)]
 
     def save(self, sess, save_path: str, global_step=None, latest_filename: str | None = None,
-             write_meta_graph: bool = True, write_state: bool = True) -> str:
-        """Write the variables' values to ``save_path[-global_step]``; return that path.
+             meta_graph_suffix: str = "meta", write_meta_graph: bool = True, write_state: bool = True,
+             strip_default_attrs: bool = False, save_debug_info: bool = False) -> str | None:
+        """Write the variables' values to ``save_path[-global_step]`` (its directory made where
+        missing), and the graph to that path ``.meta`` (with ``write_meta_graph``); return the
+        checkpoint's path (None for an empty saver).
 
-        ``global_step`` is an int or a tensor/variable read in ``sess``. There is
-        no meta graph; ``write_meta_graph`` is accepted for TF compatibility.
+        ``global_step`` is an int or a tensor/variable read in ``sess``.
         """
+        if not self._variables:
+            return None
         path = save_path
         step = None
         if global_step is not None:
             step = (int(global_step) if isinstance(global_step, numbers.Integral)
                     else training_util.global_step(sess, global_step))
-            path = f"{save_path}-{step}"
+            path = f"{save_path}-{step:08d}" if self._pad_step_number else f"{save_path}-{step}"
         directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise ValueError(f"Parent directory of {save_path} doesn't exist, can't save.")
+        os.makedirs(directory, exist_ok=True)  # as TF's save op makes it
         _remove_leftovers(directory)
         if write_state:
             self._adopt_existing(save_path, latest_filename)
         names = list(self._variables)
         values = sess.run([self._variables[n] for n in names])
         _write_checkpoint(path, dict(zip(names, values)), global_step=step)
+        if write_meta_graph:
+            self._write_meta_graph(f"{path}.{meta_graph_suffix}")
         if write_state:
             expired = self._record(path)
             _write_state(directory, self._last_checkpoints, latest_filename)
             for old in expired:  # only once the state file no longer names them
                 _remove(old)
+                _remove(f"{old}.{meta_graph_suffix}")
         return path
+
+    def _write_meta_graph(self, path: str) -> None:
+        """The graph as :meth:`export_meta_graph` writes it; its text made again only when the
+        graph has grown (a saver saving every step)."""
+        graph = self._graph
+        size = (len(graph.get_operations()),
+                tuple((key, len(graph.get_collection(key))) for key in graph.get_all_collection_keys()))
+        if self._meta_graph is None or self._meta_graph[0] != size:
+            self._meta_graph = (size, json.dumps(meta_graph_def(graph, self.saver_def)))
+        _write_text(path, self._meta_graph[1])
+
+    def export_meta_graph(self, filename: str | None = None, collection_list=None, as_text: bool = False,
+                          export_scope: str | None = None, clear_devices: bool = False,
+                          clear_extraneous_savers: bool = False, strip_default_attrs: bool = False,
+                          save_debug_info: bool = False) -> dict:
+        """This saver's graph, collections and :attr:`saver_def` (:func:`export_meta_graph`)."""
+        return export_meta_graph(filename, saver_def=self.saver_def, collection_list=collection_list,
+                                 graph=self._graph, export_scope=export_scope, clear_devices=clear_devices)
 
     def restore(self, sess, save_path: str) -> None:
         """Load every saved variable from checkpoint ``save_path`` (checked before any is set)."""
         if save_path is None:
             raise ValueError("Can't load save_path when it is None.")
+        if not self._variables:
+            return
         root = _open_checkpoint(save_path)
         keys = root.attrs["variables"]
         feeds = {}
@@ -191,9 +282,10 @@ class Saver:
             if name not in keys:
                 raise NotFoundError(f"Key {name} not found in checkpoint {save_path}; "
                                     f"it holds: {_listing(keys)}")
-            _check_fits(root[keys[name]], var, name, save_path)
-        for name in self._variables:  # every variable checked before any is set
-            feeds[self._placeholders[name]] = _chunk_reader(root, save_path, name, keys[name]).read()
+            _check_fits(root[keys[name]], var, name, save_path, self._reshape)
+        for name, var in self._variables.items():  # every variable checked before any is set
+            value = _chunk_reader(root, save_path, name, keys[name]).read()
+            feeds[self._placeholders[name]] = value.reshape(var.shape.as_list()) if self._reshape else value
         sess.run(self._restore_op, feeds)
 
     def _adopt_existing(self, save_path: str, latest_filename: str | None) -> None:
@@ -223,6 +315,10 @@ class Saver:
         excess = max(0, len(self._last_checkpoints) - (self._max_to_keep or len(self._last_checkpoints)))
         expired, self._last_checkpoints = (self._last_checkpoints[:excess],
                                            self._last_checkpoints[excess:])
+        for old in list(expired):  # (keep_checkpoint_every_n_hours: one of each span stays for good)
+            if _completed_at(old) >= self._next_kept_for_good:
+                expired.remove(old)
+                self._next_kept_for_good += self._keep_every
         return expired
 
 
@@ -241,9 +337,11 @@ def _by_name(var_list) -> dict[str, Variable]:
     return named
 
 
-def _check_fits(array, var: Variable, name: str, save_path: str) -> None:
+def _check_fits(array, var: Variable, name: str, save_path: str, reshape: bool = False) -> None:
     shape, dtype = tuple(array.shape), np.dtype(array.dtype)
-    if not var.shape.is_compatible_with(shape) or dtype != np.dtype(var.dtype.as_numpy_dtype):
+    fits = var.shape.is_compatible_with(shape) or (
+        reshape and var.shape.is_fully_defined() and var.shape.num_elements() == int(np.prod(shape)))
+    if not fits or dtype != np.dtype(var.dtype.as_numpy_dtype):
         raise InvalidArgumentError(
             f"cannot restore {name} from {save_path}: the checkpoint holds {dtype.name} of "
             f"shape {shape}, the variable is {var.dtype.name} of shape {var.shape}")
@@ -253,6 +351,85 @@ def _listing(names, limit: int = 30) -> str:
     names = sorted(names)
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
+
+
+# ---- meta graphs ---------------------------------------------------------------------------------
+def export_meta_graph(filename: str | None = None, meta_info_def=None, graph_def=None,
+                      saver_def: dict | None = None, collection_list=None, as_text: bool = False, graph=None,
+                      export_scope: str | None = None, clear_devices: bool = False,
+                      clear_extraneous_savers: bool = False,
+                      strip_default_attrs: bool = False, save_debug_info: bool = False, **kwargs) -> dict:
+    """The graph (the default one), its collections (those of ``collection_list``) and a saver's
+    :attr:`~Saver.saver_def`, as plain data; written to ``filename`` as JSON where one is given.
+    dflow's form of TF's MetaGraphDef: :func:`import_meta_graph` reads it back (it is text
+    whatever ``as_text`` says; a TensorFlow ``.meta`` protobuf is not read).
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     w = tf.Variable([1.0, 2.0], name="w")
+    ...     meta = tf.train.export_meta_graph(saver_def=tf.train.Saver().saver_def)
+    >>> with tf.Graph().as_default():
+    ...     saver = tf.train.import_meta_graph(meta)
+    ...     sorted(saver.saver_def["variables"]), tf.global_variables()[0].name
+    (['w'], 'w:0')
+    """
+    if export_scope:
+        raise ValueError(f"export_meta_graph(export_scope={export_scope!r}): dflow exports the whole graph; "
+                         "import it with import_scope to put it under a scope")
+    if graph_def is not None:
+        raise ValueError("export_meta_graph(graph_def=...): give the graph itself (graph=)")
+    meta = meta_graph_def(graph or get_default_graph(), saver_def, collection_list, clear_devices)
+    if filename is not None:
+        _write_text(filename, json.dumps(meta))
+    return meta
+
+
+def import_meta_graph(meta_graph_or_file, clear_devices: bool = False, import_scope: str | None = None,
+                      **kwargs) -> Saver | None:
+    """Rebuild a meta graph (:func:`export_meta_graph`'s, or the ``.meta`` file :meth:`Saver.save`
+    writes) into the default graph, with its collections; return the saver that restores its
+    variables (one over them all where it kept none; None where it has no variables).
+
+    >>> import os, tempfile, dflow as tf
+    >>> run = tempfile.mkdtemp()
+    >>> with tf.Graph().as_default(), tf.Session() as sess:
+    ...     w = tf.Variable([1.0, 2.0], name="w")
+    ...     doubled = tf.multiply(w, 2.0, name="doubled")
+    ...     _ = sess.run(tf.global_variables_initializer())
+    ...     path = tf.train.Saver().save(sess, os.path.join(run, "model"))
+    >>> with tf.Graph().as_default() as graph, tf.Session() as sess:
+    ...     saver = tf.train.import_meta_graph(path + ".meta")
+    ...     saver.restore(sess, path)
+    ...     sess.run(graph.get_tensor_by_name("doubled:0")).tolist()
+    [2.0, 4.0]
+    """
+    meta = meta_graph_or_file if isinstance(meta_graph_or_file, dict) else read_meta_graph(meta_graph_or_file)
+    graph = get_default_graph()
+    import_graph_def(meta["graph_def"], graph, import_scope=import_scope, clear_devices=clear_devices)
+    saver_def = meta.get("saver_def")
+    if saver_def and saver_def["variables"]:
+        prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
+        scoped = {"variables": {key: prefix + op for key, op in saver_def["variables"].items()},
+                  "restore_values": {key: prefix + t for key, t in saver_def["restore_values"].items()},
+                  "restore_op": prefix + saver_def["restore_op"], "max_to_keep": saver_def["max_to_keep"]}
+        return Saver(saver_def=scoped, max_to_keep=saver_def["max_to_keep"])
+    with graph.as_default():
+        return Saver() if global_variables() else None
+
+
+def _write_text(path: str, text: str) -> None:
+    """``text`` into ``path`` whole or not at all (a temp file renamed into place)."""
+    temp = _temp_path(path)
+    try:
+        with open(temp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temp)
+        raise
 
 
 # ---- writing a checkpoint ---------------------------------------------------------------------
