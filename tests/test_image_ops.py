@@ -133,6 +133,58 @@ def test_bilinear_matches_tf_1x_numbers():
     np.testing.assert_allclose(corners[0, :, :, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
 
 
+def ref_nearest_corners(x, th, tw):
+    h, w = x.shape[-3:-1]
+    rows = [min(int(np.round(i * (h - 1) / (th - 1))), h - 1) for i in range(th)]
+    cols = [min(int(np.round(j * (w - 1) / (tw - 1))), w - 1) for j in range(tw)]
+    return x[..., rows, :, :][..., cols, :]
+
+
+def ref_bilinear_corners(x, th, tw):
+    """``ref_bilinear`` with the corners aligned: source = out * (in - 1) / (out - 1)."""
+    h, w = x.shape[-3:-1]
+    stretched = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
+    for i in range(th):
+        for j in range(tw):
+            y, z = i * (h - 1) / (th - 1), j * (w - 1) / (tw - 1)
+            y0, z0 = int(np.floor(y)), int(np.floor(z))
+            y1, z1 = min(y0 + 1, h - 1), min(z0 + 1, w - 1)
+            dy, dz = y - y0, z - z0
+            top = x[..., y0, z0, :] * (1 - dz) + x[..., y0, z1, :] * dz
+            bottom = x[..., y1, z0, :] * (1 - dz) + x[..., y1, z1, :] * dz
+            stretched[..., i, j, :] = top * (1 - dy) + bottom * dy
+    return stretched
+
+
+@pytest.mark.parametrize("xp", NAMESPACES)
+@pytest.mark.parametrize("method, align_corners, reference", [
+    (0, False, ref_bilinear), (0, True, ref_bilinear_corners), (1, False, ref_nearest),
+    (1, True, ref_nearest_corners)], ids=["bilinear", "bilinear-corners", "nearest", "nearest-corners"])
+@pytest.mark.parametrize("size", [(7, 9), (2, 3)], ids=["up", "down"])
+def test_a_resize_s_gradient_sends_each_pixel_s_back_by_its_weights(xp, method, align_corners, reference,
+                                                                    size):
+    """TF's ResizeBilinearGrad / ResizeNearestNeighborGrad: the resize's transpose. The reference
+    resizes each one-hot image with the loop above: its dot with dy is that pixel's gradient.
+    (A resize had no gradient: a GAN's layers before one were silently not trained.)"""
+    image = RNG.standard_normal((2, 3, 4, 2)).astype(np.float32)
+    dy = RNG.standard_normal((2, *size, 2)).astype(np.float32)
+    expected = np.zeros(image.shape)
+    for index in np.ndindex(image.shape):
+        one_hot = np.zeros(image.shape)
+        one_hot[index] = 1.0
+        expected[index] = np.sum(reference(one_hot, *size) * dy)
+    attrs = {"height": size[0], "width": size[1], "method": method, "align_corners": align_corners}
+    got = run_kernel(xp, "ResizeImagesGrad", dy, image, **attrs)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    with tf.Graph().as_default():
+        x = tf.constant(image)
+        (through_graph,) = tf.gradients(tf.reduce_sum(tf.image.resize_images(
+            x, size, method=method, align_corners=align_corners) * dy), [x])
+        with tf.Session() as sess:
+            np.testing.assert_allclose(sess.run(through_graph), expected, rtol=1e-5, atol=1e-5)
+
+
 # ---- random ops: each draw is one of the allowed results, and every allowed result occurs --------
 @pytest.mark.parametrize("xp", NAMESPACES)
 def test_random_crop_is_a_window_and_reaches_every_offset(xp):
