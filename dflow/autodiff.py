@@ -179,10 +179,14 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None) -> li
             # nothing, so a step that fetches only the train_op does not compute the loss itself
             seed = ones(shape(y), dtype=y.dtype, name=f"grad_ys_{i}") if gy is None else convert_to_tensor(gy)
             pending.setdefault(y, []).append(seed)
+        sources = set(xs)
         for op in sorted(between, key=lambda op: op._id, reverse=True):
             out_grads = [_total(pending.pop(t, None)) for t in op.outputs]
-            gradient = _gradient_function(op) if any(g is not None for g in out_grads) else None
-            if gradient is None or any(t in stops for t in op.outputs):
+            if all(g is None for g in out_grads) or any(t in stops for t in op.outputs):
+                continue
+            gradient = _gradient_function(op)
+            if gradient is None:
+                _check_not_differentiable(op, between, sources)
                 continue
             with graph.name_scope(op.name + "_grad"):
                 in_grads = gradient(op, *out_grads)
@@ -190,6 +194,19 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None) -> li
                 if g is not None and t.dtype.is_floating:
                     pending.setdefault(t, []).append(g)
         return [_total(pending.get(x)) for x in xs]
+
+
+def _check_not_differentiable(op, between: set, sources: set) -> None:
+    """TF's LookupError for an op with no gradient that a gradient reaches on its way to a float
+    input on the path: it would otherwise pass nothing back, and the variables behind it would
+    silently not train. Stateful ops (updates, queues, random draws) and op types registered
+    with ``tf.NotDifferentiable`` pass nothing, as in TF."""
+    if op.opdef.stateful or (op.gradient_override or op.type) in _REGISTERED:
+        return
+    if any(t.dtype.is_floating and (t in sources or t.op in between) for t in op.inputs):
+        raise LookupError(f"No gradient defined for operation '{op.name}' (op type: {op.type}): dflow has "
+                          "none; wrap its output in tf.stop_gradient where nothing behind it should train, "
+                          "or give one with tf.RegisterGradient and gradient_override_map")
 
 
 def _total(grads: list[Tensor] | None) -> Tensor | None:

@@ -48,6 +48,8 @@ GRAD_ROWS = [
     ("matmul_tab", lambda a, b: tf.matmul(a, b, True, True), [r(4, 3), r(2, 4)]),
     ("matmul_op", lambda a, b: a @ b, [r(2, 3), r(3, 3)]),
     ("reduce_sum_all", tf.reduce_sum, [r(3, 4)]),
+    ("reduce_prod_axis", lambda a: tf.reduce_prod(a, axis=1), [r(3, 4)]),
+    ("reduce_prod_keepdims", lambda a: tf.reduce_prod(a, axis=[0, 2], keepdims=True), [r(2, 3, 4)]),
     ("reduce_sum_axis", lambda a: tf.reduce_sum(a, axis=1), [r(3, 4)]),
     ("reduce_sum_keepdims", lambda a: tf.reduce_sum(a, axis=[0, 2], keepdims=True), [r(2, 3, 4)]),
     ("reduce_mean", lambda a: tf.reduce_mean(a, axis=0), [r(3, 4)]),
@@ -204,6 +206,33 @@ def test_the_seed_of_a_loss_of_unknown_shape_reads_it():
     (dx,) = tf.gradients(x * 3.0, [x])
     with tf.Session() as sess:
         np.testing.assert_allclose(sess.run(dx, {x: [1.0, 2.0]}), [3.0, 3.0])
+
+
+def test_a_product_s_gradient_where_its_factors_hold_zeros():
+    """TF's: one zero in a group gets the others' product and the rest nothing; two, all nothing."""
+    x = tf.constant([[2.0, 0.0, 3.0], [0.0, 5.0, 0.0], [1.0, 2.0, 4.0]])
+    (dx,) = tf.gradients(tf.reduce_sum(tf.reduce_prod(x, axis=1) * [1.0, 1.0, 0.5]), [x])
+    with tf.Session() as sess:
+        np.testing.assert_allclose(sess.run(dx), [[0, 6, 0], [0, 0, 0], [4, 2, 1]])
+
+
+def test_an_op_with_no_gradient_on_the_way_to_a_variable_is_tf_s_lookup_error():
+    """Not silence: the variables behind it would not train. Off the path (an input's
+    preprocessing), with tf.stop_gradient, or for a stateful op, nothing is raised."""
+    w = tf.Variable(tf.ones([2, 2, 3]), name="w")
+    image = tf.placeholder(tf.float32, [2, 2, 3])
+    on_path = tf.reduce_sum(tf.image.adjust_contrast(w, 2.0))
+    with pytest.raises(LookupError, match="No gradient defined for operation .*AdjustContrastv2"):
+        tf.gradients(on_path, [w])
+    off_path = tf.reduce_sum(tf.image.adjust_contrast(image, 2.0) * w)
+    stopped = tf.reduce_sum(tf.stop_gradient(tf.image.adjust_contrast(w, 2.0)) * w)
+    (off, stop) = (tf.gradients(off_path, [w])[0], tf.gradients(stopped, [w])[0])
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        values = np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+        contrasted = sess.run(tf.image.adjust_contrast(values, 2.0))
+        np.testing.assert_allclose(sess.run(off, {image: values}), contrasted)
+        assert sess.run(stop).shape == (2, 2, 3)
 
 
 def test_gradient_through_unknown_batch_dimension():

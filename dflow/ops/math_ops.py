@@ -546,7 +546,24 @@ reduce_sum = _reduction("Sum", "sum", lambda op, g: [_unreduce(op, g)])
 reduce_mean = _reduction("Mean", "mean", lambda op, g: [_unreduce(op, g, mean=True)])
 reduce_max = _reduction("Max", "max", _max_grad)
 reduce_min = _reduction("Min", "min", _max_grad)
-reduce_prod = _reduction("Prod", "prod", None)
+reduce_prod = _reduction("Prod", "prod", lambda op, g: [_out("ProdGrad", [op.inputs[0], g], dict(op.attrs))])
+
+
+def _prod_grad_kernel(xp, x, g, axis, keepdims):
+    """``g`` times d prod/dx: each element's group's product of the others, exact where the group
+    holds zeros (one zero: its place gets the others' product, the rest 0; two: all 0), as TF's."""
+    axes = normalize_axis(axis, x.ndim)
+    if not keepdims:
+        g = xp.reshape(g, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    zero = x == 0
+    zeros = xp.sum(xp.astype(zero, xp.int64), axis=axes, keepdims=True)
+    nonzero = xp.where(zero, xp.ones_like(x), x)
+    others = xp.prod(nonzero, axis=axes, keepdims=True)
+    partial = xp.where(zeros == 0, others / nonzero, xp.where(zero & (zeros == 1), others, xp.zeros_like(x)))
+    return partial * g
+
+
+defop("ProdGrad", same_as_input, _prod_grad_kernel)
 reduce_any = _reduction("Any", "any", None, _bool_reduce_infer)
 reduce_all = _reduction("All", "all", None, _bool_reduce_infer)
 
