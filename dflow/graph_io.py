@@ -17,7 +17,7 @@ from .graph import GRAPH_FORMAT_VERSION, Graph
 from .plain_values import decode
 
 __all__ = ["graph_to_dict", "import_graph_def", "graph_to_dot", "write_graph", "read_graph",
-           "collection_item", "meta_graph_def", "read_meta_graph"]
+           "meta_graph_def", "read_meta_graph"]
 
 
 
@@ -31,9 +31,9 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None, import_scope: 
             f"not a dflow graph of format version {GRAPH_FORMAT_VERSION}: "
             f"format={graph_def.get('format')!r} version={graph_def.get('version')!r}")
     graph = graph or Graph()
-    scoped = _Scoped(import_scope)
+    prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
     present = {op.name for op in graph.get_operations()}
-    taken = [name for name in (scoped.name(entry["name"]) for entry in graph_def["ops"]) if name in present]
+    taken = [prefix + entry["name"] for entry in graph_def["ops"] if prefix + entry["name"] in present]
     if taken:
         raise ValueError(f"the graph already has ops named {', '.join(taken[:5])}"
                          f"{' and more' if len(taken) > 5 else ''}: import into a new tf.Graph(), or "
@@ -42,33 +42,19 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None, import_scope: 
         for entry in graph_def["ops"]:
             if entry["type"] == "DatasetNext":
                 _check_input_op(entry)
-            inputs = [graph.get_tensor_by_name(scoped.name(name)) for name in entry["inputs"]]
-            controls = [graph.get_operation_by_name(scoped.name(name)) for name in entry["control_inputs"]]
+            inputs = [graph.get_tensor_by_name(prefix + name) for name in entry["inputs"]]
+            controls = [graph.get_operation_by_name(prefix + name) for name in entry["control_inputs"]]
             attrs = decode(entry["attrs"])
-            if import_scope and entry["type"] == "VariableV2":  # a copy of its own, not the original's
-                attrs["shared_name"] = scoped.name(attrs["shared_name"])
+            if prefix and entry["type"] == "VariableV2":  # a copy of its own, not the original's
+                attrs["shared_name"] = prefix + attrs["shared_name"]
             with graph.control_dependencies(controls), graph.device(None):
-                op = graph.create_op(entry["type"], inputs, attrs, name=scoped.name(entry["name"]) + "/")
+                op = graph.create_op(entry["type"], inputs, attrs, name=prefix + entry["name"] + "/")
             op._set_device("" if clear_devices else entry["device"])
         for key, items in graph_def["collections"].items():
-            for item in items:
-                graph.add_to_collection(key, collection_item(graph, scoped.item(item)))
+            for item in items:  # (its names: a variable's, a tensor's or an op's)
+                scoped = {k: prefix + v if isinstance(v, str) else v for k, v in item.items()}
+                graph.add_to_collection(key, _restore_item(graph, scoped))
     return graph
-
-
-class _Scoped:
-    """Names under an import scope (``None``: unchanged)."""
-
-    def __init__(self, scope: str | None):
-        self.prefix = f"{scope.rstrip('/')}/" if scope else ""
-
-    def name(self, name: str) -> str:
-        """An op's or a tensor's."""
-        return self.prefix + name
-
-    def item(self, item: dict) -> dict:
-        """A collection item's names (a variable's, a tensor's or an op's)."""
-        return {key: self.prefix + value if isinstance(value, str) else value for key, value in item.items()}
 
 
 def _check_input_op(entry: dict) -> None:
@@ -83,7 +69,7 @@ def _check_input_op(entry: dict) -> None:
         raise ValueError(f"graph op {entry['name']!r} (DatasetNext): {error}") from None
 
 
-def collection_item(graph: Graph, item: dict):
+def _restore_item(graph: Graph, item: dict):
     """The variable, tensor or op of ``graph`` that a collection item of :func:`graph_to_dict`
     names (a variable's ``tf.Variable`` made again, where the graph has none for it yet)."""
     from .variables import Variable
@@ -126,7 +112,6 @@ def write_graph(graph: Graph, path: str) -> None:
 def read_graph(path: str) -> Graph:
     with open(path) as f:
         return import_graph_def(json.load(f))
-
 
 
 # ---- meta graphs ------------------------------------------------------------------------------------
