@@ -318,10 +318,8 @@ def _shuffle(plan, upstream, ctx) -> Pass:
             index = indices.pop()
             yield buffer[index]
             buffer[index] = element
-        while buffer:
-            index = int(draw.integers(len(buffer)))
-            buffer[index], buffer[-1] = buffer[-1], buffer[index]
-            yield buffer.pop()
+        for index in draw.permutation(len(buffer)).tolist():  # what is left, in random order
+            yield buffer[index]
     return shuffled
 
 
