@@ -4,6 +4,8 @@ draw, and the ops through a Session in the TF 1.x style."""
 
 from __future__ import annotations
 
+import functools
+
 import array_api_compat.numpy as xp_numpy
 import numpy as np
 import pytest
@@ -52,13 +54,15 @@ def ref_crop_or_pad(x, th, tw):
     return out
 
 
-def ref_bilinear(x, th, tw):
-    """TF 1.x resize_bilinear, align_corners=False: source = out * in / out, no half pixels."""
+def ref_bilinear(x, th, tw, align_corners=False):
+    """TF 1.x resize_bilinear: source = out * in / out, no half pixels; with the corners aligned,
+    out * (in - 1) / (out - 1)."""
     h, w = x.shape[-3:-1]
     out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
     for i in range(th):
         for j in range(tw):
-            y, z = i * h / th, j * w / tw
+            y, z = ((i * (h - 1) / (th - 1), j * (w - 1) / (tw - 1)) if align_corners
+                    else (i * h / th, j * w / tw))
             y0, z0 = int(np.floor(y)), int(np.floor(z))
             y1, z1 = min(y0 + 1, h - 1), min(z0 + 1, w - 1)
             dy, dz = y - y0, z - z0
@@ -68,10 +72,14 @@ def ref_bilinear(x, th, tw):
     return out
 
 
-def ref_nearest(x, th, tw):
+def ref_nearest(x, th, tw, align_corners=False):
     h, w = x.shape[-3:-1]
-    rows = [min(int(np.floor(i * h / th)), h - 1) for i in range(th)]
-    cols = [min(int(np.floor(j * w / tw)), w - 1) for j in range(tw)]
+    if align_corners:  # the nearest by rounding, on the corners' mapping
+        rows = [min(int(np.round(i * (h - 1) / (th - 1))), h - 1) for i in range(th)]
+        cols = [min(int(np.round(j * (w - 1) / (tw - 1))), w - 1) for j in range(tw)]
+    else:
+        rows = [min(int(np.floor(i * h / th)), h - 1) for i in range(th)]
+        cols = [min(int(np.floor(j * w / tw)), w - 1) for j in range(tw)]
     return x[..., rows, :, :][..., cols, :]
 
 
@@ -133,33 +141,11 @@ def test_bilinear_matches_tf_1x_numbers():
     np.testing.assert_allclose(corners[0, :, :, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
 
 
-def ref_nearest_corners(x, th, tw):
-    h, w = x.shape[-3:-1]
-    rows = [min(int(np.round(i * (h - 1) / (th - 1))), h - 1) for i in range(th)]
-    cols = [min(int(np.round(j * (w - 1) / (tw - 1))), w - 1) for j in range(tw)]
-    return x[..., rows, :, :][..., cols, :]
-
-
-def ref_bilinear_corners(x, th, tw):
-    """``ref_bilinear`` with the corners aligned: source = out * (in - 1) / (out - 1)."""
-    h, w = x.shape[-3:-1]
-    stretched = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
-    for i in range(th):
-        for j in range(tw):
-            y, z = i * (h - 1) / (th - 1), j * (w - 1) / (tw - 1)
-            y0, z0 = int(np.floor(y)), int(np.floor(z))
-            y1, z1 = min(y0 + 1, h - 1), min(z0 + 1, w - 1)
-            dy, dz = y - y0, z - z0
-            top = x[..., y0, z0, :] * (1 - dz) + x[..., y0, z1, :] * dz
-            bottom = x[..., y1, z0, :] * (1 - dz) + x[..., y1, z1, :] * dz
-            stretched[..., i, j, :] = top * (1 - dy) + bottom * dy
-    return stretched
-
-
 @pytest.mark.parametrize("xp", NAMESPACES)
 @pytest.mark.parametrize("method, align_corners, reference", [
-    (0, False, ref_bilinear), (0, True, ref_bilinear_corners), (1, False, ref_nearest),
-    (1, True, ref_nearest_corners)], ids=["bilinear", "bilinear-corners", "nearest", "nearest-corners"])
+    (0, False, ref_bilinear), (0, True, functools.partial(ref_bilinear, align_corners=True)),
+    (1, False, ref_nearest), (1, True, functools.partial(ref_nearest, align_corners=True))],
+    ids=["bilinear", "bilinear-corners", "nearest", "nearest-corners"])
 @pytest.mark.parametrize("size", [(7, 9), (2, 3)], ids=["up", "down"])
 def test_a_resize_s_gradient_sends_each_pixel_s_back_by_its_weights(xp, method, align_corners, reference,
                                                                     size):
