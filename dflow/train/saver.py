@@ -159,7 +159,7 @@ class Saver:
         self._next_kept_for_good = time.time() + self._keep_every
         self._last_checkpoints: list[str] = []
         self._adopted: set = set()  # directories whose existing checkpoints this saver counts
-        self._meta_graph: tuple | None = None  # (the graph's size, its meta graph's text) of the last save
+        self._meta_graph: tuple | None = None  # (the graph's version, its meta graph's text) of the last save
         self._placeholders: dict = {}
         self._restore_op = None
         if saver_def is not None:
@@ -255,10 +255,10 @@ class Saver:
         """The graph as :meth:`export_meta_graph` writes it; its text made again only when the
         graph has grown (a saver saving every step)."""
         graph = self._graph
-        size = (len(graph.get_operations()),
-                tuple((key, len(graph.get_collection(key))) for key in graph.get_all_collection_keys()))
-        if self._meta_graph is None or self._meta_graph[0] != size:
-            self._meta_graph = (size, json.dumps(meta_graph_def(graph, self.saver_def)))
+        version = (graph.version,  # (new ops; collections may grow without one)
+                   tuple((key, len(graph.get_collection(key))) for key in graph.get_all_collection_keys()))
+        if self._meta_graph is None or self._meta_graph[0] != version:
+            self._meta_graph = (version, json.dumps(meta_graph_def(graph, self.saver_def)))
         _write_text(path, self._meta_graph[1])
 
     def export_meta_graph(self, filename: str | None = None, collection_list=None, as_text: bool = False,
@@ -409,9 +409,9 @@ def import_meta_graph(meta_graph_or_file, clear_devices: bool = False, import_sc
     saver_def = meta.get("saver_def")
     if saver_def and saver_def["variables"]:
         prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
-        scoped = {"variables": {key: prefix + op for key, op in saver_def["variables"].items()},
-                  "restore_values": {key: prefix + t for key, t in saver_def["restore_values"].items()},
-                  "restore_op": prefix + saver_def["restore_op"], "max_to_keep": saver_def["max_to_keep"]}
+        scoped = {**saver_def, "restore_op": prefix + saver_def["restore_op"],
+                  **{part: {key: prefix + name for key, name in saver_def[part].items()}
+                     for part in ("variables", "restore_values")}}
         return Saver(saver_def=scoped, max_to_keep=saver_def["max_to_keep"])
     with graph.as_default():
         return Saver() if global_variables() else None
