@@ -79,13 +79,56 @@ def test_onednn_gives_the_lowering_s_numbers_in_every_kernel_directions(x_shape,
     close(dw, lowered(conv_lowering.conv2d_filter_grad, x, dy, w_shape, strides, dilations, padding))
 
 
+@pytest.fixture
+def any_kernel_taken(monkeypatch):
+    """oneDNN's reference kernels taken too (dflow refuses them: below), so that its numbers
+    are checked on every machine, whichever kernel it has there; plans compiled afresh."""
+    monkeypatch.setattr(onednn._Library, "implementation", lambda self, pd: "any")
+    onednn._compiled.cache_clear()
+    yield
+    onednn._compiled.cache_clear()
+
+
+def test_reference_kernels_are_refused_and_the_lowering_runs(monkeypatch):
+    # oneDNN picks its C reference loop silently where its JIT has no kernel (AVX2's LRN of the
+    # CIFAR-10 model: 23 and 141 ms against the lowering's 7 and 8)
+    monkeypatch.setattr(onednn._Library, "implementation", lambda self, pd: "ref:any")
+    onednn._compiled.cache_clear()
+    try:
+        x, w, dy = random((2, 6, 6, 3)), random((3, 3, 3, 4)), random((2, 6, 6, 4))
+        assert onednn.conv2d(x, w, (1, 1), (1, 1), (1, 1, 1, 1), (6, 6)) is None
+        assert onednn.lrn(x, 2, 1.0, 0.1, 0.75) is None and onednn.lrn_for_grad(x, 2, 1.0, 0.1, 0.75) is None
+        assert onednn.lrn_grad(x, x, 2, 1.0, 0.1, 0.75) is None
+        params = (4, 1.0, 0.001 / 9, 0.75)
+        close(conv_lowering.lrn(xp_numpy, x, *params), lowered(conv_lowering.lrn, x, *params))
+        close(conv_lowering.conv2d_input_grad(xp_numpy, dy, w, x.shape, (1, 1), (1, 1), "SAME"),
+              lowered(conv_lowering.conv2d_input_grad, dy, w, x.shape, (1, 1), (1, 1), "SAME"))
+    finally:
+        onednn._compiled.cache_clear()
+
+
+def test_the_kernels_of_a_cifar10_step_are_never_reference_ones():
+    # the plans of the tutorial CNN's layers at batch 10: each a JIT kernel of this machine, or None
+    lib, kernels = onednn._library(), []
+    for direction in ("forward", "input_grad", "filter_grad"):
+        plan = onednn._conv_plan(direction, (10, 12, 12, 64), (5, 5, 64, 64), (10, 12, 12, 64), (1, 1),
+                                 (1, 1), (2, 2, 2, 2))
+        kernels.append(plan and plan.primitive)
+    for direction in ("lrn", "lrn_grad"):
+        plan = onednn._plan_of(direction, (10, 12, 12, 64), 4, 1.0, 0.001 / 9.0, 0.75)
+        kernels += [plan and plan.primitive, plan and getattr(plan, "forward", None)]
+    names = [lib.implementation(kernel.pd) for kernel in kernels if kernel is not None]
+    assert names and not [name for name in names if name.startswith("ref")]
+
+
 @pytest.mark.parametrize("shape, depth_radius, bias, alpha, beta", [
     ((2, 5, 5, 3), 2, 1.0, 0.1, 0.75),
     ((3, 6, 6, 64), 4, 1.0, 0.001 / 9, 0.75),  # the CIFAR-10 tutorial's
     ((1, 4, 4, 8), 0, 2.0, 0.5, 0.5),
     ((2, 3, 3, 4), 7, 0.5, 1e-2, 1.0),  # a window wider than the channels
 ])
-def test_lrn_and_its_gradient_give_the_lowering_s_numbers(shape, depth_radius, bias, alpha, beta):
+def test_lrn_and_its_gradient_give_the_lowering_s_numbers(shape, depth_radius, bias, alpha, beta,
+                                                         any_kernel_taken):
     x, dy = random(shape), random(shape)
     params = (depth_radius, bias, alpha, beta)
     y = onednn.lrn(x, *params)

@@ -15,16 +15,18 @@ workspace of each window's maximal element (a byte per output), from which the b
 routes the gradient without reading the input again (TF's oneDNN MaxPool returns the same
 workspace as a second output).
 
-Where the library cannot be loaded (another platform, a missing runtime) dflow says so once and
-its own lowering runs; other namespaces (CuPy, ``array_api_strict``) and dtypes always take
-it. Each (direction, shapes, geometry) is compiled once a process and cached; each call
-gets its own scratchpad, so two ops may run at once from the executor's threads. Every plan
-runs on TBB's threads, at most :func:`parallel.cores` (the count the process was given for
-BLAS). TBB rather than GNU OpenMP (``onednn-cpu-gomp``, the same oneDNN 3.2): its threads wait
-for the next primitive a moment before they sleep, where OpenMP's slept at once (spinning, they
-took the cores that dflow's own pieces needed) and each primitive paid their wake-up, 40-100 us
-on a 2-core VM. Against that build: CIFAR-10 without LRN 1.05-1.33x, MNIST-DNN 1.20-1.30x
-(docs/kernels.md).
+Where oneDNN's JIT has no kernel for a shape it picks its reference one, a plain C loop, silently;
+dflow refuses those and runs its lowering (an AVX2 machine's LRN of the CIFAR-10 model was 3-17x
+slower in oneDNN's reference kernels). Where the library cannot be loaded (another platform, a
+missing runtime) dflow says so once and its own lowering runs; other namespaces (CuPy,
+``array_api_strict``) and dtypes always take it. Each (direction, shapes, geometry) is compiled
+once a process and cached; each call gets its own scratchpad, so two ops may run at once from the
+executor's threads. Every plan runs on TBB's threads, at most :func:`parallel.cores` (the count the
+process was given for BLAS). TBB rather than GNU OpenMP (``onednn-cpu-gomp``, the same oneDNN 3.2):
+its threads wait for the next primitive a moment before they sleep, where OpenMP's slept at once
+(spinning, they took the cores that dflow's own pieces needed) and each primitive paid their
+wake-up, 40-100 us on a 2-core VM. Against that build: CIFAR-10 without LRN 1.05-1.33x, MNIST-DNN
+1.20-1.30x (docs/kernels.md).
 
 >>> import numpy
 >>> x, w = numpy.ones((1, 3, 3, 1), numpy.float32), numpy.ones((3, 3, 1, 1), numpy.float32)
@@ -62,6 +64,7 @@ _CPU, _IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_WORKSPACE, _ARG_SCRATCHPAD = 1, 17, 33, 41, 64, 80
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS, _ARG_DIFF_BIAS = 129, 145, 161, 169
 _QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_WORKSPACE_MD, _QUERY_SCRATCHPAD_MD = 131, 132, 135, 136
+_QUERY_IMPL_INFO_STR = 8
 _UNIMPLEMENTED = 3
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "iterator ends",
            5: "runtime error", 6: "not required"}
@@ -119,6 +122,7 @@ class _Library:
         dnnl.dnnl_primitive_desc_query_md.restype = _handle
         dnnl.dnnl_primitive_desc_query_md.argtypes = [_handle, ctypes.c_int, ctypes.c_int]
         dnnl.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+        dnnl.dnnl_primitive_desc_query.argtypes = [_handle, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         dnnl.dnnl_memory_desc_get_size.argtypes = [_handle]
         real, size = ctypes.c_float, ctypes.c_int64  # LRN's parameters are C floats, not doubles
         dnnl.dnnl_lrn_forward_primitive_desc_create.argtypes = [
@@ -168,20 +172,37 @@ class _Library:
             ctypes.byref(md), len(dims), _Dims(*dims), _F32, tag), "describing an array")
         return md
 
-    def describe(self, create, *args) -> _handle | None:
+    def describe(self, create, *args, reference_ok: bool = False) -> _handle | None:
         """The primitive descriptor ``create(&desc, *args)`` makes; None where oneDNN has no
-        kernel for it (the caller's lowering runs instead)."""
+        kernel for it, or only its reference one (the caller's lowering runs instead).
+
+        oneDNN's reference kernels are plain C loops, there for correctness: where its JIT has
+        no kernel for a shape it picks one silently. An AVX2 machine has no JIT LRN for a window
+        of 9 channels (the CIFAR-10 model's), nor any for LRN's backward over NHWC: 23 and 141 ms
+        at batch 100 against 7 and 8 ms for dflow's lowering (``docs/kernels.md``)."""
         pd = _handle()
         status = create(ctypes.byref(pd), *args)
         if status == _UNIMPLEMENTED:
             return None
         self.check(status, "describing a primitive")
+        if not reference_ok and self.implementation(pd).startswith("ref"):
+            self.dnnl.dnnl_primitive_desc_destroy(pd)
+            return None
         return pd
+
+    def implementation(self, pd) -> str:
+        """The name of the kernel oneDNN chose for ``pd``: ``jit:avx2``, ``brg:avx512_core``,
+        ``ref:any``, ..."""
+        name = ctypes.c_char_p()
+        self.check(self.dnnl.dnnl_primitive_desc_query(pd, _QUERY_IMPL_INFO_STR, 0, ctypes.byref(name)),
+                   "asking for a primitive's kernel")
+        return (name.value or b"").decode()
 
     def reorder(self, src_md, dst_md) -> _Primitive:
         """A filter's reorder (kilobytes)."""
         return _Primitive(self, self.describe(self.dnnl.dnnl_reorder_primitive_desc_create,
-                                              src_md, self.engine, dst_md, self.engine, self.attr))
+                                              src_md, self.engine, dst_md, self.engine, self.attr,
+                                              reference_ok=True))
 
     def query_md(self, pd, what: int) -> _handle:
         return _handle(self.dnnl.dnnl_primitive_desc_query_md(pd, what, 0))
