@@ -9,7 +9,7 @@ import pytest
 from namespaces import NAMESPACES, to_host
 
 import dflow as tf
-from dflow.ops import conv_lowering, fused, parallel
+from dflow.ops import conv_lowering, fused, onednn, parallel
 from dflow.ops.registry import get_opdef
 
 RNG = np.random.default_rng(11)
@@ -126,6 +126,25 @@ def test_max_pool_and_its_gradient_compiled_match_the_numpy_code(monkeypatch, ks
     np.testing.assert_array_equal(compiled[0], plain[0])  # NaN where NaN
     np.testing.assert_allclose(compiled[1], plain[1], rtol=1e-6, atol=1e-6)
     assert np.isnan(compiled[0]).any() and compiled[0].dtype == compiled[1].dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype, atol", [(np.float32, 2e-6), (np.float64, 1e-12)])
+@pytest.mark.parametrize("depth_radius, beta", [(4, 0.75), (2, 0.5), (0, 1.0), (9, 0.6)])
+def test_lrn_and_its_gradient_compiled_match_the_numpy_code(monkeypatch, depth_radius, beta, dtype, atol):
+    """Every window of channels clipped at both ends (9: wider than the 7 channels), each power's
+    form; a transposed (NCHW-made) input reads in its logical order."""
+    x = np.asarray(RNG.standard_normal((3, 5, 4, 7)), dtype) * 3
+    x = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    dy = np.asarray(RNG.standard_normal(x.shape), dtype)
+    params = dict(depth_radius=depth_radius, bias=1.5, alpha=0.2, beta=beta)
+    y = fused.lrn(x, **params)
+    compiled = [y, fused.lrn_grad(dy, x, y, **params)]
+    monkeypatch.setattr(fused, "compiled_kernels", lambda: None)
+    monkeypatch.setattr(onednn, "takes", lambda *_: False)
+    plain = [conv_lowering.lrn(xp_numpy, x, **params), conv_lowering.lrn_grad(xp_numpy, dy, x, y, **params)]
+    for got, expected in zip(compiled, plain):
+        assert got.dtype == dtype and got.shape == x.shape
+        np.testing.assert_allclose(got, expected, rtol=0, atol=atol * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("positive_only", [False, True])

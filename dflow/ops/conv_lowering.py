@@ -529,6 +529,8 @@ def lrn(xp, x, depth_radius, bias, alpha, beta):
         y = onednn.lrn(x, depth_radius, bias, alpha, beta)
         if y is not None:
             return y
+    if x.ndim and fused.compiled_for(xp, x):  # (where oneDNN has no JIT kernel: AVX2's window of 9)
+        return fused.lrn(x, depth_radius, bias, alpha, beta)
 
     def piece(xs):
         return _times_pow_neg(xp, xs, _lrn_norm(xp, xs, depth_radius, bias, alpha), beta)
@@ -554,6 +556,8 @@ def lrn_grad(xp, dy, x, y, depth_radius, bias, alpha, beta, workspace=None):
         dx = onednn.lrn_grad(dy, x, depth_radius, bias, alpha, beta, given)
         if dx is not None:
             return dx
+    if x.ndim and fused.compiled_for(xp, dy, x, y):
+        return fused.lrn_grad(dy, x, y, depth_radius, bias, alpha, beta)
 
     def piece(dys, xs, ys):
         norm = _lrn_norm(xp, xs, depth_radius, bias, alpha)
