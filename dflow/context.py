@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["DefaultStack", "default_graphs", "default_sessions", "get_default_session"]
+__all__ = ["DefaultStack", "default_graphs", "default_sessions", "get_default_session", "session_or_default"]
 
 
 class DefaultStack(threading.local):
@@ -44,7 +44,16 @@ default_sessions = DefaultStack()
 
 
 def get_default_session():
-    """The innermost ``with tf.Session()`` (or ``sess.as_default()``) session of this thread."""
-    if not default_sessions.stack:
-        raise ValueError("no default session: use `with tf.Session() as sess:` or pass session=")
-    return default_sessions.stack[-1]
+    """The innermost ``with tf.Session()`` (or ``sess.as_default()``) session of this thread, or
+    None outside one (as TF's)."""
+    return default_sessions.top()
+
+
+def session_or_default(session, doing: str):
+    """``session``, else the default one; where there is neither, TF's error naming what was
+    ``doing`` (``"evaluate tensor using `eval()`"``)."""
+    session = session or get_default_session()
+    if session is None:
+        raise ValueError(f"Cannot {doing}: No default session is registered. Use `with tf.Session() as "
+                         "sess:` or `with sess.as_default():`, or pass the session explicitly (session=sess)")
+    return session

@@ -28,7 +28,7 @@ from typing import Any
 import networkx as nx
 
 from . import dtypes, plain_values
-from .context import default_graphs, get_default_session
+from .context import default_graphs, session_or_default
 from .ops.registry import ShapeError, Spec, get_opdef
 from .ops.shape_rules import fmt
 from .placement import DeviceSpec
@@ -544,7 +544,7 @@ class Tensor(TensorOperators):
 
     def eval(self, feed_dict=None, session=None):
         """``session.run(self)``; the default session is the innermost ``with Session()``."""
-        return (session or get_default_session()).run(self, feed_dict=feed_dict)
+        return session_or_default(session, "evaluate tensor using `eval()`").run(self, feed_dict=feed_dict)
 
     def __repr__(self) -> str:
         return f"<tf.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
@@ -593,7 +593,7 @@ class Operation:
         return list(self.outputs)
 
     def run(self, feed_dict=None, session=None):
-        (session or get_default_session()).run(self, feed_dict=feed_dict)
+        session_or_default(session, "execute operation using `run()`").run(self, feed_dict=feed_dict)
 
     def _set_device(self, device: str | DeviceSpec | None) -> None:
         self.device = DeviceSpec.from_string(str(device or "")).to_string()

@@ -76,9 +76,9 @@ class TestCase(unittest.TestCase):
     test_session.__test__ = False  # a helper with a test's name: pytest must not collect it
 
     def evaluate(self, tensors):
-        from .context import get_default_session
+        from .context import session_or_default
 
-        return get_default_session().run(tensors)
+        return session_or_default(None, "evaluate tensors with `self.evaluate()`").run(tensors)
 
     def assertAllClose(self, a, b, rtol=1e-6, atol=1e-6, msg=None):  # noqa: N802 - TF's name
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=msg or "")

@@ -143,9 +143,10 @@ class Variable(TensorOperators):
 
     def load(self, value, session=None):
         """Write ``value`` into the variable through ``session`` (no new ops per call)."""
-        from .context import get_default_session
+        from .context import session_or_default
 
-        (session or get_default_session()).run(self.initializer, {self.initial_value: value})
+        session = session_or_default(session, "load a variable's value")
+        session.run(self.initializer, {self.initial_value: value})
 
     def __repr__(self) -> str:
         return f"<tf.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"

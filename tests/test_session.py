@@ -220,6 +220,17 @@ def test_short_steps_chains_and_waiting_ops_stay_on_one_thread(monkeypatch):
     assert sum(c.chosen == 1 for c in choices) == 4
 
 
+def test_no_default_session_is_none_and_eval_says_what_to_do():
+    a = tf.constant(3.0)
+    assert tf.get_default_session() is None  # as TF's: scripts test it
+    with pytest.raises(ValueError, match=r"Cannot evaluate tensor using `eval\(\)`: No default session"):
+        a.eval()
+    with pytest.raises(ValueError, match=r"Cannot execute operation using `run\(\)`"):
+        tf.no_op().run()
+    with tf.Session() as sess:
+        assert tf.get_default_session() is sess
+
+
 def test_default_session_eval_and_interactive_session():
     a = tf.constant(3.0)
     with tf.Session():

@@ -772,3 +772,20 @@ def test_names_held_out_scripts_reached_for():
     assert (got[1].tolist(), got[2].tolist()) == ([1, 3, 5], [0, 2, 5])
     assert got[3].tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]] and got[4].dtype == np.float32
     assert seen == [7.0] and looked_up.tolist() == [1]
+
+
+def test_names_the_ninth_held_out_batch_reached_for():
+    """``ops.op_scope`` (TF 0.x's name_scope, still in TF 1.x) and ``control_flow_ops.with_dependencies``
+    (docs/tf1_corpus.md, the ninth batch)."""
+    from dflow.python.framework import ops
+    from dflow.python.ops import control_flow_ops
+
+    count = tf.Variable(0.0)
+    with ops.op_scope([count], None, "Mysquare") as scope:
+        squared = tf.square(count)
+    five = control_flow_ops.with_dependencies([tf.assign_add(count, 1.0)], tf.constant(5.0))
+    assert scope == "Mysquare/" and squared.name == "Mysquare/Square:0"
+    assert five.name == "control_dependency:0"
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        assert sess.run(five) == 5.0 and sess.run(count) == 1.0

@@ -213,9 +213,9 @@ def start_queue_runners(sess=None, coord: Coordinator | None = None, daemon: boo
         coord.join(threads)
     """
     if sess is None:
-        from ..context import get_default_session
+        from ..context import session_or_default
 
-        sess = get_default_session()
+        sess = session_or_default(None, "start queue runners")
     sess = getattr(sess, "_session", sess)  # TF accepts a MonitoredSession here too
     threads = []
     for qr in sess.graph.get_collection(collection):

@@ -27,4 +27,15 @@ from ...graph import (
 
 __all__ = ["Graph", "GraphKeys", "NotDifferentiable", "Operation", "RegisterGradient", "Tensor",
            "add_to_collection", "colocate_with", "control_dependencies", "convert_to_tensor", "device",
-           "get_collection", "get_default_graph", "name_scope", "no_gradient", "reset_default_graph"]
+           "get_collection", "get_default_graph", "name_scope", "no_gradient", "op_scope",
+           "reset_default_graph"]
+
+
+def op_scope(values, name, default_name=None):
+    """TF 0.x's spelling of ``name_scope(name, default_name, values)``, which TF 1.x still has.
+
+    >>> with op_scope([], None, "square") as scope:
+    ...     print(scope)
+    square/
+    """
+    return name_scope(name, default_name, values)

@@ -46,6 +46,13 @@ def _relu_grad(gradients, features, name=None):
     return graph.create_op("ReluGrad", [gradients, features], name=name or "ReluGrad").outputs[0]
 
 
+def _with_dependencies(dependencies, output_tensor, name=None):
+    """``output_tensor``'s value, read once ``dependencies`` have run (``control_flow_ops``')."""
+    with dflow.name_scope(name, "control_dependency", [*dependencies, output_tensor]) as scope:
+        with dflow.control_dependencies(dependencies):
+            return dflow.identity(output_tensor, name=scope)
+
+
 # names a module has under TF's spelling only: init_ops' initializer classes, the generated activation
 # gradients
 _OWN = {
@@ -58,6 +65,7 @@ _OWN = {
                  "VarianceScaling": dflow.variance_scaling_initializer},
     "gen_nn_ops": {"relu_grad": _relu_grad, "_relu_grad": _relu_grad},
     "gen_math_ops": {"sigmoid_grad": sigmoid_grad, "tanh_grad": tanh_grad},
+    "control_flow_ops": {"with_dependencies": _with_dependencies},
     "rnn_cell_impl": {"_zero_state_tensors": zero_state_tensors},
 }
 
