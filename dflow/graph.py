@@ -374,75 +374,77 @@ def register_op_builders(**builders: Callable) -> None:
 
 
 class TensorOperators:
-    """Python operators on anything convertible to a Tensor (tensors, variables)."""
+    """Python operators on anything convertible to a Tensor (tensors, variables). A binary one's op
+    is named as TF 1.x names it (``a + b`` is ``add``, ``a / b`` ``truediv``; ``tf.add`` is ``Add``):
+    scripts find tensors by those names after loading a graph."""
 
     __array_priority__ = 100  # numpy scalars/arrays on the left defer to us
 
     def __add__(self, other):
-        return op_builders.add(self, other)
+        return op_builders.add(self, other, name="add")
 
     def __radd__(self, other):
-        return op_builders.add(other, self)
+        return op_builders.add(other, self, name="add")
 
     def __sub__(self, other):
-        return op_builders.subtract(self, other)
+        return op_builders.subtract(self, other, name="sub")
 
     def __rsub__(self, other):
-        return op_builders.subtract(other, self)
+        return op_builders.subtract(other, self, name="sub")
 
     def __mul__(self, other):
-        return op_builders.multiply(self, other)
+        return op_builders.multiply(self, other, name="mul")
 
     def __rmul__(self, other):
-        return op_builders.multiply(other, self)
+        return op_builders.multiply(other, self, name="mul")
 
     def __truediv__(self, other):
-        return op_builders.divide(self, other)
+        return op_builders.divide(self, other, name="truediv")
 
     def __rtruediv__(self, other):
-        return op_builders.divide(other, self)
+        return op_builders.divide(other, self, name="truediv")
 
     def __matmul__(self, other):
-        return op_builders.matmul(self, other)
+        return op_builders.matmul(self, other, name="matmul")
 
     def __rmatmul__(self, other):
-        return op_builders.matmul(other, self)
+        return op_builders.matmul(other, self, name="matmul")
 
     def __pow__(self, other):
-        return op_builders.pow(self, other)
+        return op_builders.pow(self, other, name="pow")
 
     def __rpow__(self, other):
-        return op_builders.pow(other, self)
+        return op_builders.pow(other, self, name="pow")
 
     def __floordiv__(self, other):
-        return op_builders.floordiv(self, other)
+        return op_builders.floordiv(self, other, name="floordiv")
 
     def __rfloordiv__(self, other):
-        return op_builders.floordiv(other, self)
+        return op_builders.floordiv(other, self, name="floordiv")
 
     def __mod__(self, other):
-        return op_builders.floormod(self, other)
+        return op_builders.floormod(self, other, name="mod")
 
     def __rmod__(self, other):
-        return op_builders.floormod(other, self)
+        return op_builders.floormod(other, self, name="mod")
 
     def __and__(self, other):
-        return op_builders.logical_and(self, other)
+        return op_builders.logical_and(self, other, name="and")
 
     def __rand__(self, other):
-        return op_builders.logical_and(other, self)
+        return op_builders.logical_and(other, self, name="and")
 
     def __or__(self, other):
-        return op_builders.logical_or(self, other)
+        return op_builders.logical_or(self, other, name="or")
 
     def __ror__(self, other):
-        return op_builders.logical_or(other, self)
+        return op_builders.logical_or(other, self, name="or")
 
     def __xor__(self, other):
-        return op_builders.logical_xor(self, other)
+        return op_builders.logical_xor(self, other, name="xor")
 
     def __rxor__(self, other):
-        return op_builders.logical_xor(other, self)
+        return op_builders.logical_xor(other, self, name="xor")
 
     def __invert__(self):
         return op_builders.logical_not(self)

@@ -40,6 +40,10 @@ def test_operator_overloads_build_the_expected_ops():
              "StridedSlice": x[0, ::2]}
     for op_type, t in exprs.items():
         assert t.op.type == op_type
+    # named as TF 1.x names them (scripts look tensors up by these names), not by their op types
+    assert [t.op.name for t in exprs.values()] == ["add", "sub", "mul", "truediv", "matmul", "pow", "Neg",
+                                                    "Less", "GreaterEqual", "strided_slice"]
+    assert tf.add(x, x).name == "Add_1:0"  # TF's unique names ignore case: add, then Add_1
     assert exprs["StridedSlice"].shape == (1,)
     assert exprs["Less"].dtype == tf.bool
     with pytest.raises(TypeError, match="truth value"):

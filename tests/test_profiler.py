@@ -62,7 +62,7 @@ def test_ops_whose_shapes_are_not_known_count_nothing_and_the_report_prints(caps
         _small_net(None)
         unknown_batch = tf.profiler.profile(graph, options=tf.profiler.ProfileOptionBuilder.float_operation())
     # only the sum of the two scalar losses has all its shapes
-    assert [(child.name, child.total_float_ops) for child in unknown_batch.children] == [("Add", 1)]
+    assert [(child.name, child.total_float_ops) for child in unknown_batch.children] == [("add", 1)]
     assert "node name | # float_ops" in capsys.readouterr().out
     with pytest.raises(ValueError, match="cmd must be one of scope, graph, op, code"):
         tf.profiler.profile(graph, cmd="ops")
