@@ -389,3 +389,26 @@ def test_contrib_and_experimental_transformations_apply():
         with tf.Session() as sess:
             assert run_all(sess, spread.make_one_shot_iterator().get_next()) == [1, 2, 3, 2, 3, 3]
             assert [b.tolist() for b in run_all(sess, whole.make_one_shot_iterator().get_next())] == [[1, 2]]
+
+
+def test_counts_given_as_tensors_are_read_when_the_iterator_starts():
+    """The train/test switch through one initializable iterator: a batch size (and a shuffle
+    buffer, a repeat count) fed at each initialization, as TF 1.x takes them."""
+    rows = tf.placeholder(tf.float32, [None, 2])
+    batch_size, epochs = tf.placeholder(tf.int64, []), tf.placeholder(tf.int64, [])
+    iterator = (tf.data.Dataset.from_tensor_slices(rows).shuffle(batch_size).batch(batch_size)
+                .repeat(epochs).make_initializable_iterator())
+    batch = iterator.get_next()
+    assert batch.shape.as_list() == [None, 2]
+    with tf.Session() as sess:
+        sess.run(iterator.initializer, {rows: np.ones((10, 2)), batch_size: 4, epochs: 1})
+        assert [sess.run(batch).shape[0] for _ in range(3)] == [4, 4, 2]
+        with pytest.raises(tf.errors.OutOfRangeError):
+            sess.run(batch)
+        sess.run(iterator.initializer, {rows: np.ones((6, 2)), batch_size: 6, epochs: 2})
+        assert [sess.run(batch).shape[0] for _ in range(2)] == [6, 6]
+        with pytest.raises(tf.errors.InvalidArgumentError, match="buffer_size must be at least 1, got 0"):
+            sess.run(iterator.initializer, {rows: np.ones((6, 2)), batch_size: 0, epochs: 1})
+            sess.run(batch)
+    with pytest.raises(TypeError, match="batch_size must be a scalar integer tensor"):
+        tf.data.Dataset.range(3).batch(tf.constant(2.0))

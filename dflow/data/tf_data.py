@@ -190,7 +190,7 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
         """``batch_size`` consecutive elements stacked; the last batch may be smaller unless
         ``drop_remainder``."""
         size = _positive(batch_size, "batch_size")
-        batch = size if drop_remainder else None
+        batch = size if drop_remainder and isinstance(size, int) else None
         specs = [(dtype, None if shape is None else (batch, *shape)) for dtype, shape in self._specs]
         return self._then("batch", self._structure, specs, batch_size=size,
                           drop_remainder=bool(drop_remainder))
@@ -205,15 +205,15 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
 
     def repeat(self, count=None) -> DatasetV1:
         """The dataset ``count`` times (forever when None or -1)."""
-        return self._then("repeat", count=-1 if count is None else int(count))
+        return self._then("repeat", count=-1 if count is None else _count(count, "count"))
 
     def take(self, count) -> DatasetV1:
         """The first ``count`` elements (all when -1)."""
-        return self._then("take", count=int(count))
+        return self._then("take", count=_count(count, "count"))
 
     def skip(self, count) -> DatasetV1:
         """All but the first ``count`` elements (none when -1)."""
-        return self._then("skip", count=int(count))
+        return self._then("skip", count=_count(count, "count"))
 
     def cache(self, filename="") -> DatasetV1:
         """The first complete pass kept in memory and replayed by the next ones (a ``filename``
@@ -267,7 +267,7 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
                                  f"{list(shape)}")
             padded.append(want)
         fills = [_padding(value, dtype) for (dtype, _), value in zip(self._specs, values)]
-        batch = size if drop_remainder else None
+        batch = size if drop_remainder and isinstance(size, int) else None
         specs = [(dtype, (batch, *want)) for (dtype, _), want in zip(self._specs, padded)]
         return self._then("padded_batch", self._structure, specs, batch_size=size,
                           drop_remainder=bool(drop_remainder), padded_shapes=padded, padding_values=fills)
@@ -334,12 +334,19 @@ class DatasetV1(DatasetConstructors, _ElementSpec):
         return iterator
 
     def _plan(self, captured: list) -> dict:
-        """This pipeline as plain data; the tensors it takes are appended to ``captured``."""
+        """This pipeline as plain data; the tensors it takes are appended to ``captured`` (a
+        count given as a tensor: ``{"captured_count": its position}``, read when it starts)."""
         positions = []
         for tensor in self._captured:
             positions.append(len(captured))
             captured.append(tensor)
-        return {"kind": self._kind, **self._params, "captured": positions,
+        params = {}
+        for key, value in self._params.items():
+            if isinstance(value, Tensor):
+                captured.append(value)
+                value = {"captured_count": len(captured) - 1}
+            params[key] = value
+        return {"kind": self._kind, **params, "captured": positions,
                 "inputs": [d._plan(captured) for d in self._inputs]}
 
     def __repr__(self) -> str:
@@ -374,12 +381,26 @@ def _along(structure, value, count: int, what: str) -> list:
     return [part for sub, item in zip(structure, value) for part in _along(sub, item, count, what)]
 
 
-def _positive(value, what: str) -> int:
+def _positive(value, what: str) -> int | Tensor:
+    """A positive count; a tensor (TF 1.x's ``batch(batch_size_placeholder)``) is read when the
+    iterator starts, and checked then."""
     if isinstance(value, Tensor):
-        raise TypeError(f"{what} must be a Python int in dflow's tf.data, got the tensor {value.name}")
+        return _count_tensor(value, what)
     if int(value) <= 0:
         raise ValueError(f"{what} must be positive, got {value}")
     return int(value)
+
+
+def _count(value, what: str) -> int | Tensor:
+    """A count where -1 means all; a tensor is read when the iterator starts."""
+    return _count_tensor(value, what) if isinstance(value, Tensor) else int(value)
+
+
+def _count_tensor(value: Tensor, what: str) -> Tensor:
+    if not value.dtype.is_integer or value.shape.ndims not in (None, 0):
+        raise TypeError(f"{what} must be a scalar integer tensor, got {value.name} of {value.dtype.name} "
+                        f"and shape {value.shape}")
+    return value
 
 
 def _merged_shape(a, b):

@@ -47,7 +47,19 @@ class _Context:
 def compile_plan(plan: dict, ctx: _Context) -> Pass:
     """The stage ``plan`` names, over the stages it reads from."""
     upstream = [compile_plan(child, ctx) for child in plan.get("inputs", ())]
+    plan = {key: _captured_count(key, value["captured_count"], ctx) if isinstance(value, dict)
+            and "captured_count" in value else value for key, value in plan.items()}
     return _STAGES[plan["kind"]](plan, upstream, ctx)
+
+
+def _captured_count(what: str, position: int, ctx: _Context) -> int:
+    """A count the dataset was given as a tensor (``batch(batch_size_placeholder)``), its value
+    now that the iterator starts."""
+    count = int(ctx.captured[position])
+    smallest = -1 if what == "count" else 1  # (take, skip, repeat: -1 is all)
+    if count < smallest:
+        raise InvalidArgumentError(f"the dataset's {what} must be at least {smallest}, got {count}")
+    return count
 
 
 # ---- sources ------------------------------------------------------------------------------------
