@@ -36,6 +36,7 @@ from . import (
     profiler,
     python_io,
     random,
+    saved_model,
     sparse,
     strings,
     summary,

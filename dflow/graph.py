@@ -63,6 +63,7 @@ class GraphKeys:
     SUMMARIES = "summaries"
     QUEUE_RUNNERS = "queue_runners"  # tf.train.start_queue_runners starts these
     TABLE_INITIALIZERS = "table_initializer"  # lookup tables' initializers: tf.tables_initializer()
+    ASSET_FILEPATHS = "asset_filepaths"  # the files a SavedModel copies into its assets/
 
 
 class Dimension:

@@ -336,9 +336,10 @@ class Estimator:
 
     def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, *args, **kwargs):
         raise NotImplementedError(
-            "Estimator.export_savedmodel is not supported by dflow (it writes no SavedModel): the trained "
-            f"model is the checkpoint in model_dir ({self._model_dir}); serve it with Estimator.predict, or "
-            "restore it with tf.train.Saver into a graph built by the model_fn")
+            "Estimator.export_savedmodel is not supported by dflow yet: the trained model is the checkpoint "
+            f"in model_dir ({self._model_dir}); serve it with Estimator.predict, or restore it with "
+            "tf.train.Saver into a graph built by the model_fn and write a SavedModel from that session "
+            "with tf.saved_model.simple_save")
 
     export_saved_model = export_savedmodel
 

@@ -1,7 +1,7 @@
 """``tf.estimator.export``: what a ``model_fn`` names as its serving outputs, and serving input
 receivers (raw placeholders, or serialized ``tf.train.Example`` records parsed). dflow's Estimator
-predicts from ``model_dir``'s checkpoints; writing a SavedModel (``Estimator.export_savedmodel``)
-is not supported, and says so.
+predicts from ``model_dir``'s checkpoints; ``Estimator.export_savedmodel`` is not supported, and
+says so (``tf.saved_model`` writes a SavedModel from a session).
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():

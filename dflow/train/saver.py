@@ -75,7 +75,7 @@ from ..processes import alive as process_alive
 from ..variables import Variable, global_variables, group, local_variables
 from . import training_util
 
-__all__ = ["Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists",
+__all__ = ["Saver", "latest_checkpoint", "get_checkpoint_state", "checkpoint_exists", "write_text_atomically",
            "CheckpointState", "export_meta_graph", "import_meta_graph"]
 
 log = logging.getLogger("dflow")
@@ -259,7 +259,7 @@ class Saver:
                    tuple((key, len(graph.get_collection(key))) for key in graph.get_all_collection_keys()))
         if self._meta_graph is None or self._meta_graph[0] != version:
             self._meta_graph = (version, json.dumps(meta_graph_def(graph, self.saver_def)))
-        _write_text(path, self._meta_graph[1])
+        write_text_atomically(path, self._meta_graph[1])
 
     def export_meta_graph(self, filename: str | None = None, collection_list=None, as_text: bool = False,
                           export_scope: str | None = None, clear_devices: bool = False,
@@ -380,7 +380,7 @@ def export_meta_graph(filename: str | None = None, meta_info_def=None, graph_def
         raise ValueError("export_meta_graph(graph_def=...): give the graph itself (graph=)")
     meta = meta_graph_def(graph or get_default_graph(), saver_def, collection_list, clear_devices)
     if filename is not None:
-        _write_text(filename, json.dumps(meta))
+        write_text_atomically(filename, json.dumps(meta))
     return meta
 
 
@@ -417,7 +417,7 @@ def import_meta_graph(meta_graph_or_file, clear_devices: bool = False, import_sc
         return Saver() if global_variables() else None
 
 
-def _write_text(path: str, text: str) -> None:
+def write_text_atomically(path: str, text: str) -> None:
     """``text`` into ``path`` whole or not at all (a temp file renamed into place)."""
     temp = _temp_path(path)
     try:
