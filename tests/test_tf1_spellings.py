@@ -789,3 +789,27 @@ def test_names_the_ninth_held_out_batch_reached_for():
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         assert sess.run(five) == 5.0 and sess.run(count) == 1.0
+
+
+def test_slim_s_create_train_op_runs_the_updates_then_a_step_and_gives_the_loss():
+    """slim.learning.create_train_op as a held-out batch-norm script uses it: the moving averages
+    (UPDATE_OPS) with each step, the global step counted, gradients scaled and clipped."""
+    slim = tf.contrib.slim
+    x = tf.constant(np.arange(8, dtype=np.float32).reshape(4, 2))
+    normed = slim.batch_norm(x, is_training=True, decay=0.5, scope="bn")
+    w = tf.Variable([[1.0], [2.0]], name="w")
+    loss = tf.reduce_sum(tf.matmul(normed, w) ** 2) + tf.reduce_sum(w)
+    optimizer = tf.train.GradientDescentOptimizer(1.0)
+    train_op = slim.learning.create_train_op(loss, optimizer, clip_gradient_norm=0.5,
+                                             gradient_multipliers={"w": 0.0})
+    moving_mean = [v for v in tf.global_variables() if "moving_mean" in v.name][0]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        before = sess.run(loss)
+        assert sess.run(train_op) == pytest.approx(before)
+        assert sess.run(tf.train.get_global_step()) == 1
+        assert sess.run(moving_mean).tolist() == [1.5, 2.0]  # halfway to the batch's mean (3, 4)
+        assert sess.run(w).tolist() == [[1.0], [2.0]]  # its gradient times 0
+    with pytest.raises(AttributeError, match="slim.learning.train is not supported by dflow; use "
+                                             "create_train_op"):
+        _ = slim.learning.train

@@ -1,5 +1,6 @@
-"""``tf.contrib.slim``: its layers (``tf.contrib.layers``' own, as in TF), ``arg_scope`` and
-``prefetch_queue`` (a queue, as the multi-GPU CIFAR-10 tutorial uses it).
+"""``tf.contrib.slim``: its layers (``tf.contrib.layers``' own, as in TF), ``arg_scope``,
+``prefetch_queue`` (a queue, as the multi-GPU CIFAR-10 tutorial uses it) and
+``learning.create_train_op``.
 
 The rest of slim (``learning.train``, its losses, datasets and nets) is not supported; each name
 says so and what to use instead.
@@ -15,9 +16,9 @@ AttributeError: tf.contrib.slim.losses is not supported by dflow; use tf.losses 
 
 from .. import layers
 from ..framework import add_arg_scope, arg_scope, current_arg_scope
-from . import prefetch_queue
+from . import learning, prefetch_queue
 
-__all__ = ["prefetch_queue", "arg_scope", "add_arg_scope", "current_arg_scope"]
+__all__ = ["learning", "prefetch_queue", "arg_scope", "add_arg_scope", "current_arg_scope"]
 
 # slim's layers: tf.contrib.layers' own functions, under the same names
 _FROM_CONTRIB_LAYERS = {
@@ -28,7 +29,6 @@ _FROM_CONTRIB_LAYERS = {
 _INSTEAD = {
     "losses": "tf.losses",
     "metrics": "tf.metrics",
-    "learning": "a tf.train.MonitoredTrainingSession loop or tf.estimator.Estimator",
     "evaluation": "a tf.train.MonitoredTrainingSession loop over tf.metrics",
     "variables": "tf.get_variable, tf.global_variables and tf.train.Saver",
     "model_variable": "tf.get_variable",
