@@ -427,8 +427,7 @@ class InterOpChoice:
         return cls(pool_threads)
 
     def next_threads(self) -> int:
-        if self.chosen:
-            return self.chosen
+        """The threads of the next trial step."""
         one, pool = len(self.times.get(1, ())), len(self.times.get(self.pool_threads, ()))
         return 1 if one < 2 or pool >= one else self.pool_threads
 

@@ -92,8 +92,10 @@ class LocalRunner:
         (stage,) = stages  # one task: no task boundary, so one level
         if self.num_threads or stage.schedule.on_gpu:  # (a GPU's kernels only queue work)
             return execute(stage.schedule, feeds, self.state, self.namespaces, self.num_threads or 1, stats)
-        choice = stage.schedule.inter_op.get(fed := frozenset(feeds)) or stage.schedule.inter_op.setdefault(
-            fed, InterOpChoice.for_schedule(stage.schedule))
+        choices, fed = stage.schedule.inter_op, frozenset(feeds)
+        choice = choices.get(fed) or choices.setdefault(fed, InterOpChoice.for_schedule(stage.schedule))
+        if choice.chosen:
+            return execute(stage.schedule, feeds, self.state, self.namespaces, choice.chosen, stats)
         threads = choice.next_threads()
         start = time.perf_counter()
         values = execute(stage.schedule, feeds, self.state, self.namespaces, threads, stats)
