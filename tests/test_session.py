@@ -162,64 +162,6 @@ def test_threaded_and_synchronous_sessions_agree():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
 
 
-def _wide_step():
-    """A training step whose two layers' products could run side by side."""
-    x = tf.placeholder(tf.float32, [16, 8])
-    init = tf.random_normal_initializer(seed=1)
-    w1, w2 = (tf.get_variable(f"w{i}", [8, 8], initializer=init) for i in (1, 2))
-    loss = tf.reduce_sum(tf.tanh(tf.matmul(x, w1))) + tf.reduce_sum(tf.sigmoid(tf.matmul(x, w2)))
-    return x, loss, tf.train.GradientDescentOptimizer(0.1).minimize(loss)
-
-
-def _inter_op_choices(sess) -> list:
-    return [choice for plan in sess.runner.plans.values() for stages in plan.stages.values()
-            for stage in stages for choice in stage.schedule.inter_op.values()]
-
-
-def test_default_threads_are_timed_both_ways_and_train_as_one_thread_does(monkeypatch):
-    # inter_op_parallelism_threads=0: the first steps run on one thread and on the pool, in turn;
-    # either way a step's values are those of one thread, bit for bit
-    from dflow.ops import parallel
-    from dflow.runtime.executor import InterOpChoice
-
-    monkeypatch.setattr(InterOpChoice, "TRIED_FROM_S", 0.0)  # however fast this machine runs it
-    monkeypatch.setattr(parallel, "cores", lambda: 2)
-    x, loss, train = _wide_step()
-    data = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
-    losses = {}
-    for threads in (1, 0):
-        with tf.Session(config=tf.ConfigProto(inter_op_parallelism_threads=threads)) as sess:
-            sess.run(tf.global_variables_initializer())
-            losses[threads] = [sess.run([loss, train], {x: data})[0] for _ in range(12)]
-            choices = _inter_op_choices(sess)
-    assert losses[0] == losses[1]
-    trained = [c for c in choices if 2 in c.times]
-    assert len(trained) == 1 and trained[0].chosen in (1, 2)
-    assert len(trained[0].times[1]) == len(trained[0].times[2]) == 1 + InterOpChoice.TRIALS
-
-
-def test_short_steps_chains_and_waiting_ops_stay_on_one_thread(monkeypatch):
-    from dflow.ops import parallel
-
-    monkeypatch.setattr(parallel, "cores", lambda: 2)
-    x, loss, train = _wide_step()
-    chain = tf.exp(tf.sin(x))
-    queue = tf.FIFOQueue(4, [tf.float32], shapes=[[16, 8]])
-    enqueue, dequeued = queue.enqueue([x]), queue.dequeue()
-    data = np.ones((16, 8), np.float32)
-    with tf.Session() as sess:
-        sess.run(tf.global_variables_initializer())
-        for _ in range(3):
-            sess.run(train, {x: data})  # a step of microseconds: too short to try the pool on
-            sess.run(chain, {x: data})  # one op ready at a time: nothing to overlap
-            sess.run(enqueue, {x: data})
-            sess.run(dequeued)  # may wait for the queue: its time would not be the ops'
-        choices = _inter_op_choices(sess)
-    assert len(choices) == 5  # and the initializer's, run once
-    assert all(2 not in c.times for c in choices)
-    assert sum(c.chosen == 1 for c in choices) == 4
-
-
 def test_no_default_session_is_none_and_eval_says_what_to_do():
     a = tf.constant(3.0)
     assert tf.get_default_session() is None  # as TF's: scripts test it

@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import queue
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -51,8 +49,7 @@ from ..ops import denormals, parallel
 from ..ops.registry import get_opdef
 from .devices import synchronize, to_namespace
 
-__all__ = ["OpNode", "Schedule", "schedule", "execute", "run_nested", "compile_stage", "RunStats", "LATE",
-           "InterOpChoice"]
+__all__ = ["OpNode", "Schedule", "schedule", "execute", "run_nested", "compile_stage", "RunStats", "LATE"]
 
 
 @dataclass(frozen=True)
@@ -82,8 +79,6 @@ class Schedule:
     on_gpu: bool = field(init=False, default=False)  # a GPU's: a run waits for its work before returning
     # compiled forms by (fed tensors, threads, namespaces), made by the first run that can use one
     compiled: dict = field(default_factory=dict, compare=False, repr=False)
-    # a local runner's InterOpChoice by fed tensors, where the session left the threads to it
-    inter_op: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         device_types = {node.device_type for node in self.nodes.values()}
@@ -385,66 +380,6 @@ def compile_stage(plan: Schedule, fed, namespaces: dict, num_threads: int = 1) -
     constant_bytes = sum(getattr(value, "nbytes", 0) for value in constants.values())
     run = functools.partial(_run_compiled, steps, feed_slots, fetch_slots, first_values, constant_bytes)
     return CompiledStage(run, order)
-
-
-@dataclass
-class InterOpChoice:
-    """How many threads a step of one stage runs its ops on where the session leaves it to
-    the system (TF's ``inter_op_parallelism_threads=0``): one, as the compiled stage does, or
-    one per core, on the counting loop's pool, whichever its first runs measured faster.
-
-    Ops side by side pay where a stage has independent ops that each leave a core idle: a
-    recurrent cell's gates and their products (a GRU's step ran 1.2-1.5x faster on two threads,
-    ``docs/kernels.md``). They cost where each op already fills the cores (a convolution net's
-    step ran 15% slower) and on small steps, where the pool's hand-off per op outweighs the
-    overlap. So a stage whose ops could overlap and never wait for other steps, and whose
-    step takes at least :attr:`TRIED_FROM_S` on one thread, runs :attr:`TRIALS` steps each way,
-    alternating, each way's first run (compiling, starting threads) left out; the pool is kept
-    where its median step is :attr:`GAIN` shorter.
-
-    >>> choice = InterOpChoice(pool_threads=2)
-    >>> while choice.chosen is None:  # a step takes 20 ms on one thread, 10 ms on two
-    ...     threads = choice.next_threads()
-    ...     choice.timed(threads, 0.020 if threads == 1 else 0.010)
-    >>> choice.chosen, len(choice.times[1]), len(choice.times[2])
-    (2, 5, 5)
-    """
-
-    TRIALS = 4
-    TRIED_FROM_S = 0.005
-    GAIN = 0.9
-
-    pool_threads: int
-    chosen: int | None = None  # None while the trials run
-    times: dict[int, list[float]] = field(default_factory=dict)
-
-    @classmethod
-    def for_schedule(cls, plan: Schedule) -> InterOpChoice:
-        pool_threads = parallel.cores()
-        could_overlap = pool_threads > 1 and _sequential_order(plan)[1] > 1
-        if not could_overlap or any(get_opdef(node.type).waits for node in plan.nodes.values()):
-            return cls(pool_threads, chosen=1)  # (a wait for a queue would time the queue, not the ops)
-        return cls(pool_threads)
-
-    def next_threads(self) -> int:
-        """The threads of the next trial step."""
-        one, pool = len(self.times.get(1, ())), len(self.times.get(self.pool_threads, ()))
-        return 1 if one < 2 or pool >= one else self.pool_threads
-
-    def timed(self, threads: int, seconds: float) -> None:
-        """Hear that a step on ``threads`` threads took ``seconds``."""
-        if self.chosen:
-            return
-        self.times.setdefault(threads, []).append(seconds)
-        one, pool = self.times.get(1, [])[1:], self.times.get(self.pool_threads, [])[1:]
-        if len(one) == 1 and not pool and one[0] < self.TRIED_FROM_S:
-            self.chosen = 1  # too short a step for the pool to pay
-        elif min(len(one), len(pool)) >= self.TRIALS:
-            one_s, pool_s = statistics.median(one), statistics.median(pool)
-            self.chosen = self.pool_threads if pool_s < self.GAIN * one_s else 1
-            logging.getLogger(__name__).info(
-                "a step of this stage took %.1f ms on one thread, %.1f ms on %d: it runs on %d from now on",
-                one_s * 1e3, pool_s * 1e3, self.pool_threads, self.chosen)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,11 @@ array([3., 3.], dtype=float32)
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Collection
 from typing import Protocol
 
 from .devices import gpu_namespace, numpy_namespace
-from .executor import InterOpChoice, RunStats, execute
+from .executor import RunStats, execute
 from .memory import keep_freed_memory_for_reuse
 from .passes import LOCAL_TASK, Devices, Plan, PlanCache, make_plan
 from .state import SessionState
@@ -70,7 +69,8 @@ class LocalRunner:
         self.namespaces = {"CPU": numpy_namespace}
         if gpu_namespace() is not None and (config.device_count or {}).get("GPU", 1) > 0:
             self.namespaces["GPU"] = gpu_namespace()
-        self.num_threads = config.inter_op_parallelism_threads  # 0: chosen per plan (InterOpChoice)
+        threads = config.inter_op_parallelism_threads
+        self.num_threads = threads if threads > 0 else 1
         self.devices = Devices.this_process(gpus=int("GPU" in self.namespaces))
         self.graph = graph
         self.plans = PlanCache(self._make_plan)
@@ -90,17 +90,7 @@ class LocalRunner:
         if not stages:  # every fetch was fed
             return {}
         (stage,) = stages  # one task: no task boundary, so one level
-        if self.num_threads or stage.schedule.on_gpu:  # (a GPU's kernels only queue work)
-            return execute(stage.schedule, feeds, self.state, self.namespaces, self.num_threads or 1, stats)
-        choices, fed = stage.schedule.inter_op, frozenset(feeds)
-        choice = choices.get(fed) or choices.setdefault(fed, InterOpChoice.for_schedule(stage.schedule))
-        if choice.chosen:
-            return execute(stage.schedule, feeds, self.state, self.namespaces, choice.chosen, stats)
-        threads = choice.next_threads()
-        start = time.perf_counter()
-        values = execute(stage.schedule, feeds, self.state, self.namespaces, threads, stats)
-        choice.timed(threads, time.perf_counter() - start)
-        return values
+        return execute(stage.schedule, feeds, self.state, self.namespaces, self.num_threads, stats)
 
     def close(self) -> None:
         # the state stays: a queue runner's step that started before the close must find its
