@@ -243,34 +243,35 @@ def _compile(numba) -> dict:
                 values[d] = values[d] ** values.dtype.type(-beta)
 
     @jit
+    def lrn_bases(row, squares, prefix, sums, bases, radius, bias, alpha):
+        # bias + alpha * (the window sum of row^2): what LRN raises to -beta
+        for d in range(row.size):
+            squares[d] = row[d] * row[d]
+        window_sums(squares, prefix, sums, radius)
+        for d in range(row.size):
+            bases[d] = bias + alpha * sums[d]
+
+    @jit
     def lrn_into(x, out, radius, bias, alpha, beta):
         depth = x.shape[1]
         squares, prefix, sums = numpy.empty(depth), numpy.empty(depth + 1), numpy.empty(depth)
         scales = numpy.empty(depth, x.dtype)
         for i in range(x.shape[0]):
-            for d in range(depth):
-                squares[d] = x[i, d] * x[i, d]
-            window_sums(squares, prefix, sums, radius)
-            for d in range(depth):
-                scales[d] = bias + alpha * sums[d]
+            lrn_bases(x[i], squares, prefix, sums, scales, radius, bias, alpha)
             pow_neg_into(scales, beta)
             for d in range(depth):
                 out[i, d] = x[i, d] * scales[d]
 
     @jit
     def lrn_grad_into(dy, x, y, out, radius, bias, alpha, beta):
-        # dy * norm ** -beta - 2 alpha beta x * (window sum of dy y / norm), norm = bias + alpha * (window
-        # sum of x^2)
+        # dy * base ** -beta - 2 alpha beta x * (the window sum of dy y / base)
         depth = x.shape[1]
         squares, prefix, sums = numpy.empty(depth), numpy.empty(depth + 1), numpy.empty(depth)
         ratios, crosses, scales = numpy.empty(depth), numpy.empty(depth), numpy.empty(depth, x.dtype)
         scale = x.dtype.type(2 * alpha * beta)
         for i in range(x.shape[0]):
+            lrn_bases(x[i], squares, prefix, sums, scales, radius, bias, alpha)
             for d in range(depth):
-                squares[d] = x[i, d] * x[i, d]
-            window_sums(squares, prefix, sums, radius)
-            for d in range(depth):
-                scales[d] = bias + alpha * sums[d]
                 ratios[d] = dy[i, d] * y[i, d] / scales[d]
             window_sums(ratios, prefix, crosses, radius)
             pow_neg_into(scales, beta)
