@@ -17,7 +17,7 @@ from ..graph_io import import_graph_def
 from ..train.saver import import_meta_graph
 from . import constants
 from .meta_graph import MetaGraphDef
-from .utils import missing_tensors
+from .utils import missing_tensors, scope_prefix
 
 __all__ = ["load", "maybe_saved_model_directory", "read_saved_model"]
 
@@ -60,7 +60,7 @@ def load(sess, tags, export_dir: str, import_scope: str | None = None, **saver_k
         if saver is not None:
             saver.restore(sess, os.path.join(export_dir, constants.VARIABLES_DIRECTORY,
                                              constants.VARIABLES_FILENAME))
-        _run_main_op(sess, meta_graph, export_dir, _prefix(import_scope))
+        _run_main_op(sess, meta_graph, export_dir, scope_prefix(import_scope))
     return meta_graph
 
 
@@ -109,9 +109,6 @@ def _with_tags(meta_graphs: list[MetaGraphDef], tags, export_dir: str) -> MetaGr
                        f"SavedModel {export_dir}; available tags (one list per meta graph): {available}. "
                        "Pass one of those lists as tags")
 
-
-def _prefix(import_scope: str | None) -> str:
-    return f"{import_scope.rstrip('/')}/" if import_scope else ""
 
 
 def _import(meta_graph: MetaGraphDef, graph: Graph, import_scope: str | None, saver_kwargs: dict):

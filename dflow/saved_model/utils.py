@@ -16,7 +16,12 @@ from ..graph import Graph, Tensor, get_default_graph
 from ..ops.sparse_ops import SparseTensor
 from .meta_graph import CooSparse, TensorInfo, TensorShapeProto
 
-__all__ = ["build_tensor_info", "get_tensor_from_tensor_info", "missing_tensors"]
+__all__ = ["build_tensor_info", "get_tensor_from_tensor_info", "missing_tensors", "scope_prefix"]
+
+
+def scope_prefix(import_scope: str | None) -> str:
+    """What ``import_scope`` puts before a loaded model's names: ``"scope/"``, or nothing."""
+    return f"{import_scope.rstrip('/')}/" if import_scope else ""
 
 
 def build_tensor_info(tensor: Tensor | SparseTensor) -> TensorInfo:
@@ -36,7 +41,7 @@ def get_tensor_from_tensor_info(tensor_info: TensorInfo, graph: Graph | None = N
     """The tensor (or SparseTensor) ``tensor_info`` names, in ``graph`` (the default one), under
     ``import_scope`` where the model was loaded with one."""
     graph = graph or get_default_graph()
-    prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
+    prefix = scope_prefix(import_scope)
 
     def find(name: str) -> Tensor:
         return graph.get_tensor_by_name(prefix + name)
@@ -53,7 +58,7 @@ def get_tensor_from_tensor_info(tensor_info: TensorInfo, graph: Graph | None = N
 
 def missing_tensors(signature_def_map: dict, graph: Graph, import_scope: str | None = None) -> list[str]:
     """``"<signature key>: <tensor name>"`` of each tensor the signatures name that ``graph`` lacks."""
-    prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
+    prefix = scope_prefix(import_scope)
     missing = []
     for key, signature in signature_def_map.items():
         for info in (*signature.inputs.values(), *signature.outputs.values()):
