@@ -12,7 +12,7 @@ export to DOT, and plain-data (JSON) round trips.
 ...     a = tf.constant(2.0, name="a")
 ...     b = a * 3.0
 >>> b.name, b.op.type, b.graph is g
-('Mul:0', 'Mul', True)
+('mul:0', 'Mul', True)
 """
 
 from __future__ import annotations

@@ -352,9 +352,9 @@ def test_contrib_initializers_have_the_documented_variance(make, shape, std):
 
 
 def test_unsupported_contrib_names_say_so_and_what_to_use():
-    with pytest.raises(AttributeError, match=r"tf.contrib.slim.learning is not supported by dflow; use "
-                                             r"a tf.train.MonitoredTrainingSession loop"):
-        _ = tf.contrib.slim.learning
+    with pytest.raises(AttributeError, match=r"tf.contrib.slim.learning.train is not supported by dflow; use "
+                                             r"create_train_op with a tf.train.MonitoredTrainingSession"):
+        _ = tf.contrib.slim.learning.train
     with pytest.raises(AttributeError, match=r"tf.contrib.framework.get_variables_to_restore is not "
                                              r"supported by dflow \(it has arg_scope, .*\); use "
                                              r"tf.global_variables"):

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import logging
 
-import dflow as tf
+from ...graph import GraphKeys, add_to_collection, control_dependencies, get_collection, name_scope
+from ...ops import array_ops, math_ops, summary_ops
+from ...train.training_util import get_or_create_global_step
+from ...variables import trainable_variables
 
 __all__ = ["create_train_op"]
 
@@ -36,18 +39,18 @@ def create_train_op(total_loss, optimizer, global_step=_USE_GLOBAL_STEP, update_
     the step. Each gradient is scaled by ``gradient_multipliers`` (variable or its name ->
     factor) and clipped to ``clip_gradient_norm`` where positive, as slim's."""
     if global_step is _USE_GLOBAL_STEP:
-        global_step = tf.train.get_or_create_global_step()
-    collected = set(tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+        global_step = get_or_create_global_step()
+    collected = set(get_collection(GraphKeys.UPDATE_OPS))
     update_ops = collected if update_ops is None else set(update_ops)
     if not collected <= update_ops:
         log.warning("update_ops in create_train_op does not contain all the update_ops in "
                     "GraphKeys.UPDATE_OPS")
     if update_ops:  # the updates before the loss is read, as slim orders them
-        with tf.control_dependencies(update_ops):
-            barrier = tf.no_op(name="update_barrier")
-        with tf.control_dependencies([barrier]):
-            total_loss = tf.identity(total_loss)
-    variables = tf.trainable_variables() if variables_to_train is None else variables_to_train
+        with control_dependencies(update_ops):
+            barrier = array_ops.no_op(name="update_barrier")
+        with control_dependencies([barrier]):
+            total_loss = array_ops.identity(total_loss)
+    variables = trainable_variables() if variables_to_train is None else variables_to_train
     gradients = optimizer.compute_gradients(total_loss, variables, gate_gradients=gate_gradients,
                                             aggregation_method=aggregation_method,
                                             colocate_gradients_with_ops=colocate_gradients_with_ops)
@@ -56,14 +59,14 @@ def create_train_op(total_loss, optimizer, global_step=_USE_GLOBAL_STEP, update_
     if summarize_gradients:
         for gradient, variable in gradients:
             if gradient is not None:
-                tf.summary.histogram(f"{variable.op.name}/gradient", gradient)
+                summary_ops.histogram(f"{variable.op.name}/gradient", gradient)
     step = optimizer.apply_gradients(gradients, global_step=global_step)
-    with tf.name_scope("train_op"):
+    with name_scope("train_op"):
         if check_numerics:
-            total_loss = tf.check_numerics(total_loss, "LossTensor is inf or nan")
-        with tf.control_dependencies([step]):
-            train_op = tf.identity(total_loss, name="train_op")
-    tf.add_to_collection(tf.GraphKeys.TRAIN_OP, train_op)
+            total_loss = math_ops.check_numerics(total_loss, "LossTensor is inf or nan")
+        with control_dependencies([step]):
+            train_op = array_ops.identity(total_loss, name="train_op")
+    add_to_collection(GraphKeys.TRAIN_OP, train_op)
     return train_op
 
 
@@ -75,7 +78,7 @@ def _transformed(gradient, variable, multipliers: dict | None, clip_norm: float)
         if factor is not None:
             gradient = gradient * factor
     if clip_norm > 0:
-        gradient = tf.clip_by_norm(gradient, clip_norm)
+        gradient = math_ops.clip_by_norm(gradient, clip_norm)
     return gradient
 
 
