@@ -1,6 +1,8 @@
 """tf.estimator in the shape TF 1.x examples use it: a model_fn returning EstimatorSpec per mode,
 numpy_input_fn, train/evaluate/predict, checkpoints in model_dir carried between calls."""
 
+import os
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -128,3 +130,96 @@ def test_mistakes_say_what_to_do(tmp_path):
         model.train(lambda: ({"images": tf.zeros([1, 64])}, tf.constant([1], tf.int64)))
     model.train(lambda: ({"images": tf.zeros([1, 64])}, tf.constant([1], tf.int64)), steps=3)
     assert model.get_variable_value("global_step") == 3
+
+
+def digits_model_fn(features, labels, mode, params):
+    """model_fn with the three kinds of serving output, as official models write them: class
+    scores, the class as a string, and a predict output of both."""
+    spec = model_fn(features, labels, mode, params)
+    if mode != tf.estimator.ModeKeys.PREDICT:
+        return spec
+    scores = spec.predictions["probabilities"]
+    classes = tf.as_string(spec.predictions["class"])
+    return spec._replace(export_outputs={
+        "serving_default": tf.estimator.export.PredictOutput(spec.predictions),
+        "classify": tf.estimator.export.ClassificationOutput(scores=scores, classes=classes),
+        "regress": tf.estimator.export.RegressionOutput(tf.reduce_max(scores, axis=1))})
+
+
+def test_an_export_serves_what_predict_gives(digits, tmp_path, caplog):
+    """export_savedmodel after train: the loaded SavedModel's default signature gives
+    Estimator.predict's values; a parsing receiver serves the classify and regress signatures
+    from serialized tf.train.Example records; each export is a new directory, whole."""
+    train_x, train_y, test_x, _ = digits
+    model = tf.estimator.Estimator(digits_model_fn, model_dir=str(tmp_path / "model"),
+                                   params={"hidden": 16, "learning_rate": 0.01})
+    model.train(tf.estimator.inputs.numpy_input_fn({"images": train_x}, train_y, batch_size=64,
+                                                   num_epochs=1, shuffle=True))
+    expected = list(model.predict(tf.estimator.inputs.numpy_input_fn({"images": test_x[:5]}, shuffle=False)))
+    vocabulary = tmp_path / "labels.txt"
+    vocabulary.write_text("\n".join(map(str, range(10))))
+
+    raw_fn = tf.estimator.export.build_raw_serving_input_receiver_fn(
+        {"images": tf.placeholder(tf.float32, [None, 64])})
+    with caplog.at_level("WARNING", logger="dflow"):
+        raw_dir = model.export_savedmodel(str(tmp_path / "export"), raw_fn,
+                                          assets_extra={"vocab/labels.txt": str(vocabulary)})
+    # classify and regress need serialized examples: left out of a raw export, saying why
+    assert "Signature classify is not exported: Classification input must be a single string" in caplog.text
+    assert isinstance(raw_dir, bytes) and os.fsdecode(raw_dir).startswith(str(tmp_path / "export"))
+    assert (tmp_path / "export" / os.path.basename(os.fsdecode(raw_dir)) / "assets.extra" / "vocab"
+            / "labels.txt").read_text() == vocabulary.read_text()
+    with tf.Graph().as_default(), tf.Session() as sess:
+        serve = [tf.saved_model.tag_constants.SERVING]
+        signatures = tf.saved_model.loader.load(sess, serve, raw_dir).signature_def
+        assert set(signatures) == {"serving_default"}
+        default = signatures["serving_default"]
+        served = sess.run({key: info.name for key, info in default.outputs.items()},
+                          {default.inputs["images"].name: test_x[:5]})
+    np.testing.assert_array_equal(served["class"], [e["class"] for e in expected])
+    np.testing.assert_allclose(served["probabilities"], [e["probabilities"] for e in expected], rtol=1e-6)
+
+    spec = {"images": tf.FixedLenFeature([64], tf.float32)}
+    parsing_fn = tf.estimator.export.build_parsing_serving_input_receiver_fn(spec)
+    parsing_dir = model.export_savedmodel(str(tmp_path / "export"), parsing_fn)
+    assert parsing_dir != raw_dir and sorted(os.listdir(tmp_path / "export")) == sorted(
+        os.path.basename(os.fsdecode(d)) for d in (raw_dir, parsing_dir))  # no temp- left behind
+    records = [tf.train.Example(features=tf.train.Features(feature={"images": tf.train.Feature(
+        float_list=tf.train.FloatList(value=image))})).SerializeToString() for image in test_x[:5]]
+    with tf.Graph().as_default(), tf.Session() as sess:
+        signatures = tf.saved_model.loader.load(sess, ["serve"], parsing_dir).signature_def
+        assert set(signatures) == {"serving_default", "classify", "regress"}
+        classify, regress = signatures["classify"], signatures["regress"]
+        assert classify.method_name == tf.saved_model.signature_constants.CLASSIFY_METHOD_NAME
+        fetches = [classify.outputs["classes"], classify.outputs["scores"], regress.outputs["outputs"]]
+        feed = {classify.inputs["inputs"].name: records}
+        classes, scores, best = sess.run([info.name for info in fetches], feed)
+    assert [int(c) for c in classes] == [e["class"] for e in expected]
+    np.testing.assert_allclose(scores, [e["probabilities"] for e in expected], rtol=1e-6)
+    np.testing.assert_allclose(best, np.max(scores, axis=1))
+
+
+def test_export_mistakes_say_what_to_do(tmp_path):
+    def two_outputs(features, mode):
+        w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+        step = tf.assign_add(tf.train.get_global_step(), 1)
+        y = features * w
+        return tf.estimator.EstimatorSpec(mode, predictions=y, loss=tf.reduce_sum(y), train_op=step,
+                                          export_outputs={"a": tf.estimator.export.PredictOutput(y),
+                                                          "b": tf.estimator.export.RegressionOutput(y)})
+
+    def serving_fn():
+        x = tf.placeholder(tf.float32, [None], name="x")
+        return tf.estimator.export.TensorServingInputReceiver(x, {"x": x})
+
+    model = tf.estimator.Estimator(two_outputs, model_dir=str(tmp_path / "model"))
+    with pytest.raises(ValueError, match="Couldn't find trained model at .*train it first"):
+        model.export_savedmodel(str(tmp_path / "export"), serving_fn)
+    model.train(lambda: tf.ones([2]), steps=1)
+    with pytest.raises(ValueError, match="none of them is specified as the default"):
+        model.export_savedmodel(str(tmp_path / "export"), serving_fn)
+    with pytest.raises(TypeError, match="must return a tf.estimator.export.ServingInputReceiver"):
+        model.export_savedmodel(str(tmp_path / "export"), lambda: {"x": tf.placeholder(tf.float32)})
+    assert not (tmp_path / "export").exists()  # nothing half-written
+    with pytest.raises(ValueError, match="ClassificationOutput classes must be a string tensor.*as_string"):
+        tf.estimator.export.ClassificationOutput(classes=tf.constant([1]))

@@ -319,7 +319,7 @@ def mnist_model_fn(features, labels, mode):
 
 
 def test_estimator_trains_on_a_dataset_until_it_ends(idx_files, tmp_path, caplog):
-    images_file, labels_file, _, labels = idx_files
+    images_file, labels_file, frames, labels = idx_files
 
     def train_input_fn():
         return mnist_dataset(images_file, labels_file).take(1400).cache().shuffle(1400).batch(100).repeat(10)
@@ -343,10 +343,17 @@ def test_estimator_trains_on_a_dataset_until_it_ends(idx_files, tmp_path, caplog
                                           .map(lambda image, label: image)))
     assert len(predictions) == 7
     assert np.mean([p["classes"] for p in predictions] == labels[1790:]) >= 5 / 7
-    serving_fn = tf.estimator.export.build_raw_serving_input_receiver_fn({
-        "image": tf.placeholder(tf.float32, [None, 784])})
-    with pytest.raises(NotImplementedError, match="not supported by dflow yet.*simple_save"):
-        classifier.export_savedmodel(str(tmp_path / "export"), serving_fn)
+
+    def serving_fn():  # official/mnist's receiver of a batch of images
+        image = tf.placeholder(tf.float32, [None, 784], name="image")
+        return tf.estimator.export.TensorServingInputReceiver(image, {"image": image})
+
+    export_dir = classifier.export_savedmodel(str(tmp_path / "export"), serving_fn)
+    with tf.Graph().as_default(), tf.Session() as sess:
+        signature = tf.saved_model.loader.load(sess, ["serve"], export_dir).signature_def["classify"]
+        images = frames[1790:].reshape(-1, 784).astype(np.float32) / 255.0  # as decode_image makes them
+        classes = sess.run(signature.outputs["classes"].name, {signature.inputs["image"].name: images})
+    assert classes.tolist() == [p["classes"] for p in predictions]
 
 
 def test_padded_batch_pads_as_tensorflow_does():

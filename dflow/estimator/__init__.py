@@ -1,5 +1,6 @@
 """``tf.estimator``: ``Estimator`` with a ``model_fn``, ``EstimatorSpec``, ``ModeKeys``,
-``RunConfig``, ``train_and_evaluate`` and ``inputs.numpy_input_fn``. TF's canned
+``RunConfig``, ``train_and_evaluate``, ``inputs.numpy_input_fn`` and ``export`` (serving
+inputs and outputs for ``Estimator.export_savedmodel``). TF's canned
 estimators (``DNNClassifier``...) are not supported: the error says what to write instead."""
 
 from ..train import (

@@ -30,16 +30,22 @@ import inspect
 import itertools
 import logging
 import math
+import os
 import re
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import OutOfRangeError
-from ..graph import Graph, Tensor, set_random_seed
+from ..graph import Graph, GraphKeys, Tensor, set_random_seed
+from ..ops.lookup_ops import tables_initializer
 from ..runtime.session import Session
+from ..saved_model import tag_constants
+from ..saved_model.builder import SavedModelBuilder
 from ..train.monitored_session import (
     MonitoredTrainingSession,
     SessionRunArgs,
@@ -50,7 +56,8 @@ from ..train.monitored_session import (
 )
 from ..train.saver import Saver, latest_checkpoint
 from ..train.training_util import get_or_create_global_step
-from ..variables import local_variables_initializer
+from ..variables import group, local_variables_initializer
+from .export import ServingInputReceiver, TensorServingInputReceiver, signature_defs
 from .inputs import feeders
 
 __all__ = ["Estimator", "EstimatorSpec", "ModeKeys", "RunConfig", "TrainSpec", "EvalSpec",
@@ -334,12 +341,70 @@ class Estimator:
         finally:
             session.close()
 
-    def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, *args, **kwargs):
-        raise NotImplementedError(
-            "Estimator.export_savedmodel is not supported by dflow yet: the trained model is the checkpoint "
-            f"in model_dir ({self._model_dir}); serve it with Estimator.predict, or restore it with "
-            "tf.train.Saver into a graph built by the model_fn and write a SavedModel from that session "
-            "with tf.saved_model.simple_save")
+    def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, assets_extra: dict | None = None,
+                          as_text: bool = False, checkpoint_path=None,
+                          strip_default_attrs: bool = False) -> bytes:
+        """Write the model for serving: the model_fn in ``PREDICT`` mode over the features of
+        ``serving_input_receiver_fn()``, its variables restored from the latest checkpoint (or
+        ``checkpoint_path``), as a SavedModel tagged ``serve`` in a new directory under
+        ``export_dir_base`` named by the time; return that directory's path (bytes, as TF).
+
+        Its signatures come from the EstimatorSpec's ``export_outputs`` (a predict signature
+        ``serving_default`` of its ``predictions`` when it has none). ``assets_extra`` maps paths
+        under the export's ``assets.extra/`` to files to copy there. The export is written in a
+        ``temp-`` directory and renamed into place whole.
+
+        >>> import os, tempfile, numpy as np, dflow as tf
+        >>> def model_fn(features, mode):
+        ...     w = tf.get_variable("w", [], initializer=tf.constant_initializer(3.0))
+        ...     step = tf.assign_add(tf.train.get_global_step(), 1)
+        ...     return tf.estimator.EstimatorSpec(mode, predictions={"y": features["x"] * w},
+        ...                                       loss=tf.constant(0.0), train_op=step)
+        >>> model = tf.estimator.Estimator(model_fn).train(lambda: {"x": tf.zeros([1])}, steps=1)
+        >>> serving_fn = tf.estimator.export.build_raw_serving_input_receiver_fn(
+        ...     {"x": tf.placeholder(tf.float32, [None])})
+        >>> export_dir = model.export_savedmodel(tempfile.mkdtemp(), serving_fn)
+        >>> with tf.Graph().as_default(), tf.Session() as sess:
+        ...     signature = tf.saved_model.loader.load(sess, ["serve"], export_dir).signature_def
+        ...     sess.run(signature["serving_default"].outputs["y"].name, {"x:0": [1.0, 2.0]}).tolist()
+        [3.0, 6.0]
+        """
+        checkpoint = checkpoint_path or self.latest_checkpoint()
+        if checkpoint is None:
+            raise ValueError(f"Couldn't find trained model at {self._model_dir}: train it first "
+                             "(estimator.train), or pass checkpoint_path=")
+        graph = Graph()
+        with graph.as_default():
+            if self._config.tf_random_seed is not None:
+                set_random_seed(self._config.tf_random_seed)
+            get_or_create_global_step()
+            receiver = serving_input_receiver_fn()
+            if not isinstance(receiver, ServingInputReceiver | TensorServingInputReceiver):
+                raise TypeError("serving_input_receiver_fn must return a "
+                                f"tf.estimator.export.ServingInputReceiver, got {receiver!r}")
+            spec = self._call_model_fn(receiver.features, None, ModeKeys.PREDICT)
+            signatures = signature_defs(receiver, spec.export_outputs, spec.predictions)
+            # what TF's Scaffold runs after a restore: local variables and lookup tables
+            main_op = group(local_variables_initializer(), tables_initializer())
+        export_dir = _timestamped_directory(os.fsdecode(export_dir_base))
+        temp_dir = os.path.join(os.path.dirname(export_dir), f"temp-{os.path.basename(export_dir)}")
+        try:
+            with self._restore(graph, checkpoint) as session:
+                builder = SavedModelBuilder(temp_dir)
+                builder.add_meta_graph_and_variables(
+                    session, [tag_constants.SERVING], signatures, main_op=main_op,
+                    assets_collection=graph.get_collection(GraphKeys.ASSET_FILEPATHS))
+                builder.save(as_text)
+            for destination, source in (assets_extra or {}).items():
+                target = os.path.join(temp_dir, "assets.extra", destination)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copyfile(source, target)
+            os.rename(temp_dir, export_dir)
+        except BaseException:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
+        log.info("SavedModel written to: %s", export_dir)
+        return os.fsencode(export_dir)
 
     export_saved_model = export_savedmodel
 
@@ -428,6 +493,15 @@ def _examples(values) -> Iterator:
             yield {k: v[i] for k, v in values.items()}
     else:
         yield from values
+
+
+def _timestamped_directory(base: str) -> str:
+    """``base/<seconds since the epoch>``, one past the newest export there when that is not
+    later (TF waits for the next second instead)."""
+    os.makedirs(base, exist_ok=True)
+    taken = [int(name.removeprefix("temp-")) for name in os.listdir(base)
+             if name.removeprefix("temp-").isdigit()]
+    return os.path.join(base, str(max(int(time.time()), max(taken, default=-1) + 1)))
 
 
 def _checkpoint_step(path: str | None) -> int:

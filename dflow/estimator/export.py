@@ -1,7 +1,6 @@
 """``tf.estimator.export``: what a ``model_fn`` names as its serving outputs, and serving input
-receivers (raw placeholders, or serialized ``tf.train.Example`` records parsed). dflow's Estimator
-predicts from ``model_dir``'s checkpoints; ``Estimator.export_savedmodel`` is not supported, and
-says so (``tf.saved_model`` writes a SavedModel from a session).
+receivers (raw placeholders, or serialized ``tf.train.Example`` records parsed), which
+``Estimator.export_savedmodel`` turns into a SavedModel's signatures.
 
 >>> import dflow as tf
 >>> with tf.Graph().as_default():
@@ -13,12 +12,18 @@ says so (``tf.saved_model`` writes a SavedModel from a session).
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
+from .. import dtypes
 from ..graph import Tensor
+from ..saved_model import signature_constants, signature_def_utils
 
 __all__ = ["PredictOutput", "ClassificationOutput", "RegressionOutput", "ServingInputReceiver",
-           "build_raw_serving_input_receiver_fn", "build_parsing_serving_input_receiver_fn"]
+           "TensorServingInputReceiver", "build_raw_serving_input_receiver_fn",
+           "build_parsing_serving_input_receiver_fn"]
+
+log = logging.getLogger("dflow")
 
 
 def _tensor_dict(outputs, what: str) -> dict:
@@ -35,6 +40,9 @@ class PredictOutput:
     def __init__(self, outputs):
         self.outputs = _tensor_dict(outputs, "PredictOutput")
 
+    def as_signature_def(self, receiver_tensors: dict):
+        return signature_def_utils.predict_signature_def(receiver_tensors, self.outputs)
+
 
 class ClassificationOutput:
     """``export_outputs`` entry: class ``scores`` (float) and/or ``classes`` (string) tensors."""
@@ -42,7 +50,16 @@ class ClassificationOutput:
     def __init__(self, scores=None, classes=None):
         if scores is None and classes is None:
             raise ValueError("ClassificationOutput needs scores, classes or both")
+        if scores is not None and not (isinstance(scores, Tensor) and scores.dtype.is_floating):
+            raise ValueError(f"ClassificationOutput scores must be a float tensor, got {scores!r}")
+        if classes is not None and not (isinstance(classes, Tensor) and classes.dtype == dtypes.string):
+            raise ValueError(f"ClassificationOutput classes must be a string tensor, got {classes!r} "
+                             "(tf.as_string or a lookup table turns class ids into strings)")
         self.scores, self.classes = scores, classes
+
+    def as_signature_def(self, receiver_tensors: dict):
+        examples = _serialized_examples(receiver_tensors, "Classification")
+        return signature_def_utils.classification_signature_def(examples, self.classes, self.scores)
 
 
 class RegressionOutput:
@@ -53,6 +70,19 @@ class RegressionOutput:
             raise ValueError(f"RegressionOutput value must be a tensor, got {value!r}")
         self.value = value
 
+    def as_signature_def(self, receiver_tensors: dict):
+        examples = _serialized_examples(receiver_tensors, "Regression")
+        return signature_def_utils.regression_signature_def(examples, self.value)
+
+
+def _serialized_examples(receiver_tensors: dict, kind: str) -> Tensor:
+    """The one string tensor that classify and regress signatures take (TF Serving feeds it
+    serialized ``tf.train.Example`` records)."""
+    tensors = list(receiver_tensors.values())
+    if len(tensors) != 1 or tensors[0].dtype != dtypes.string:
+        raise ValueError(f"{kind} input must be a single string Tensor; got {receiver_tensors}")
+    return tensors[0]
+
 
 class ServingInputReceiver(NamedTuple):
     """The features a serving graph gives the model_fn, and the tensors it is fed through."""
@@ -60,6 +90,57 @@ class ServingInputReceiver(NamedTuple):
     features: dict
     receiver_tensors: dict
     receiver_tensors_alternatives: dict | None = None
+
+
+class TensorServingInputReceiver(NamedTuple):
+    """As :class:`ServingInputReceiver`, for a model_fn whose ``features`` is one tensor."""
+
+    features: Tensor
+    receiver_tensors: dict
+    receiver_tensors_alternatives: dict | None = None
+
+
+def signature_defs(receiver, export_outputs: dict | None, predictions) -> dict:
+    """The signatures a SavedModel of ``receiver`` (a serving input receiver) serves: one per
+    entry of ``export_outputs`` (``{"serving_default": PredictOutput(predictions)}`` when None;
+    a lone entry is also the default), each also over every receiver alternative (named
+    ``"receiver:output"``). An output that cannot take the receiver's tensors (a classify or
+    regress output needs one string tensor) is left out, saying why, as TF does."""
+    default_key = signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+    if export_outputs is None:
+        export_outputs = {default_key: PredictOutput(predictions)}
+    outputs = dict(export_outputs)
+    for key, output in outputs.items():
+        if not isinstance(output, PredictOutput | ClassificationOutput | RegressionOutput):
+            raise TypeError(f"export_outputs[{key!r}] must be a tf.estimator.export.PredictOutput, "
+                            f"ClassificationOutput or RegressionOutput, got {output!r}")
+    if len(outputs) == 1:
+        outputs.setdefault(default_key, next(iter(outputs.values())))
+    elif default_key not in outputs:
+        raise ValueError("Multiple export_outputs were provided, but none of them is specified as the "
+                         "default. Do this by naming one of them with "
+                         "signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY.")
+    receivers = {None: _named(receiver.receiver_tensors, "input")}
+    for name, tensors in (receiver.receiver_tensors_alternatives or {}).items():
+        receivers[name] = _named(tensors, "input")
+    signatures, excluded = {}, {}
+    for receiver_name, tensors in receivers.items():
+        for key, output in outputs.items():
+            name = key if receiver_name is None else f"{receiver_name}:{key}"
+            try:
+                signatures[name] = output.as_signature_def(tensors)
+            except ValueError as error:
+                excluded[name] = str(error)
+    for name, reason in excluded.items():
+        log.warning("Signature %s is not exported: %s", name, reason)
+    if not signatures:
+        raise ValueError(f"No signature can be exported: {excluded}. Give the model_fn's EstimatorSpec "
+                         "export_outputs that take the serving receiver's tensors")
+    return signatures
+
+
+def _named(tensors, default_name: str) -> dict:
+    return tensors if isinstance(tensors, dict) else {default_name: tensors}
 
 
 def build_raw_serving_input_receiver_fn(features, default_batch_size=None):

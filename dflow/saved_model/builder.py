@@ -62,7 +62,7 @@ class SavedModelBuilder:
     """
 
     def __init__(self, export_dir: str):
-        self._export_dir = os.fspath(export_dir)
+        self._export_dir = os.fsdecode(export_dir)
         if os.path.exists(self._export_dir) and os.listdir(self._export_dir):
             raise AssertionError(
                 "Export directory already exists, and isn't empty. Please choose a different export "

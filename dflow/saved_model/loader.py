@@ -25,7 +25,7 @@ __all__ = ["load", "maybe_saved_model_directory", "read_saved_model"]
 def maybe_saved_model_directory(export_dir: str) -> bool:
     """Whether ``export_dir`` holds a SavedModel that dflow can load (its ``saved_model.json``;
     TensorFlow's ``saved_model.pb`` does not count)."""
-    return os.path.isfile(os.path.join(export_dir, constants.SAVED_MODEL_FILENAME_JSON))
+    return os.path.isfile(os.path.join(os.fsdecode(export_dir), constants.SAVED_MODEL_FILENAME_JSON))
 
 
 def load(sess, tags, export_dir: str, import_scope: str | None = None, **saver_kwargs) -> MetaGraphDef:
@@ -52,6 +52,7 @@ def load(sess, tags, export_dir: str, import_scope: str | None = None, **saver_k
     ...     y.name, sess.run(y, {"model/x:0": [1.0]}).tolist()
     ('model/y:0', [2.0])
     """
+    export_dir = os.fsdecode(export_dir)  # (TF's exports name themselves in bytes)
     meta_graph = _with_tags(read_saved_model(export_dir), tags, export_dir)
     graph = sess.graph
     with graph.as_default():
@@ -66,6 +67,7 @@ def load(sess, tags, export_dir: str, import_scope: str | None = None, **saver_k
 
 def read_saved_model(export_dir: str) -> list[MetaGraphDef]:
     """The meta graphs of the SavedModel in ``export_dir``, or an error that says why there is none."""
+    export_dir = os.fsdecode(export_dir)
     path = os.path.join(export_dir, constants.SAVED_MODEL_FILENAME_JSON)
     if not os.path.isdir(export_dir):
         raise FileNotFoundError(f"SavedModel file does not exist at: {path} (no directory {export_dir!r}); "
