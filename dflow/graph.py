@@ -228,6 +228,8 @@ class TensorShape:
     def __init__(self, dims):
         if isinstance(dims, TensorShape):
             dims = dims.dims
+        elif hasattr(dims, "unknown_rank"):  # a TensorShapeProto (a SavedModel's TensorInfo.tensor_shape)
+            dims = dims.to_plain()
         elif dims is not None and not isinstance(dims, (str, bytes)) and _is_single_dim(dims):
             dims = (dims,)  # TF's rule: TensorShape(5) is the shape [5]
         self.dims = None if dims is None else tuple(_dim_value(d) for d in dims)
@@ -651,6 +653,8 @@ class Graph:
                     "build all ops of one model inside one `with graph.as_default():`"
                 )
         opdef = get_opdef(op_type)
+        if not opdef.takes_refs:  # a variable op's output ('w:0', by name) gives its value, as in TF
+            inputs = [self.variable_value(t) if t.op.type == "VariableV2" else t for t in inputs]
         with self._lock:
             op_name = self.unique_name(name or op_type)
             try:
@@ -663,6 +667,15 @@ class Graph:
             self._apply_device_functions(op)
             self._add(op)
         return op
+
+    def variable_value(self, ref: Tensor) -> Tensor:
+        """The value of the variable whose op gives ``ref``: its read op's output (``w/read:0``),
+        made beside the variable where it has none yet."""
+        for consumer in ref.consumers():
+            if consumer.type == "ReadVariable":
+                return consumer.outputs[0]
+        with self.name_scope(ref.op.name + "/"), self.colocate_with(ref), self.control_dependencies(None):
+            return self.create_op("ReadVariable", [ref], name="read").outputs[0]
 
     def _add(self, op: Operation) -> None:
         op._id = len(self._ops)  # creation order is a topological order

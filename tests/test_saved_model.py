@@ -65,6 +65,23 @@ def test_simple_save_then_load_predicts_bit_for_bit(tmp_path):
     assert "trainable_variables" in meta_graph.collection_def
 
 
+def test_a_loaded_models_tensors_by_name_work_as_in_tf(tmp_path):
+    """What scripts do after a load: a variable's tensor by name ('w:0') is its value in new ops and
+    its reference for tf.assign, and a TensorInfo's shape makes a TensorShape."""
+    export_dir = str(tmp_path / "model")
+    sess, x, y, _ = train_model()
+    tf.saved_model.simple_save(sess, export_dir, inputs={"x": x}, outputs={"y": y})
+    w_value = sess.run("w:0")
+    with tf.Graph().as_default() as graph, tf.Session() as loaded:
+        meta_graph = tf.saved_model.loader.load(loaded, ["serve"], export_dir)
+        w = graph.get_tensor_by_name("w:0")
+        np.testing.assert_array_equal(loaded.run(2.0 * w + tf.reduce_sum(w)), 2.0 * w_value + w_value.sum())
+        loaded.run(tf.assign(w, tf.zeros_like(w)))
+        np.testing.assert_array_equal(loaded.run("w:0"), np.zeros_like(w_value))
+        x_info = meta_graph.signature_def["serving_default"].inputs["x"]
+        assert tf.TensorShape(x_info.tensor_shape).as_list() == [None, 3]
+
+
 def test_builder_saves_two_meta_graphs_sharing_the_variables(tmp_path):
     export_dir = str(tmp_path / "model")
     sess, x, y, train_op = train_model()

@@ -352,7 +352,7 @@ def _count_up_to_kernel(state, xp, ref, limit, var):
 
 
 defop("CountUpTo", lambda inputs, limit, var: [Spec((), inputs[0].dtype)], _count_up_to_kernel,
-      stateful=True, gpu=False)
+      stateful=True, gpu=False, takes_refs=True)
 
 
 def count_up_to(ref, limit, name=None) -> Tensor:

@@ -60,6 +60,7 @@ class OpDef:
     gpu: bool = True  # its kernel runs on CuPy: a GPU is its default device where there is one
     in_place: int | None = None  # the input whose buffer its kernel may take as ``out``
     updates: bool = False  # it writes the variables it takes by reference (an optimizer's update)
+    takes_refs: bool = False  # a variable op's output reaches it as the reference, not the value
 
     @property
     def waits(self) -> bool:
@@ -71,14 +72,15 @@ OP_DEFS: dict[str, OpDef] = {}
 
 
 def defop(name: str, infer, kernel, grad=None, *, stateful=False, num_outputs=1,
-          asynchronous=False, blocking=False, gpu=True, in_place=None, updates=False) -> OpDef:
+          asynchronous=False, blocking=False, gpu=True, in_place=None, updates=False,
+          takes_refs=False) -> OpDef:
     """Register an op. Adding an op touches only the module that calls this."""
     if name in OP_DEFS:
         raise ValueError(f"op type {name!r} is registered twice")
     if in_place is not None and (stateful or num_outputs != 1):
         raise ValueError(f"op type {name!r}: only a stateless kernel of one output works in place")
     opdef = OpDef(name, infer, kernel, grad, stateful, num_outputs, asynchronous, blocking, gpu, in_place,
-                  updates)
+                  updates, takes_refs or updates)
     OP_DEFS[name] = opdef
     return opdef
 

@@ -34,14 +34,14 @@ defop("VariableV2", lambda inputs, shape, dtype, shared_name: [Spec(shape, dtype
       stateful=True)
 # takes the reference, so it runs where the variable lives (on a cluster: its PS task)
 defop("IsVariableInitialized", lambda inputs: [Spec((), dtypes.bool)],
-      lambda state, xp, ref: xp.asarray(state.is_initialized(ref)), stateful=True, gpu=False)
+      lambda state, xp, ref: xp.asarray(state.is_initialized(ref)), stateful=True, gpu=False, takes_refs=True)
 # the names of the variables whose flag says "not initialized", as TF's bytes
 defop("ReportUninitialized", lambda inputs, names: [Spec((None,), dtypes.string)],
       lambda xp, *initialized, names: xp.asarray(
           [name.encode() for name, ready in zip(names, *(f.tolist() for f in initialized)) if not ready],
           dtype=object), gpu=False)
 defop("ReadVariable", lambda inputs: [inputs[0]._replace(value=None)],
-      lambda state, xp, ref: state.read_variable(ref), stateful=True)
+      lambda state, xp, ref: state.read_variable(ref), stateful=True, takes_refs=True)
 
 
 def _assign_infer(inputs, var, validate_shape=True):
@@ -67,9 +67,9 @@ def _assign_kernel(update):
     return kernel
 
 
-defop("Assign", _assign_infer, _assign_kernel(None), stateful=True)
-defop("AssignAdd", _assign_infer, _assign_kernel(lambda old, v: old + v), stateful=True)
-defop("AssignSub", _assign_infer, _assign_kernel(lambda old, v: old - v), stateful=True)
+defop("Assign", _assign_infer, _assign_kernel(None), stateful=True, takes_refs=True)
+defop("AssignAdd", _assign_infer, _assign_kernel(lambda old, v: old + v), stateful=True, takes_refs=True)
+defop("AssignSub", _assign_infer, _assign_kernel(lambda old, v: old - v), stateful=True, takes_refs=True)
 
 
 def ref_of(ref) -> tuple[Tensor, str]:

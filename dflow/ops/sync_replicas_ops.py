@@ -227,7 +227,8 @@ defop("AccumulatorTakeGradient", lambda inputs, shape, dtype, **_: [Spec(shape, 
       stateful=True, blocking=True, gpu=False)
 defop("SyncReplicasBarrier", lambda inputs, **_: [inputs[0]._replace(value=None)], _barrier_kernel,
       stateful=True, blocking=True, gpu=False)
-defop("SyncReplicasRelease", _no_outputs, _release_kernel, stateful=True, num_outputs=0, gpu=False)
+defop("SyncReplicasRelease", _no_outputs, _release_kernel, stateful=True, num_outputs=0, gpu=False,
+      takes_refs=True)
 defop("SyncReplicasSetStep", _no_outputs, _set_step_kernel, stateful=True, num_outputs=0, gpu=False)
 defop("SyncReplicasCancel", _no_outputs, _cancel_kernel, stateful=True, num_outputs=0, gpu=False)
 

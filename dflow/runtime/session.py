@@ -351,17 +351,9 @@ def _flatten_fetches(fetches, graph: Graph):
     if fetches is None:
         raise TypeError("Fetch argument None has invalid type; fetch a tensor, op or name")
     element = graph.as_graph_element(fetches)
-    if isinstance(element, Tensor) and element.op.type == "VariableV2":
-        element = _variable_value(element)
+    if isinstance(element, Tensor) and element.op.type == "VariableV2":  # 'w:0' fetches the value, as in TF
+        element = graph.variable_value(element)
     return [element], lambda values: values[0]
-
-
-def _variable_value(ref: Tensor) -> Tensor:
-    """Fetching a variable's reference (``'w:0'``) gives its value, as in TF."""
-    for consumer in ref.consumers():
-        if consumer.type == "ReadVariable":
-            return consumer.outputs[0]
-    raise ValueError(f"variable {ref.op.name} has no read op to fetch its value from")
 
 
 def _join(parts, build):
