@@ -33,28 +33,55 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None, import_scope: 
     graph = graph or Graph()
     prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
     present = {op.name for op in graph.get_operations()}
-    taken = [prefix + entry["name"] for entry in graph_def["ops"] if prefix + entry["name"] in present]
-    if taken:
-        raise ValueError(f"the graph already has ops named {', '.join(taken[:5])}"
-                         f"{' and more' if len(taken) > 5 else ''}: import into a new tf.Graph(), or "
-                         "give an import_scope")
+    if prefix:
+        taken = [prefix + entry["name"] for entry in graph_def["ops"] if prefix + entry["name"] in present]
+        if taken:
+            raise ValueError(f"the graph already has ops named {', '.join(taken[:5])}"
+                             f"{' and more' if len(taken) > 5 else ''}: give another import_scope")
+    names = _imported_names([entry["name"] for entry in graph_def["ops"]], prefix, present)
+
+    def tensor_name(name: str) -> str:
+        op_name, _, index = name.rpartition(":")
+        return f"{names[op_name]}:{index}"
+
     with graph.as_default():
         for entry in graph_def["ops"]:
             if entry["type"] == "DatasetNext":
                 _check_input_op(entry)
-            inputs = [graph.get_tensor_by_name(prefix + name) for name in entry["inputs"]]
-            controls = [graph.get_operation_by_name(prefix + name) for name in entry["control_inputs"]]
+            inputs = [graph.get_tensor_by_name(tensor_name(name)) for name in entry["inputs"]]
+            controls = [graph.get_operation_by_name(names[name]) for name in entry["control_inputs"]]
             attrs = decode(entry["attrs"])
-            if prefix and entry["type"] == "VariableV2":  # a copy of its own, not the original's
-                attrs["shared_name"] = prefix + attrs["shared_name"]
+            name = names[entry["name"]]
+            if entry["type"] == "VariableV2" and name != entry["name"]:  # a copy, not the original
+                attrs["shared_name"] = prefix + attrs["shared_name"] if prefix else name
             with graph.control_dependencies(controls), graph.device(None):
-                op = graph.create_op(entry["type"], inputs, attrs, name=prefix + entry["name"] + "/")
+                op = graph.create_op(entry["type"], inputs, attrs, name=name + "/")
             op._set_device("" if clear_devices else entry["device"])
         for key, items in graph_def["collections"].items():
             for item in items:  # (its names: a variable's, a tensor's or an op's)
-                scoped = {k: prefix + v if isinstance(v, str) else v for k, v in item.items()}
-                graph.add_to_collection(key, _restore_item(graph, scoped))
+                renamed = {k: (tensor_name(v) if ":" in v else names[v]) if isinstance(v, str) else v
+                           for k, v in item.items()}
+                graph.add_to_collection(key, _restore_item(graph, renamed))
     return graph
+
+
+def _imported_names(names: list[str], prefix: str, present: set[str]) -> dict[str, str]:
+    """Each imported op's name in the graph: under ``prefix``; without one, as TF does, an op
+    whose name the graph has already is renamed ``name_1`` (or ``_2``, ...: the first free)."""
+    if prefix:
+        return {name: prefix + name for name in names}
+    used = present | set(names)
+    renamed = {}
+    for name in names:
+        if name in present:
+            suffix = 1
+            while f"{name}_{suffix}" in used:
+                suffix += 1
+            renamed[name] = f"{name}_{suffix}"
+            used.add(renamed[name])
+        else:
+            renamed[name] = name
+    return renamed
 
 
 def _check_input_op(entry: dict) -> None:

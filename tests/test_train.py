@@ -347,6 +347,30 @@ def test_import_meta_graph_under_scopes_makes_copies_and_refuses_what_it_cannot_
         tf.train.import_meta_graph(str(tmp_path / "nowhere.meta"))
 
 
+def test_import_meta_graph_into_the_graph_that_saved_it_renames_the_copies_as_tf(tmp_path):
+    """TF 1.x scripts that save, then import_meta_graph + restore in the same graph (no
+    reset_default_graph): the imported ops that clash are renamed name_1 (TF's outputs, TF 2.21
+    compat.v1), the names the script had still name its own ops, and the copies are variables
+    of their own."""
+    v = tf.Variable(tf.constant([1.0, 2.0]), name="v")
+    tf.multiply(v, 3.0, name="tripled")
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    path = tf.train.Saver().save(sess, str(tmp_path / "m"))
+    sess.run(tf.assign(v, [5.0, 6.0]))
+    saver = tf.train.import_meta_graph(path + ".meta")
+    saver.restore(sess, path)
+    graph = tf.get_default_graph()
+    names = sorted(op.name for op in graph.get_operations() if op.name.startswith("v"))
+    assert names[:4] == ["v", "v/Assign", "v/Assign_1", "v/read"] and "v_1" in names
+    assert sess.run("v:0").tolist() == [1.0, 2.0]  # the saver of the meta graph restores these, as TF's
+    sess.run(graph.get_operation_by_name("v/Assign_1"))  # the copy's own initializer
+    sess.run(tf.assign(graph.get_tensor_by_name("v_1:0"), [0.0, 0.0]))
+    assert sess.run("tripled_1:0").tolist() == [0.0, 0.0] and sess.run("tripled:0").tolist() == [3.0, 6.0]
+    assert len(tf.global_variables()) == 2
+    sess.close()
+
+
 def test_saver_takes_tensorflow_s_arguments(tmp_path):
     with tf.Graph().as_default():
         tf.Variable(np.arange(6, dtype=np.float32), name="w")
