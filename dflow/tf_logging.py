@@ -3,7 +3,9 @@
 As in TF 1.x, messages below WARN are hidden until ``set_verbosity`` lowers the
 threshold (until then it follows Python's root logger), and lines read
 ``INFO:dflow:message`` on stderr. The threshold is the ``"dflow"`` logger's level,
-so it also governs what dflow itself logs.
+so it also governs what dflow itself logs. The ``"dflow"`` logger reports to Python's
+``"tensorflow"`` logger, the one TF 1.x logs to: a script's handlers and level there
+(``logging.getLogger('tensorflow').addHandler(...)``) apply to dflow's records too.
 
 >>> import dflow as tf
 >>> tf.logging.set_verbosity(tf.logging.INFO)
@@ -29,6 +31,8 @@ ERROR = _logging.ERROR
 FATAL = _logging.FATAL
 
 _LOGGER_NAME = "dflow"
+# the records go on to TF's logger, where TF 1.x scripts configure logging, then to the root
+_logging.getLogger(_LOGGER_NAME).parent = _logging.getLogger("tensorflow")
 _handler_lock = threading.Lock()
 _handler: _logging.Handler | None = None
 _counts: dict[tuple, int] = {}

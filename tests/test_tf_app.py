@@ -292,6 +292,31 @@ def test_log_every_n_and_first_n_count_per_call_site(dflow_log):
                                                           "every 6"]
 
 
+def test_a_scripts_tensorflow_logger_gets_dflows_records_at_its_level(dflow_log):
+    """TF 1.x scripts set up logging on Python's "tensorflow" logger (a file of the Estimator's
+    loss lines, a level): dflow's records reach its handlers, and its level applies."""
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    tensorflow_logger = logging.getLogger("tensorflow")
+    keep = Keep()
+    tensorflow_logger.addHandler(keep)
+    logging.getLogger("dflow").setLevel(logging.NOTSET)  # (what set_verbosity has not set)
+    try:
+        tensorflow_logger.setLevel(logging.WARNING)
+        tf.logging.info("hidden")
+        tensorflow_logger.setLevel(logging.INFO)
+        tf.logging.info("hello %s", "file")
+        logging.getLogger("dflow").warning("dflow's own")
+    finally:
+        tensorflow_logger.removeHandler(keep)
+        tensorflow_logger.setLevel(logging.NOTSET)
+    assert seen == ["hello file", "dflow's own"]
+
+
 # ---- in-process: gfile ------------------------------------------------------------------------
 @pytest.fixture(params=["local", "memory"])
 def root(request, tmp_path):
