@@ -343,6 +343,7 @@ from .variables import (
     local_variables,
     local_variables_initializer,
     ones_initializer,
+    orthogonal_initializer,
     random_normal_initializer,
     random_uniform_initializer,
     report_uninitialized_variables,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .graph import GraphKeys, Operation, Tensor, TensorOperators, convert_to_tensor, get_default_graph
-from .ops import array_ops, state_ops
+from .ops import array_ops, linalg_ops, math_ops, state_ops
 from .ops.state_ops import glorot_limit
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
     "ones_initializer", "constant_initializer",
     "random_normal_initializer", "truncated_normal_initializer", "random_uniform_initializer",
     "glorot_uniform_initializer", "report_uninitialized_variables", "variance_scaling_initializer",
-    "glorot_normal_initializer",
+    "glorot_normal_initializer", "orthogonal_initializer",
 ]
 
 
@@ -317,6 +317,34 @@ def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncat
             return state_ops.random_normal(shape, 0.0, math.sqrt(variance), dt, seed)
         # the stddev of a unit normal truncated to [-2, 2] is 0.8796...: divide it out
         return state_ops.truncated_normal(shape, 0.0, math.sqrt(variance) / 0.87962566103423978, dt, seed)
+
+    return Initializer(build, dtype)
+
+
+def orthogonal_initializer(gain=1.0, seed=None, dtype=dtypes.float32):
+    """A random orthogonal matrix times ``gain`` (Saxe et al.), as TF 1.x makes it: the Q of a
+    normal matrix's QR, its columns' signs those of R's diagonal; a kernel of more dimensions is
+    the matrix of (product of the leading dimensions) x (the last one), reshaped.
+
+    >>> import numpy as np, dflow as tf
+    >>> with tf.Graph().as_default(), tf.Session() as sess:
+    ...     w = tf.get_variable("w", [4, 3], initializer=tf.orthogonal_initializer(seed=1))
+    ...     sess.run(tf.global_variables_initializer())
+    ...     value = sess.run(w)
+    >>> np.allclose(value.T @ value, np.eye(3), atol=1e-5)
+    True
+    """
+
+    def build(shape, dt):
+        if len(shape) < 2:
+            raise ValueError(f"The tensor to initialize must be at least two-dimensional, got {list(shape)}")
+        rows, columns = math.prod(shape[:-1]), shape[-1]
+        tall = (max(rows, columns), min(rows, columns))
+        q, r = linalg_ops.qr(state_ops.random_normal(tall, 0.0, 1.0, dt, seed))
+        q = q * math_ops.sign(linalg_ops.matrix_diag_part(r))
+        if rows < columns:
+            q = array_ops.transpose(q)
+        return gain * array_ops.reshape(q, shape)
 
     return Initializer(build, dtype)
 

@@ -351,6 +351,19 @@ def test_contrib_initializers_have_the_documented_variance(make, shape, std):
     assert abs(values.mean()) < std / 10
 
 
+@pytest.mark.parametrize("shape", [[4, 3], [3, 4], [3, 3, 2, 5]])
+def test_orthogonal_initializer_makes_orthonormal_rows_or_columns_times_the_gain(shape):
+    w = tf.get_variable("w", shape, initializer=tf.orthogonal_initializer(gain=2.0, seed=3))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        matrix = sess.run(w).reshape(-1, shape[-1]) / 2.0
+    small = min(matrix.shape)
+    product = matrix.T @ matrix if matrix.shape[0] >= matrix.shape[1] else matrix @ matrix.T
+    np.testing.assert_allclose(product, np.eye(small), atol=1e-5)
+    with pytest.raises(ValueError, match="at least two-dimensional"):
+        tf.get_variable("bias", [3], initializer=tf.orthogonal_initializer())
+
+
 def test_unsupported_contrib_names_say_so_and_what_to_use():
     with pytest.raises(AttributeError, match=r"tf.contrib.slim.learning.train is not supported by dflow; use "
                                              r"create_train_op with a tf.train.MonitoredTrainingSession"):
