@@ -83,6 +83,51 @@ def ref_nearest(x, th, tw, align_corners=False):
     return x[..., rows, :, :][..., cols, :]
 
 
+def ref_bicubic(x, th, tw, align_corners=False):
+    """TF 1.x resize_bicubic (no half pixels): the 4 source pixels around out * scale, clamped to
+    the edges, weighed by Keys' kernel (a = -0.75) at the fraction rounded to 1/1024."""
+    def kernel(d, a=-0.75):
+        return ((a + 2) * d - (a + 3)) * d * d + 1 if d <= 1 else ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+
+    def taps(out_size, in_size):
+        scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
+        result = []
+        for o in range(out_size):
+            source = o * scale
+            base = int(np.floor(source))
+            fraction = round((source - base) * 1024) / 1024
+            result.append([(min(max(base + k, 0), in_size - 1), kernel(abs(fraction - k)))
+                           for k in (-1, 0, 1, 2)])
+        return result
+
+    h, w = x.shape[-3:-1]
+    out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
+    for i, rows in enumerate(taps(th, h)):
+        for j, cols in enumerate(taps(tw, w)):
+            out[..., i, j, :] = sum(x[..., r, c, :] * wr * wc for r, wr in rows for c, wc in cols)
+    return out
+
+
+def ref_area(x, th, tw, align_corners=False):
+    """TF 1.x resize_area: each output pixel the mean of the source span [o, o + 1) * scale, each
+    source pixel weighed by the part of it inside (an index past the edge reads the edge)."""
+    def spans(out_size, in_size):
+        scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
+        result = []
+        for o in range(out_size):
+            start, end = o * scale, (o + 1) * scale
+            result.append([(min(k, in_size - 1), (min(k + 1, end) - max(k, start)) / scale)
+                           for k in range(int(np.floor(start)), int(np.ceil(end)))])
+        return result
+
+    h, w = x.shape[-3:-1]
+    out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
+    for i, rows in enumerate(spans(th, h)):
+        for j, cols in enumerate(spans(tw, w)):
+            out[..., i, j, :] = sum(x[..., r, c, :] * wr * wc for r, wr in rows for c, wc in cols)
+    return out
+
+
 DETERMINISTIC = [
     ("flip_left_right", "ImageFlip", [IMAGE], {"direction": "left_right"}, IMAGE[:, ::-1]),
     ("flip_left_right_batch", "ImageFlip", [BATCH], {"direction": "left_right"}, BATCH[:, :, ::-1]),
@@ -118,6 +163,15 @@ DETERMINISTIC = [
      ref_bilinear(BATCH, 3, 4)),
     ("nearest", "ResizeImages", [BATCH], {"height": 8, "width": 3, "method": 1, "align_corners": False},
      ref_nearest(BATCH, 8, 3)),
+    ("bicubic_up", "ResizeImages", [BATCH], {"height": 9, "width": 4, "method": 2, "align_corners": False},
+     ref_bicubic(BATCH, 9, 4)),
+    ("bicubic_down_corners", "ResizeImages", [IMAGE], {"height": 3, "width": 4, "method": 2,
+                                                       "align_corners": True},
+     ref_bicubic(IMAGE, 3, 4, True)),
+    ("area_down", "ResizeImages", [BATCH], {"height": 3, "width": 4, "method": 3, "align_corners": False},
+     ref_area(BATCH, 3, 4)),
+    ("area_up_corners", "ResizeImages", [IMAGE], {"height": 11, "width": 3, "method": 3,
+                                                  "align_corners": True}, ref_area(IMAGE, 11, 3, True)),
     ("grayscale", "RgbToGrayscale", [IMAGE], {}, (IMAGE * [0.2989, 0.5870, 0.1140]).sum(-1, keepdims=True)),
 ]
 
@@ -141,11 +195,25 @@ def test_bilinear_matches_tf_1x_numbers():
     np.testing.assert_allclose(corners[0, :, :, 0], [[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]])
 
 
+def test_bicubic_and_area_match_tf_1x_numbers():
+    """TF 2.21 compat.v1's tf.image.resize_images of arange(16).reshape(4, 4) to 2 x 2 and 3 x 3."""
+    image = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    numbers = {(2, 2): [[0, 2], [8, 10]], (3, 2): [[2.5, 4.5], [10.5, 12.5]],
+               (2, 3): [[0, 1.3700992, 2.741012], [5.4803967, 6.8504953, 8.22141],
+                        [10.964048, 12.334147, 13.705061]],
+               (3, 3): [[1.25, 2.5, 3.75], [6.25, 7.5, 8.75], [11.25, 12.5, 13.75]]}
+    for (method, size), expected in numbers.items():
+        out = run_kernel(xp_numpy, "ResizeImages", image, height=size, width=size, method=method,
+                         align_corners=False)
+        np.testing.assert_allclose(out[0, :, :, 0], expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("xp", NAMESPACES)
 @pytest.mark.parametrize("method, align_corners, reference", [
     (0, False, ref_bilinear), (0, True, functools.partial(ref_bilinear, align_corners=True)),
-    (1, False, ref_nearest), (1, True, functools.partial(ref_nearest, align_corners=True))],
-    ids=["bilinear", "bilinear-corners", "nearest", "nearest-corners"])
+    (1, False, ref_nearest), (1, True, functools.partial(ref_nearest, align_corners=True)),
+    (2, False, ref_bicubic), (3, True, functools.partial(ref_area, align_corners=True))],
+    ids=["bilinear", "bilinear-corners", "nearest", "nearest-corners", "bicubic", "area-corners"])
 @pytest.mark.parametrize("size", [(7, 9), (2, 3)], ids=["up", "down"])
 def test_a_resize_s_gradient_sends_each_pixel_s_back_by_its_weights(xp, method, align_corners, reference,
                                                                     size):
@@ -238,8 +306,8 @@ def test_bad_arguments_say_what_is_wrong():
         tf.image.flip_left_right(tf.zeros([32, 32]))
     with pytest.raises(TypeError, match="tf.cast"):
         tf.image.random_brightness(tf.zeros([4, 4, 3], tf.int32), 10)
-    with pytest.raises(ValueError, match="not supported by dflow"):
-        tf.image.resize_images(image, [8, 8], method=tf.image.ResizeMethod.BICUBIC)
+    with pytest.raises(ValueError, match=r"method=4\): the method is one of .*AREA \(3\)"):
+        tf.image.resize_images(image, [8, 8], method=4)
     with pytest.raises(ValueError, match="lower < upper"):
         tf.image.random_contrast(image, 1.5, 0.5)
 

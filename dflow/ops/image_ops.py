@@ -352,17 +352,51 @@ def _nearest_sources(xp, out_size: int, in_size: int, align_corners: bool):
 
 def _interpolation(xp, out_size: int, in_size: int, align_corners: bool, method: int):
     """``[out_size, in_size]`` float32: row ``o`` weighs the source pixels output pixel ``o``
-    reads along one axis (two, or the nearest one)."""
+    reads along one axis (the nearest one, two, four, or the span it covers)."""
     sources = xp.reshape(xp.arange(in_size), (1, in_size))
+
+    def picks(indices):  # [out_size, in_size]: 1 where a row reads that source pixel
+        return xp.astype(sources == xp.reshape(xp.clip(indices, 0, in_size - 1), (-1, 1)), xp.float32)
+
     if method == ResizeMethod.NEAREST_NEIGHBOR:
-        nearest = _nearest_sources(xp, out_size, in_size, align_corners)
-        return xp.astype(sources == xp.reshape(nearest, (-1, 1)), xp.float32)
+        return picks(_nearest_sources(xp, out_size, in_size, align_corners))
+    if method == ResizeMethod.AREA:
+        return _area_weights(xp, out_size, in_size, align_corners)
     coords = _source_coordinates(xp, out_size, in_size, align_corners)
     first = xp.astype(xp.floor(coords), xp.int64)
-    second = xp.clip(first + 1, 0, in_size - 1)
     fraction = xp.reshape(coords - xp.astype(first, xp.float32), (-1, 1))
-    return (xp.astype(sources == xp.reshape(first, (-1, 1)), xp.float32) * (1 - fraction)
-            + xp.astype(sources == xp.reshape(second, (-1, 1)), xp.float32) * fraction)
+    if method == ResizeMethod.BILINEAR:
+        return picks(first) * (1 - fraction) + picks(first + 1) * fraction
+    # bicubic: Keys' kernel (a = -0.75) on the 4 pixels around, at TF 1.x's 1/1024 steps of the
+    # fraction (its table), the taps past an edge read the edge pixel
+    x = xp.round(fraction * _CUBIC_STEPS) / _CUBIC_STEPS
+    weights = [_cubic(xp, 1 + x), _cubic(xp, x), _cubic(xp, 1 - x), _cubic(xp, 2 - x)]
+    return sum(picks(first + tap) * weight for tap, weight in zip((-1, 0, 1, 2), weights))
+
+
+_CUBIC_STEPS = 1024
+_CUBIC_A = -0.75
+
+
+def _cubic(xp, distance):
+    """Keys' cubic convolution kernel at ``distance`` in [0, 2] (TF's coefficients)."""
+    a = _CUBIC_A
+    near = ((a + 2) * distance - (a + 3)) * distance * distance + 1
+    far = ((a * distance - 5 * a) * distance + 8 * a) * distance - 4 * a
+    return xp.where(distance <= 1, near, far)
+
+
+def _area_weights(xp, out_size: int, in_size: int, align_corners: bool):
+    """TF's resize_area along one axis: output pixel ``o`` averages the source span
+    ``[o, o + 1) * scale``, each pixel weighed by how much of it the span covers."""
+    scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
+    starts = xp.reshape(xp.arange(out_size, dtype=xp.float64) * scale, (-1, 1))
+    pixels = xp.reshape(xp.arange(in_size + int(scale) + 2, dtype=xp.float64), (1, -1))
+    covered = xp.clip(xp.minimum(pixels + 1, starts + scale) - xp.maximum(pixels, starts), 0, None)
+    # a span past the last pixel (align_corners) reads the last pixel again, as TF bounds it
+    weights = xp.concat([covered[:, :in_size - 1], xp.sum(covered[:, in_size - 1:], axis=1, keepdims=True)],
+                        axis=1)
+    return xp.astype(weights / scale, xp.float32)
 
 
 def _mixed(xp, images, rows, columns):
@@ -402,10 +436,13 @@ defop("ResizeImagesGrad", lambda inputs, **_: [inputs[1]._replace(value=None)], 
 
 def resize_images(images, size, method=ResizeMethod.BILINEAR, align_corners=False,
                   preserve_aspect_ratio=False):
-    """Resize to ``size = [new_height, new_width]`` (bilinear, as float32; or nearest neighbor)."""
-    if method not in (ResizeMethod.BILINEAR, ResizeMethod.NEAREST_NEIGHBOR):
-        raise ValueError(f"tf.image.resize_images(method={method}) is not supported by dflow: use "
-                         "ResizeMethod.BILINEAR or ResizeMethod.NEAREST_NEIGHBOR")
+    """Resize to ``size = [new_height, new_width]``: bilinear, bicubic or area (as float32), or
+    nearest neighbor (in the images' dtype), each as TF 1.x maps the pixels (no half-pixel
+    centers)."""
+    if method not in (ResizeMethod.BILINEAR, ResizeMethod.NEAREST_NEIGHBOR, ResizeMethod.BICUBIC,
+                      ResizeMethod.AREA):
+        raise ValueError(f"tf.image.resize_images(method={method!r}): the method is one of "
+                         "tf.image.ResizeMethod's BILINEAR (0), NEAREST_NEIGHBOR (1), BICUBIC (2), AREA (3)")
     if preserve_aspect_ratio:
         raise ValueError("resize_images(preserve_aspect_ratio=True) is not supported by dflow: compute the "
                          "size that keeps the ratio and pass it")
