@@ -129,3 +129,27 @@ def test_the_fully_connected_feed_tutorials_model_module_trains(mnist_dir):
             correct = sum(sess.run(eval_correct, dict(zip((images, labels), data.test.next_batch(100))))
                           for _ in range(3))
     assert loss_value < 0.5 and correct >= 0.85 * 300
+
+
+def test_contrib_learn_load_dataset_reads_mnist_data_and_iris(tmp_path, monkeypatch):
+    """TF 1.x's cnn_mnist layers tutorial: ``tf.contrib.learn.datasets.load_dataset("mnist")``
+    reads ./MNIST-data with read_data_sets' defaults (5,000 validation images), and iris is
+    scikit-learn's copy of the CSV that TF bundled."""
+    images, labels = digits_in_mnist_frames()
+    train = np.resize(np.arange(len(images)), 5100)  # the digits again, past the 5,000 validation images
+    folder = tmp_path / "MNIST-data"
+    folder.mkdir()
+    for prefix, rows in (("train", train), ("t10k", np.arange(100))):
+        with gzip.open(folder / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">IIII", 2051, len(rows), 28, 28) + images[rows].tobytes())
+        with gzip.open(folder / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">II", 2049, len(rows)) + labels[rows].tobytes())
+    monkeypatch.chdir(tmp_path)
+    mnist = tf.contrib.learn.datasets.load_dataset("mnist")
+    sizes = mnist.train.num_examples, mnist.validation.num_examples, mnist.test.num_examples
+    assert sizes == (100, 5000, 100)
+    np.testing.assert_array_equal(mnist.train.labels, labels[train[5000:]])
+    iris = tf.contrib.learn.datasets.load_dataset("iris")
+    assert iris.data.shape == (150, 4) and np.bincount(iris.target).tolist() == [50, 50, 50]
+    with pytest.raises(ValueError, match="Name of dataset is not found: boston.*not supported"):
+        tf.contrib.learn.datasets.load_dataset("boston")

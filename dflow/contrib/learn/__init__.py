@@ -1,5 +1,6 @@
-"""``tf.contrib.learn``: only its MNIST reader (``tf.contrib.learn.datasets.mnist``, also at
-``contrib.learn.python.learn.datasets.mnist``, which TF 1.x's tutorials import); any other name
+"""``tf.contrib.learn``: only its datasets (``datasets.load_dataset``; MNIST's reader
+``datasets.mnist``, also at ``contrib.learn.python.learn.datasets.mnist``, which TF 1.x's
+tutorials import); any other name
 says it is not supported and what to use instead (the Estimator API is ``tf.estimator``).
 
 >>> import dflow as tf
