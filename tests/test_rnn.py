@@ -217,6 +217,34 @@ def test_gru_and_basic_rnn_steps_match_tf_equations():
                                rtol=1e-5, atol=1e-6)
 
 
+def test_legacy_rnn_decoder_shares_one_cell_and_feeds_back_through_the_loop_function():
+    """char-rnn's decoder: legacy_seq2seq.rnn_decoder over a list of inputs, its variables made
+    once (TF's names); sampling feeds each output back through loop_function."""
+    inputs = [rng.normal(size=(2, 3)).astype(np.float32) for _ in range(4)]
+    h0 = rng.normal(size=(2, 4)).astype(np.float32)
+    projection = rng.normal(size=(4, 3)).astype(np.float32)
+    cell, decoder = rnn.BasicRNNCell(4), tf.contrib.legacy_seq2seq.rnn_decoder
+    outputs, state = decoder([tf.constant(x) for x in inputs], tf.constant(h0), cell)
+
+    def loop_function(previous, step):
+        return tf.matmul(previous, projection) * float(step)
+
+    sampled, _ = decoder([tf.constant(x) for x in inputs], tf.constant(h0), cell, loop_function=loop_function)
+    assert _names() == ["rnn_decoder/basic_rnn_cell/kernel:0", "rnn_decoder/basic_rnn_cell/bias:0"]
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        kernel, bias = sess.run(tf.trainable_variables())
+        got, last, got_sampled = sess.run([outputs, state, sampled])
+    h, h_sampled, previous = h0, h0, None
+    for step, x in enumerate(inputs):
+        h = np.tanh(np.concatenate([x, h], 1) @ kernel + bias)
+        np.testing.assert_allclose(got[step], h, rtol=1e-5, atol=1e-6)
+        fed = x if previous is None else previous @ projection * step
+        h_sampled = previous = np.tanh(np.concatenate([fed, h_sampled], 1) @ kernel + bias)
+        np.testing.assert_allclose(got_sampled[step], h_sampled, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(last, h, rtol=1e-5, atol=1e-6)
+
+
 def test_state_is_tuple_false_concatenates_c_and_h():
     cell = rnn.BasicLSTMCell(3, state_is_tuple=False)
     assert cell.state_size == 6

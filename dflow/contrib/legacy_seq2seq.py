@@ -1,14 +1,44 @@
 """``tf.contrib.legacy_seq2seq``: the per-example and batch sequence losses of TF 1.x's
-language-model tutorials (``sequence_loss_by_example``, ``sequence_loss``), over lists with
-one tensor per time step. The legacy decoders are not supported by dflow.
+language-model tutorials (``sequence_loss_by_example``, ``sequence_loss``) and the plain
+decoder ``rnn_decoder`` (char-rnn's), over lists with one tensor per time step. The attention
+and embedding seq2seq models are not supported by dflow.
 """
 
 from __future__ import annotations
 
 from ..graph import get_default_graph
 from ..ops import array_ops, math_ops, nn_ops
+from ..variables import get_variable_scope, variable_scope
 
-__all__ = ["sequence_loss_by_example", "sequence_loss"]
+__all__ = ["sequence_loss_by_example", "sequence_loss", "rnn_decoder"]
+
+
+def rnn_decoder(decoder_inputs, initial_state, cell, loop_function=None, scope=None):
+    """Run ``cell`` over ``decoder_inputs`` (a list of ``[batch, size]`` tensors) from
+    ``initial_state``: ``(outputs, last state)``, one output per input. With ``loop_function``,
+    the input of each step after the first is ``loop_function(previous output, step)`` instead
+    (sampling from the model). One set of the cell's variables serves every step.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     cell = tf.nn.rnn_cell.BasicLSTMCell(3)
+    ...     inputs = [tf.ones([2, 4]) for _ in range(5)]
+    ...     outputs, state = rnn_decoder(inputs, cell.zero_state(2, tf.float32), cell)
+    ...     len(outputs), outputs[0].shape.as_list(), len(tf.trainable_variables())
+    (5, [2, 3], 2)
+    """
+    with variable_scope(scope or "rnn_decoder"):
+        state, outputs, previous = initial_state, [], None
+        for step, step_input in enumerate(decoder_inputs):
+            if loop_function is not None and previous is not None:
+                with variable_scope("loop_function", reuse=True):
+                    step_input = loop_function(previous, step)
+            if step > 0:
+                get_variable_scope().reuse_variables()
+            output, state = cell(step_input, state)
+            outputs.append(output)
+            previous = output
+        return outputs, state
 
 
 def sequence_loss_by_example(logits, targets, weights, average_across_timesteps=True,
