@@ -223,3 +223,26 @@ def test_export_mistakes_say_what_to_do(tmp_path):
     assert not (tmp_path / "export").exists()  # nothing half-written
     with pytest.raises(ValueError, match="ClassificationOutput classes must be a string tensor.*as_string"):
         tf.estimator.export.ClassificationOutput(classes=tf.constant([1]))
+
+
+def test_contrib_predictor_serves_an_export_or_an_estimator(digits, tmp_path):
+    """tf.contrib.predictor, as serving scripts use it: a dict of the signature's inputs in, a
+    dict of its outputs out, the same as Estimator.predict."""
+    train_x, train_y, test_x, _ = digits
+    model = tf.estimator.Estimator(digits_model_fn, model_dir=str(tmp_path / "model"),
+                                   params={"hidden": 16, "learning_rate": 0.01})
+    model.train(tf.estimator.inputs.numpy_input_fn({"images": train_x}, train_y, batch_size=64,
+                                                   num_epochs=1, shuffle=True))
+    expected = [e["class"] for e in model.predict(tf.estimator.inputs.numpy_input_fn(
+        {"images": test_x[:5]}, shuffle=False))]
+    raw_fn = tf.estimator.export.build_raw_serving_input_receiver_fn(
+        {"images": tf.placeholder(tf.float32, [None, 64])})
+    export_dir = model.export_savedmodel(str(tmp_path / "export"), raw_fn)
+    predict_fn = tf.contrib.predictor.from_saved_model(export_dir)
+    assert predict_fn({"images": test_x[:5]})["class"].tolist() == expected
+    from_estimator = tf.contrib.predictor.from_estimator(model, raw_fn)
+    assert from_estimator({"images": test_x[:5]})["class"].tolist() == expected
+    with pytest.raises(ValueError, match="unexpected keys in input_dict: \\['image'\\]"):
+        predict_fn({"image": test_x[:5]})
+    with pytest.raises(ValueError, match='signature_def_key "classify". Available signatures are'):
+        tf.contrib.predictor.from_saved_model(export_dir, signature_def_key="classify")

@@ -1,9 +1,10 @@
 """``tf.contrib``: the parts of TF 1.x's contrib that real scripts use most.
 
 ``tf.contrib.layers`` (with ``tf.contrib.framework``'s ``arg_scope``), ``tf.contrib.rnn``,
-``tf.contrib.data``, ``tf.contrib.lookup``, ``tf.contrib.factorization`` (``KMeans``) and
-``tf.contrib.learn``'s MNIST reader are here; any other ``tf.contrib.X`` raises an AttributeError
-that names it, says dflow does not support it, and what to use instead.
+``tf.contrib.data``, ``tf.contrib.lookup``, ``tf.contrib.factorization`` (``KMeans``),
+``tf.contrib.predictor`` and ``tf.contrib.learn``'s datasets are here; any other
+``tf.contrib.X`` raises an AttributeError that names it, says dflow does not support it, and
+what to use instead.
 
 >>> import dflow as tf
 >>> tf.contrib.summary
@@ -13,10 +14,22 @@ AttributeError: tf.contrib.summary is not supported by dflow; use tf.summary ins
 """
 
 from .. import lookup
-from . import data, factorization, framework, layers, learn, legacy_seq2seq, opt, rnn, seq2seq, slim
+from . import (
+    data,
+    factorization,
+    framework,
+    layers,
+    learn,
+    legacy_seq2seq,
+    opt,
+    predictor,
+    rnn,
+    seq2seq,
+    slim,
+)
 
-__all__ = ["data", "factorization", "framework", "layers", "learn", "legacy_seq2seq", "lookup", "opt", "rnn",
-           "seq2seq", "slim"]
+__all__ = ["data", "factorization", "framework", "layers", "learn", "legacy_seq2seq", "lookup", "opt",
+           "predictor", "rnn", "seq2seq", "slim"]
 
 # what to use instead of each contrib module real TF 1.x scripts reach for
 _INSTEAD = {
