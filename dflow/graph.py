@@ -554,6 +554,11 @@ class Tensor(TensorOperators):
     def __repr__(self) -> str:
         return f"<tf.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
 
+    def __str__(self) -> str:  # what print(tensor) shows in TF 1.x
+        shape = f", shape={self.shape}" if self.shape.ndims is not None else ""
+        device = f", device={self.device}" if self.device else ""
+        return f'Tensor("{self.name}"{shape}, dtype={self.dtype.name}{device})'
+
 
 @dataclass(frozen=True)
 class NodeDef:

@@ -57,7 +57,7 @@ def _unroll(cell, inputs, state, sequence_length, first_step=0):
         output, new_state = cell(x, state)
         if sequence_length is not None:
             done = math_ops.greater_equal(first_step + index, running)
-            output = math_ops.where(done, output * 0.0, output)
+            output = math_ops.where(done, array_ops.zeros_like(output), output)  # (0, not -0 or NaN)
             new_state = map_structure(lambda old, new, done=done: math_ops.where(done, old, new),
                                       state, new_state)
         outputs.append(output)

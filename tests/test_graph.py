@@ -210,3 +210,15 @@ def test_report_uninitialized_variables():
         sess.run(a.initializer)
         assert sess.run(report).tolist() == [b"b"]
     del b
+
+
+def test_print_of_a_tensor_reads_as_tf_1x():
+    """TF 1.x's str(tensor), which tutorials print: the name, the shape where the rank is known,
+    the dtype and the device where one is set; repr as TF's."""
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    assert str(x) == 'Tensor("x:0", shape=(?, 3), dtype=float32)'
+    assert repr(x) == "<tf.Tensor 'x:0' shape=(?, 3) dtype=float32>"
+    assert str(tf.placeholder(tf.int32, name="n")) == 'Tensor("n:0", dtype=int32)'
+    with tf.device("/cpu:0"):
+        c = tf.constant(1.0, name="c")
+    assert str(c) == 'Tensor("c:0", shape=(), dtype=float32, device=/device:CPU:0)'

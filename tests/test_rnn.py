@@ -276,6 +276,7 @@ def test_dynamic_rnn_sequence_length_zeroes_outputs_and_carries_the_state():
     out, st, short_out, short_st = _run([outputs, state, short_outputs, short_state],
                                         {x: data, lengths: [2, 4]})
     np.testing.assert_array_equal(out[0, 2:], 0.0)
+    assert not np.signbit(out[0, 2:]).any()  # TF's zeros print 0., not -0.
     np.testing.assert_allclose(out[0, :2], short_out[0], rtol=1e-6)
     np.testing.assert_allclose(st.h[0], short_st.h[0], rtol=1e-6)
     np.testing.assert_allclose(st.h[1], out[1, 3], rtol=1e-6)
