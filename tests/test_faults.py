@@ -25,7 +25,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS, CHECKPOINT_EVERY = 300, 40
+# a kill after the first checkpoint, one recovery and the rest: 160 steps (300 took 60-150 s a test
+# on a 2-core machine, mostly steps after the recovery)
+STEPS, CHECKPOINT_EVERY = 160, 40
 # a run may go on as slowly as a loaded machine makes it (20 images/sec beside other work): a wait
 # for a line, or for the end, fails when the command printed nothing for STALL_S (a progress line
 # comes every 10 steps), and RUN_CAP_S bounds a whole run; the properties timed are fixed deadlines
