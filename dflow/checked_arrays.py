@@ -30,6 +30,7 @@ does 6: checking then costs a few percent of Zstd's decoding rather than ~20%
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import numpy as np
@@ -38,7 +39,7 @@ import zarr
 from .errors import DataLossError
 
 __all__ = ["DIGESTS_ATTR", "checked_array_options", "writing_every_chunk", "content_digest", "chunk_digests",
-           "write_checked", "ChunkReader"]
+           "write_checked", "write_checked_group", "ChunkReader"]
 
 DIGESTS_ATTR = "dflow_chunk_crc32c"
 
@@ -108,6 +109,50 @@ def write_checked(group: zarr.Group, name: str, value, chunks="auto", **array_ar
     array[...] = value
     array.attrs[DIGESTS_ATTR] = chunk_digests(value, array.chunks)
     return array
+
+
+# a chunk of a checked group's array: the whole array up to this size (a model's variables are
+# one chunk each, read and written in one piece), rows of about this size past it
+_GROUP_CHUNK_BYTES = 64 << 20
+
+
+def write_checked_group(path: str, arrays: dict, attributes: dict) -> None:
+    """A new Zarr group at ``path`` with ``attributes``, holding each of ``arrays`` (name ->
+    value) as :func:`write_checked` stores one, its digests given when it is created: every
+    array is written at once on zarr's event loop (a checkpoint of 30 variables in half the
+    time of one after the other, which waits for each array's files in turn).
+
+    >>> import numpy as np, tempfile, zarr
+    >>> path = tempfile.mkdtemp()
+    >>> write_checked_group(path, {"w": np.ones((2, 3)), "step": np.int64(7)}, {"kind": "example"})
+    >>> group = zarr.open_group(path, mode="r")
+    >>> group.attrs["kind"], ChunkReader(group["step"], path, "step", "write it again").read().tolist()
+    ('example', 7)
+    """
+    from zarr.api.asynchronous import open_group
+    from zarr.core.sync import sync
+
+    async def write_all():
+        group = await open_group(path, mode="w", attributes=attributes)
+
+        async def write_one(name, value):
+            chunks = _group_chunks(value)
+            array = await group.create_array(name, shape=value.shape, dtype=value.dtype, chunks=chunks,
+                                             attributes={DIGESTS_ATTR: chunk_digests(value, chunks)},
+                                             **checked_array_options(value.dtype))
+            await array.setitem(..., value)
+
+        await asyncio.gather(*(write_one(name, np.asarray(value)) for name, value in arrays.items()))
+
+    sync(write_all())
+
+
+def _group_chunks(value: np.ndarray) -> tuple:
+    if value.ndim == 0:
+        return ()
+    row_bytes = max(1, value.itemsize * int(np.prod(value.shape[1:])))
+    rows = max(1, min(value.shape[0], _GROUP_CHUNK_BYTES // row_bytes))
+    return (rows, *(max(1, size) for size in value.shape[1:]))
 
 
 class ChunkReader:

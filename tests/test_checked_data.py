@@ -20,6 +20,7 @@ import pytest
 import zarr
 
 import dflow as tf
+from dflow import checked_arrays
 from dflow.bench.checked_reads import unchecked_copy
 from dflow.data import Dataset, describe, open_store
 from dflow.data.store import DatasetSource, SplitSource, write_store
@@ -259,14 +260,14 @@ saver = tf.train.Saver()
 with tf.Session() as sess:
     sess.run(tf.global_variables_initializer())
     saver.save(sess, os.path.join(directory, "model"), global_step=1)
-    real, calls = getattr(saver_module, stop_in), []
+    real = getattr(saver_module, stop_in)
 
     def stop_midway(*args, **kwargs):
-        calls.append(args)
-        if stop_in == "_replace_directory" or len(calls) == 2:
-            open(signal_file, "w").close()
-            threading.Event().wait()  # until SIGKILL
-        return real(*args, **kwargs)
+        if stop_in == "write_checked_group":  # one variable written of two
+            path, arrays, attributes = args
+            real(path, dict(list(arrays.items())[:1]), attributes)
+        open(signal_file, "w").close()
+        threading.Event().wait()  # until SIGKILL
 
     setattr(saver_module, stop_in, stop_midway)
     saver.save(sess, os.path.join(directory, "model"), global_step=2)
@@ -286,7 +287,7 @@ def _wait_for(path: str, process: subprocess.Popen, deadline_s: float = 120.0) -
         assert time.monotonic() < deadline, "the save never reached the point to kill it at"
 
 
-@pytest.mark.parametrize("stop_in", ["write_checked", "_replace_directory"])
+@pytest.mark.parametrize("stop_in", ["write_checked_group", "_replace_directory"])
 def test_a_save_killed_midway_is_never_chosen_and_is_removed_next_time(tmp_path, stop_in):
     directory, signal_file = tmp_path / "ckpt", str(tmp_path / "midway")
     directory.mkdir()
@@ -336,16 +337,17 @@ def test_dflow_data_verify_names_every_damaged_chunk(copy, capsys):
     ("swap", 0, "it holds other data than was written there"),  # same-size files: only the digest knows
     ("flip", 2, "its bytes do not match their CRC-32C"),
 ])
-def test_damage_inside_a_variable_of_many_chunks_names_the_chunk(tmp_path, how, chunk, problem):
-    value = np.kron(np.float32([[1, 2], [3, 4]]), np.ones((256, 256), np.float32))  # 4 chunks of 256x256
+def test_damage_inside_a_variable_of_many_chunks_names_the_chunk(tmp_path, monkeypatch, how, chunk, problem):
+    # a checkpoint's chunks are of 64 MiB: here of 256 KiB, 4 chunks of 128 x 512
+    monkeypatch.setattr(checked_arrays, "_GROUP_CHUNK_BYTES", 256 << 10)
+    value = np.repeat(np.float32([1, 2, 3, 4]), 128)[:, None] * np.ones((1, 512), np.float32)
     with tf.Graph().as_default():
         tf.Variable(value, name="big")
         saver = tf.train.Saver()
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             path = saver.save(sess, str(tmp_path / "model"), global_step=1)
-            files = {index: os.path.join(path, "big", "c", *key) for index, key in
-                     enumerate([("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])}
+            files = {index: os.path.join(path, "big", "c", str(index), "0") for index in range(4)}
             assert os.path.getsize(files[0]) == os.path.getsize(files[3])
             _damage(files[chunk], how, other=files[3])
             coords = "/".join(files[chunk].split(os.sep)[-2:])

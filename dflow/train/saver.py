@@ -66,7 +66,7 @@ from urllib.parse import quote
 import numpy as np
 import zarr
 
-from ..checked_arrays import ChunkReader, write_checked
+from ..checked_arrays import ChunkReader, write_checked_group
 from ..errors import DataLossError, InvalidArgumentError, NotFoundError
 from ..graph import get_default_graph
 from ..graph_io import import_graph_def, meta_graph_def, read_meta_graph
@@ -446,12 +446,9 @@ def _write_checkpoint(path: str, values: dict, **attrs) -> None:
     temp = _temp_path(path)
     _writing.add(temp)
     try:
-        root = zarr.open_group(temp, mode="w")
-        keys = {}
-        for name, value in values.items():
-            keys[name] = quote(name, safe="")
-            write_checked(root, keys[name], np.asarray(value))
-        root.attrs.update({"dflow_checkpoint": _FORMAT, **attrs, "variables": keys})
+        keys = {name: quote(name, safe="") for name in values}
+        write_checked_group(temp, {keys[name]: value for name, value in values.items()},
+                            {"dflow_checkpoint": _FORMAT, **attrs, "variables": keys})
         _fsync_tree(temp)
         _write_marker(temp, keys, attrs)  # last: its presence marks the checkpoint complete
         _replace_directory(temp, path)
