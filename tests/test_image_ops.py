@@ -100,12 +100,7 @@ def ref_bicubic(x, th, tw, align_corners=False):
                            for k in (-1, 0, 1, 2)])
         return result
 
-    h, w = x.shape[-3:-1]
-    out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
-    for i, rows in enumerate(taps(th, h)):
-        for j, cols in enumerate(taps(tw, w)):
-            out[..., i, j, :] = sum(x[..., r, c, :] * wr * wc for r, wr in rows for c, wc in cols)
-    return out
+    return _weighed(x, taps(th, x.shape[-3]), taps(tw, x.shape[-2]))
 
 
 def ref_area(x, th, tw, align_corners=False):
@@ -120,10 +115,14 @@ def ref_area(x, th, tw, align_corners=False):
                            for k in range(int(np.floor(start)), int(np.ceil(end)))])
         return result
 
-    h, w = x.shape[-3:-1]
-    out = np.zeros((*x.shape[:-3], th, tw, x.shape[-1]))
-    for i, rows in enumerate(spans(th, h)):
-        for j, cols in enumerate(spans(tw, w)):
+    return _weighed(x, spans(th, x.shape[-3]), spans(tw, x.shape[-2]))
+
+
+def _weighed(x, row_taps, column_taps):
+    """Output pixel (i, j): the source pixels of row_taps[i] x column_taps[j], each (index, weight)."""
+    out = np.zeros((*x.shape[:-3], len(row_taps), len(column_taps), x.shape[-1]))
+    for i, rows in enumerate(row_taps):
+        for j, cols in enumerate(column_taps):
             out[..., i, j, :] = sum(x[..., r, c, :] * wr * wc for r, wr in rows for c, wc in cols)
     return out
 
