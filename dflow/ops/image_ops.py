@@ -392,7 +392,7 @@ def _area_weights(xp, out_size: int, in_size: int, align_corners: bool):
     scale = (in_size - 1) / (out_size - 1) if align_corners and out_size > 1 else in_size / out_size
     starts = xp.reshape(xp.arange(out_size, dtype=xp.float64) * scale, (-1, 1))
     pixels = xp.reshape(xp.arange(in_size + int(scale) + 2, dtype=xp.float64), (1, -1))
-    covered = xp.clip(xp.minimum(pixels + 1, starts + scale) - xp.maximum(pixels, starts), 0, None)
+    covered = xp.clip(xp.minimum(pixels + 1, starts + scale) - xp.maximum(pixels, starts), 0.0, None)
     # a span past the last pixel (align_corners) reads the last pixel again, as TF bounds it
     weights = xp.concat([covered[:, :in_size - 1], xp.sum(covered[:, in_size - 1:], axis=1, keepdims=True)],
                         axis=1)
