@@ -21,11 +21,7 @@ crc32c before it: the same values), ~30 GB/s on one core where ``zlib.crc32``
 does 6: checking then costs a few percent of Zstd's decoding rather than ~20%
 (``python -m dflow.bench.checked_reads`` measures it side by side).
 
->>> import numpy as np, tempfile, zarr
->>> group = zarr.open_group(tempfile.mkdtemp(), mode="w")
->>> array = write_checked(group, "w", np.arange(6.0).reshape(2, 3), chunks=(1, 3))
->>> ChunkReader(array, "a checkpoint", "w", "write it again").read()[1].tolist()
-[3.0, 4.0, 5.0]
+:func:`write_checked_group` writes such arrays, :class:`ChunkReader` reads them.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ import zarr
 from .errors import DataLossError
 
 __all__ = ["DIGESTS_ATTR", "checked_array_options", "writing_every_chunk", "content_digest", "chunk_digests",
-           "write_checked", "write_checked_group", "ChunkReader"]
+           "write_checked_group", "ChunkReader"]
 
 DIGESTS_ATTR = "dflow_chunk_crc32c"
 
@@ -101,16 +97,6 @@ def chunk_digests(value, chunks) -> list[int]:
     return [content_digest(value[_region(i, value.shape, chunks)]) for i in range(count)]
 
 
-def write_checked(group: zarr.Group, name: str, value, chunks="auto", **array_args) -> zarr.Array:
-    """Create array ``name`` in ``group`` holding ``value``, every chunk stored and digested."""
-    value = np.asarray(value)
-    array = group.create_array(name, shape=value.shape, dtype=value.dtype, chunks=chunks,
-                               **checked_array_options(value.dtype), **array_args)
-    array[...] = value
-    array.attrs[DIGESTS_ATTR] = chunk_digests(value, array.chunks)
-    return array
-
-
 # a chunk of a checked group's array: the whole array up to this size (a model's variables are
 # one chunk each, read and written in one piece), rows of about this size past it
 _GROUP_CHUNK_BYTES = 64 << 20
@@ -118,9 +104,10 @@ _GROUP_CHUNK_BYTES = 64 << 20
 
 def write_checked_group(path: str, arrays: dict, attributes: dict) -> None:
     """A new Zarr group at ``path`` with ``attributes``, holding each of ``arrays`` (name ->
-    value) as :func:`write_checked` stores one, its digests given when it is created: every
-    array is written at once on zarr's event loop (a checkpoint of 30 variables in half the
-    time of one after the other, which waits for each array's files in turn).
+    value) as a checked array (:func:`checked_array_options`, every chunk's digest given when
+    it is created): every array is written at once on zarr's event loop (a checkpoint of 30
+    variables in half the time of one after the other, which waits for each array's files in
+    turn).
 
     >>> import numpy as np, tempfile, zarr
     >>> path = tempfile.mkdtemp()

@@ -16,7 +16,7 @@ import json
 from .graph import GRAPH_FORMAT_VERSION, Graph
 from .plain_values import decode
 
-__all__ = ["graph_to_dict", "import_graph_def", "graph_to_dot", "write_graph", "read_graph",
+__all__ = ["graph_to_dict", "import_graph_def", "scope_prefix", "graph_to_dot", "write_graph", "read_graph",
            "meta_graph_def", "read_meta_graph"]
 
 
@@ -31,7 +31,7 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None, import_scope: 
             f"not a dflow graph of format version {GRAPH_FORMAT_VERSION}: "
             f"format={graph_def.get('format')!r} version={graph_def.get('version')!r}")
     graph = graph or Graph()
-    prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
+    prefix = scope_prefix(import_scope)
     present = {op.name for op in graph.get_operations()}
     if prefix:
         taken = [prefix + entry["name"] for entry in graph_def["ops"] if prefix + entry["name"] in present]
@@ -63,6 +63,11 @@ def import_graph_def(graph_def: dict, graph: Graph | None = None, import_scope: 
                            for k, v in item.items()}
                 graph.add_to_collection(key, _restore_item(graph, renamed))
     return graph
+
+
+def scope_prefix(import_scope: str | None) -> str:
+    """What ``import_scope`` puts before an imported graph's names: ``"scope/"``, or nothing."""
+    return f"{import_scope.rstrip('/')}/" if import_scope else ""
 
 
 def _imported_names(names: list[str], prefix: str, present: set[str]) -> dict[str, str]:

@@ -192,14 +192,19 @@ class Estimator:
     # ---- building a graph -------------------------------------------------------------------
     def _build(self, input_fn, mode):
         """A new graph with the global step, the input and the model: ``(graph, spec, feeds)``."""
+        graph, step = self._new_graph()
+        with graph.as_default():
+            features, labels = self._call_input_fn(input_fn, mode)
+            spec = self._call_model_fn(features, labels, mode)
+        return graph, step, spec, _batches(graph)
+
+    def _new_graph(self):
+        """A new graph with the config's seed and the global step: ``(graph, step)``."""
         graph = Graph()
         with graph.as_default():
             if self._config.tf_random_seed is not None:
                 set_random_seed(self._config.tf_random_seed)
-            step = get_or_create_global_step()
-            features, labels = self._call_input_fn(input_fn, mode)
-            spec = self._call_model_fn(features, labels, mode)
-        return graph, step, spec, _batches(graph)
+            return graph, get_or_create_global_step()
 
     def _call_input_fn(self, input_fn, mode):
         accepted = inspect.signature(input_fn).parameters
@@ -373,11 +378,8 @@ class Estimator:
         if checkpoint is None:
             raise ValueError(f"Couldn't find trained model at {self._model_dir}: train it first "
                              "(estimator.train), or pass checkpoint_path=")
-        graph = Graph()
+        graph, _ = self._new_graph()
         with graph.as_default():
-            if self._config.tf_random_seed is not None:
-                set_random_seed(self._config.tf_random_seed)
-            get_or_create_global_step()
             receiver = serving_input_receiver_fn()
             if not isinstance(receiver, ServingInputReceiver | TensorServingInputReceiver):
                 raise TypeError("serving_input_receiver_fn must return a "

@@ -13,11 +13,11 @@ import json
 import os
 
 from ..graph import Graph
-from ..graph_io import import_graph_def
+from ..graph_io import import_graph_def, scope_prefix
 from ..train.saver import import_meta_graph
 from . import constants
 from .meta_graph import MetaGraphDef
-from .utils import missing_tensors, scope_prefix
+from .utils import missing_tensors
 
 __all__ = ["load", "maybe_saved_model_directory", "read_saved_model"]
 

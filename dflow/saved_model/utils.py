@@ -13,15 +13,11 @@ again from that description.
 from __future__ import annotations
 
 from ..graph import Graph, Tensor, get_default_graph
+from ..graph_io import scope_prefix
 from ..ops.sparse_ops import SparseTensor
 from .meta_graph import CooSparse, TensorInfo, TensorShapeProto
 
-__all__ = ["build_tensor_info", "get_tensor_from_tensor_info", "missing_tensors", "scope_prefix"]
-
-
-def scope_prefix(import_scope: str | None) -> str:
-    """What ``import_scope`` puts before a loaded model's names: ``"scope/"``, or nothing."""
-    return f"{import_scope.rstrip('/')}/" if import_scope else ""
+__all__ = ["build_tensor_info", "get_tensor_from_tensor_info", "missing_tensors"]
 
 
 def build_tensor_info(tensor: Tensor | SparseTensor) -> TensorInfo:

@@ -69,7 +69,7 @@ import zarr
 from ..checked_arrays import ChunkReader, write_checked_group
 from ..errors import DataLossError, InvalidArgumentError, NotFoundError
 from ..graph import get_default_graph
-from ..graph_io import import_graph_def, meta_graph_def, read_meta_graph
+from ..graph_io import import_graph_def, meta_graph_def, read_meta_graph, scope_prefix
 from ..ops import array_ops, state_ops
 from ..processes import alive as process_alive
 from ..variables import Variable, global_variables, group, local_variables
@@ -408,7 +408,7 @@ def import_meta_graph(meta_graph_or_file, clear_devices: bool = False, import_sc
     import_graph_def(meta["graph_def"], graph, import_scope=import_scope, clear_devices=clear_devices)
     saver_def = meta.get("saver_def")
     if saver_def and saver_def["variables"]:
-        prefix = f"{import_scope.rstrip('/')}/" if import_scope else ""
+        prefix = scope_prefix(import_scope)
         scoped = {**saver_def, "restore_op": prefix + saver_def["restore_op"],
                   **{part: {key: prefix + name for key, name in saver_def[part].items()}
                      for part in ("variables", "restore_values")}}
