@@ -117,7 +117,6 @@ def write_checked_group(path: str, arrays: dict, attributes: dict) -> None:
     ('example', 7)
     """
     from zarr.api.asynchronous import open_group
-    from zarr.core.sync import sync
 
     async def write_all():
         group = await open_group(path, mode="w", attributes=attributes)
@@ -131,7 +130,30 @@ def write_checked_group(path: str, arrays: dict, attributes: dict) -> None:
 
         await asyncio.gather(*(write_one(name, np.asarray(value)) for name, value in arrays.items()))
 
-    sync(write_all())
+    _run_to_the_end(write_all())
+
+
+_INTERRUPTED_WRITES_S = 60.0  # how long Ctrl-C waits for a group's writes before cancelling them
+
+
+def _run_to_the_end(coroutine) -> None:
+    """``coroutine`` on zarr's event loop, ended before this returns or raises, also when Ctrl-C
+    (or SIGTERM's :class:`~dflow.train.program.Terminated`) stops the wait: the writes then
+    finish first (a second Ctrl-C, or the deadline, cancels them). zarr's ``sync`` raises at
+    once and leaves them running: they wrote into the directory the caller was removing, and
+    went on at the interpreter's exit ("cannot schedule new futures after shutdown")."""
+    from zarr.core.sync import _get_loop
+
+    future = asyncio.run_coroutine_threadsafe(coroutine, _get_loop())
+    try:
+        future.result()
+    except BaseException:
+        if not future.done():
+            try:
+                future.result(timeout=_INTERRUPTED_WRITES_S)
+            except BaseException:
+                future.cancel()
+        raise
 
 
 def _group_chunks(value: np.ndarray) -> tuple:

@@ -5,6 +5,7 @@ themselves."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -319,6 +321,45 @@ def test_a_save_killed_midway_is_never_chosen_and_is_removed_next_time(tmp_path,
             saver.save(sess, str(directory / "model"), global_step=3)
     assert sorted(os.listdir(directory)) == ["checkpoint", "model-1", "model-1.meta", "model-3",
                                              "model-3.meta"]
+
+
+def test_ctrl_c_during_a_save_ends_its_writes_before_the_clean_up(tmp_path, monkeypatch):
+    """Ctrl-C while a save's arrays are written (on zarr's event loop): the writes end before the
+    interrupt reaches the saver, whose clean-up then removes the unfinished checkpoint whole.
+    zarr's own wait raised at once and left them writing into the directory being removed."""
+    digests, interrupted = checked_arrays.chunk_digests, []
+
+    def interrupt_once_then_digest(value, chunks):  # on zarr's loop, before each array's writes
+        if not interrupted:
+            interrupted.append(True)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        return digests(value, chunks)
+
+    monkeypatch.setattr(checked_arrays, "chunk_digests", interrupt_once_then_digest)
+    with tf.Graph().as_default():
+        for i in range(8):
+            tf.Variable(np.full(1 << 20, i, np.float32), name=f"w{i}")
+        saver = tf.train.Saver()
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            with pytest.raises(KeyboardInterrupt):
+                saver.save(sess, str(tmp_path / "model"), global_step=1)
+            _zarr_tasks_ended()  # had the save left any writing, the temp checkpoint would be back
+            assert interrupted and os.listdir(tmp_path) == []
+            saver.save(sess, str(tmp_path / "model"), global_step=2)  # and the next save is whole
+            assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model-2")
+
+
+def _zarr_tasks_ended() -> None:
+    """Returns when every task on zarr's event loop has ended (or after a minute)."""
+    from zarr.core.sync import sync
+
+    async def the_others_ended():
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=60)
+
+    sync(the_others_ended())
 
 
 def test_dflow_data_verify_names_every_damaged_chunk(copy, capsys):

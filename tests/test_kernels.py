@@ -8,6 +8,9 @@ executor's values, order and peak bytes, and its errors name the op.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import array_api_compat.numpy as xp_numpy
 import array_api_strict
 import numpy as np
@@ -117,6 +120,29 @@ def test_an_error_in_a_piece_reaches_the_caller(monkeypatch):
 
     with pytest.raises(ValueError, match="piece 2 failed"):
         parallel.map_pieces(xp_numpy, fails_on_second, [slice(0, 1), slice(1, 2)])
+
+
+def test_ctrl_c_in_a_cut_op_is_raised_after_its_pieces_end(monkeypatch):
+    """Ctrl-C while the caller waits for a piece: the piece still writes into the op's arrays
+    and runs BLAS, so the interrupt waits for it (raised at once, it left the piece running
+    while the session gave BLAS its threads back)."""
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    caller, first_done, ended = threading.main_thread().ident, threading.Event(), []
+    a = np.random.default_rng(0).standard_normal((300, 300))
+
+    def piece(rows):
+        if rows.start == 0:  # on the caller's thread
+            first_done.set()
+            return
+        first_done.wait(60)  # the caller now waits for this piece: interrupt it there
+        signal.pthread_kill(caller, signal.SIGINT)
+        for _ in range(20):  # work on after the interrupt
+            a @ a
+        ended.append(rows)
+
+    with pytest.raises(KeyboardInterrupt):
+        parallel.map_pieces(xp_numpy, piece, [slice(0, 1), slice(1, 2)])
+    assert ended == [slice(1, 2)]
 
 
 # ---- compiled stages ------------------------------------------------------------------------------

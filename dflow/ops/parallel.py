@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from . import denormals
 
@@ -160,10 +160,26 @@ def map_pieces(xp, fn, items: list):
         try:
             first = _piece_here(fn, items[0])
         finally:
-            rest = [piece.result() for piece in others]  # none still writes when this returns
-        return [first, *rest]
+            _all_ended(others)  # none still writes when this returns, or raises
+        return [first, *(piece.result() for piece in others)]
     finally:
         _blas_to_one_thread(-1)
+
+
+def _all_ended(pieces: list) -> None:
+    """Returns when every one of ``pieces`` (futures) has ended, Ctrl-C (or SIGTERM's
+    ``Terminated``) included: the interrupt is raised after them. Raised at once, it left
+    pieces writing into arrays their caller had given up, and running BLAS while the step's
+    end gave BLAS its threads back."""
+    interrupt = None
+    while True:
+        try:
+            wait(pieces)
+            break
+        except BaseException as caught:  # (KeyboardInterrupt: the wait is interruptible)
+            interrupt = interrupt or caught
+    if interrupt is not None:
+        raise interrupt
 
 
 def stacked_pieces(xp, fn, arrays, pieces: list) -> object:
