@@ -225,6 +225,36 @@ def test_export_mistakes_say_what_to_do(tmp_path):
         tf.estimator.export.ClassificationOutput(classes=tf.constant([1]))
 
 
+def test_a_receiver_of_lone_tensors_names_them_as_tf_does(tmp_path):
+    """ServingInputReceiver(x, x): the model_fn gets {"feature": x}, the signature's input is
+    "input"; keys that are not strings, or values that are not tensors, are refused."""
+    seen = []
+
+    def model_fn(features, mode):
+        seen.append(sorted(features))
+        w = tf.get_variable("w", [], initializer=tf.ones_initializer())
+        y = features["feature"] * w
+        return tf.estimator.EstimatorSpec(mode, predictions=y, loss=tf.reduce_sum(y),
+                                          train_op=tf.assign_add(tf.train.get_global_step(), 1))
+
+    def serving_fn():
+        x = tf.placeholder(tf.float32, [None], name="x")
+        return tf.estimator.export.ServingInputReceiver(x, x)
+
+    model = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
+    model.train(lambda: {"feature": tf.ones([2])}, steps=1)
+    predict_fn = tf.contrib.predictor.from_saved_model(model.export_savedmodel(str(tmp_path / "export"),
+                                                                               serving_fn))
+    assert seen[-1] == ["feature"]
+    assert predict_fn({"input": np.array([2.0, 3.0], np.float32)})["output"].tolist() == [2.0, 3.0]
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [None])
+        with pytest.raises(ValueError, match="feature keys must be strings, got 1"):
+            tf.estimator.export.ServingInputReceiver({1: x}, x)
+        with pytest.raises(ValueError, match="input 'x' must be a Tensor or SparseTensor, got"):
+            tf.estimator.export.ServingInputReceiver(x, {"x": np.ones(2)})
+
+
 def test_contrib_predictor_serves_an_export_or_an_estimator(digits, tmp_path):
     """tf.contrib.predictor, as serving scripts use it: a dict of the signature's inputs in, a
     dict of its outputs out, the same as Estimator.predict."""

@@ -84,20 +84,65 @@ def _serialized_examples(receiver_tensors: dict, kind: str) -> Tensor:
     return tensors[0]
 
 
-class ServingInputReceiver(NamedTuple):
-    """The features a serving graph gives the model_fn, and the tensors it is fed through."""
-
-    features: dict
+class _ReceiverFields(NamedTuple):
+    features: object
     receiver_tensors: dict
     receiver_tensors_alternatives: dict | None = None
 
 
-class TensorServingInputReceiver(NamedTuple):
+class ServingInputReceiver(_ReceiverFields):
+    """The features a serving graph gives the model_fn, and the tensors it is fed through. A lone
+    tensor in place of a dict is named as TF names it: ``{"feature": t}``, ``{"input": t}``.
+
+    >>> import dflow as tf
+    >>> with tf.Graph().as_default():
+    ...     images = tf.placeholder(tf.float32, [None, 784])
+    ...     receiver = tf.estimator.export.ServingInputReceiver(images, images)
+    >>> list(receiver.features), list(receiver.receiver_tensors)
+    (['feature'], ['input'])
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, features, receiver_tensors, receiver_tensors_alternatives=None):
+        return super().__new__(cls, _receiver_dict(features, "feature"),
+                               _receiver_dict(receiver_tensors, "input"), _alternatives(receiver_tensors_alternatives))
+
+
+class TensorServingInputReceiver(_ReceiverFields):
     """As :class:`ServingInputReceiver`, for a model_fn whose ``features`` is one tensor."""
 
-    features: Tensor
-    receiver_tensors: dict
-    receiver_tensors_alternatives: dict | None = None
+    __slots__ = ()
+
+    def __new__(cls, features, receiver_tensors, receiver_tensors_alternatives=None):
+        _check_receiver_value("features", features)
+        return super().__new__(cls, features, _receiver_dict(receiver_tensors, "input"),
+                               _alternatives(receiver_tensors_alternatives))
+
+
+def _receiver_dict(tensors, lone_name: str) -> dict:
+    """``tensors`` as a receiver holds them: a dict of string to tensor (a lone tensor named ``lone_name``)."""
+    named = tensors if isinstance(tensors, dict) else {lone_name: tensors}
+    for key, value in named.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{lone_name} keys must be strings, got {key!r}")
+        _check_receiver_value(f"{lone_name} {key!r}", value)
+    return dict(named)
+
+
+def _check_receiver_value(what: str, value) -> None:
+    from ..sparse import SparseTensor
+
+    if not isinstance(value, Tensor | SparseTensor):
+        raise ValueError(f"{what} must be a Tensor or SparseTensor, got {value!r}")
+
+
+def _alternatives(alternatives) -> dict | None:
+    if alternatives is None:
+        return None
+    if not isinstance(alternatives, dict):
+        raise ValueError(f"receiver_tensors_alternatives must be a dict of name to tensors, got {alternatives!r}")
+    return {name: _receiver_dict(tensors, "input") for name, tensors in alternatives.items()}
 
 
 def signature_defs(receiver, export_outputs: dict | None, predictions) -> dict:
@@ -120,9 +165,7 @@ def signature_defs(receiver, export_outputs: dict | None, predictions) -> dict:
         raise ValueError("Multiple export_outputs were provided, but none of them is specified as the "
                          "default. Do this by naming one of them with "
                          "signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY.")
-    receivers = {None: _named(receiver.receiver_tensors, "input")}
-    for name, tensors in (receiver.receiver_tensors_alternatives or {}).items():
-        receivers[name] = _named(tensors, "input")
+    receivers = {None: receiver.receiver_tensors, **(receiver.receiver_tensors_alternatives or {})}
     signatures, excluded = {}, {}
     for receiver_name, tensors in receivers.items():
         for key, output in outputs.items():
@@ -137,10 +180,6 @@ def signature_defs(receiver, export_outputs: dict | None, predictions) -> dict:
         raise ValueError(f"No signature can be exported: {excluded}. Give the model_fn's EstimatorSpec "
                          "export_outputs that take the serving receiver's tensors")
     return signatures
-
-
-def _named(tensors, default_name: str) -> dict:
-    return tensors if isinstance(tensors, dict) else {default_name: tensors}
 
 
 def build_raw_serving_input_receiver_fn(features, default_batch_size=None):
