@@ -106,7 +106,8 @@ class ServingInputReceiver(_ReceiverFields):
 
     def __new__(cls, features, receiver_tensors, receiver_tensors_alternatives=None):
         return super().__new__(cls, _receiver_dict(features, "feature"),
-                               _receiver_dict(receiver_tensors, "input"), _alternatives(receiver_tensors_alternatives))
+                               _receiver_dict(receiver_tensors, "input"),
+                               _alternatives(receiver_tensors_alternatives))
 
 
 class TensorServingInputReceiver(_ReceiverFields):
@@ -121,7 +122,7 @@ class TensorServingInputReceiver(_ReceiverFields):
 
 
 def _receiver_dict(tensors, lone_name: str) -> dict:
-    """``tensors`` as a receiver holds them: a dict of string to tensor (a lone tensor named ``lone_name``)."""
+    """``tensors`` as a receiver holds them: a dict of string to tensor (a lone one named ``lone_name``)."""
     named = tensors if isinstance(tensors, dict) else {lone_name: tensors}
     for key, value in named.items():
         if not isinstance(key, str):
@@ -141,7 +142,8 @@ def _alternatives(alternatives) -> dict | None:
     if alternatives is None:
         return None
     if not isinstance(alternatives, dict):
-        raise ValueError(f"receiver_tensors_alternatives must be a dict of name to tensors, got {alternatives!r}")
+        raise ValueError(f"receiver_tensors_alternatives must be a dict of name to tensors, "
+                         f"got {alternatives!r}")
     return {name: _receiver_dict(tensors, "input") for name, tensors in alternatives.items()}
 
 
