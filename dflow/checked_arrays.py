@@ -142,7 +142,7 @@ def _run_to_the_end(coroutine) -> None:
     finish first (a second Ctrl-C, or the deadline, cancels them). zarr's ``sync`` raises at
     once and leaves them running: they wrote into the directory the caller was removing, and
     went on at the interpreter's exit ("cannot schedule new futures after shutdown")."""
-    from zarr.core.sync import _get_loop
+    from zarr.core.sync import _get_loop  # the loop zarr's sync runs on (zarr 3.0 to 3.1 name it so)
 
     future = asyncio.run_coroutine_threadsafe(coroutine, _get_loop())
     try:
