@@ -41,6 +41,7 @@ import ctypes
 import functools
 import logging
 import os
+import signal
 import sys
 import threading
 
@@ -311,10 +312,19 @@ class _Primitive:
         lib.threads.limit(parallel.cores())  # the count the process was given (a number compared)
         stream = lib.stream()
         # (TBB's threads flush too: they take the modes of the thread that made their arena, here)
-        with denormals.flushed():
-            lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
-                      "running a primitive")
-            lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
+        # Ctrl-C and SIGTERM wait for the primitive: TBB's threads, made inside, inherit the mask
+        # and never take them (a SIGINT during a GEMM damaged the heap, once in a few runs)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            with denormals.flushed():
+                lib.check(dnnl.dnnl_primitive_execute(self.handle, stream, len(args), exec_args),
+                          "running a primitive")
+                lib.check(dnnl.dnnl_stream_wait(stream), "waiting for a primitive")
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class _ConvPlan:
